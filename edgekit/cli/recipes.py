@@ -1,0 +1,49 @@
+"""`edgekit recipes list|show`: the recipes edgekit can deploy."""
+
+from __future__ import annotations
+
+import click
+from rich.table import Table
+
+from edgekit.cli import json_option
+from edgekit.cli.app import App
+from edgekit.config.recipes import list_recipes, load_recipe
+
+
+@click.group()
+def recipes() -> None:
+    """Recipes: target + drafter, conversions, server and bench settings."""
+
+
+@recipes.command("list")
+@json_option
+@click.pass_obj
+def list_(app: App) -> None:
+    """List the known recipes."""
+    items = []
+    for path in list_recipes():
+        r = load_recipe(str(path))
+        items.append({"name": r.name, "path": str(path), "description": r.description,
+                      "drafter": r.drafter is not None, "spec_type": r.runtime.spec_type})
+
+    def human() -> None:
+        table = Table()
+        for col in ("name", "spec-type", "description"):
+            table.add_column(col)
+        for i in items:
+            table.add_row(i["name"], i["spec_type"], i["description"])
+        app.out.print(table)
+
+    app.emit(items, human)
+
+
+@recipes.command("show")
+@click.argument("recipe")
+@json_option
+@click.pass_obj
+def show(app: App, recipe: str) -> None:
+    """Validate a recipe (name or path) and print it resolved with defaults."""
+    r = load_recipe(recipe)
+    data = r.model_dump(mode="json")
+    data["source_file"] = r.source_file
+    app.emit(data, lambda: app.out.print_json(data=data))

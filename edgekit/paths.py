@@ -1,0 +1,41 @@
+"""Where edgekit keeps its files on the workstation (XDG layout, overridable for tests and CI)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _xdg(var: str, default: str) -> Path:
+    value = os.environ.get(var)
+    return Path(value) if value else Path.home() / default
+
+
+def config_dir() -> Path:
+    """Directory of the user's edgekit.yaml and known_hosts (env EDGEKIT_CONFIG_DIR overrides)."""
+    if os.environ.get("EDGEKIT_CONFIG_DIR"):
+        return Path(os.environ["EDGEKIT_CONFIG_DIR"])
+    return _xdg("XDG_CONFIG_HOME", ".config") / "edgekit"
+
+
+def cache_dir() -> Path:
+    """Build trees, sources, sim boards (env EDGEKIT_CACHE overrides)."""
+    if os.environ.get("EDGEKIT_CACHE"):
+        return Path(os.environ["EDGEKIT_CACHE"])
+    return _xdg("XDG_CACHE_HOME", ".cache") / "edgekit"
+
+
+def store_dir() -> Path:
+    """The local content-addressed artifact store (env EDGEKIT_STORE overrides)."""
+    if os.environ.get("EDGEKIT_STORE"):
+        return Path(os.environ["EDGEKIT_STORE"])
+    return cache_dir() / "store"
+
+
+def known_hosts_file() -> Path:
+    """edgekit's own known_hosts: separate from ~/.ssh so trust is explicit per board."""
+    return config_dir() / "known_hosts"
+
+
+def sim_dir() -> Path:
+    return cache_dir() / "sim"
