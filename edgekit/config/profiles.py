@@ -47,7 +47,7 @@ class BoardProfile(BaseModel):
 def _ina3221(addr: str, labels: list[str], idle: list[float], per_core: list[float]) -> tuple[PowerRail, ...]:
     return tuple(
         PowerRail(label=label, chip="ina3221", i2c_addr=addr, channel=i + 1, idle_watts=w, watts_per_busy_core=c)
-        for i, (label, w, c) in enumerate(zip(labels, idle, per_core))
+        for i, (label, w, c) in enumerate(zip(labels, idle, per_core, strict=True))
     )
 
 

@@ -1,0 +1,88 @@
+"""`edgekit board probe|trust`: one board's facts, and explicit trust of its host key."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.table import Table
+
+from edgekit.cli import json_option
+from edgekit.cli.app import App
+from edgekit.errors import EdgekitError
+from edgekit.remote import hostkeys
+from edgekit.remote.probe import probe as probe_board
+from edgekit.remote.runner import runner_for
+
+board_option = click.option("--board", "board_name", required=True, metavar="NAME",
+                            help="A board from the board file.")
+
+
+@click.group()
+def board() -> None:
+    """One board: probe it, trust its host key."""
+
+
+@board.command()
+@board_option
+@json_option
+@click.pass_obj
+def probe(app: App, board_name: str) -> None:
+    """Read the board's L4T, CUDA, memory, disk, python, jtop and power rails over SSH."""
+    entry = app.board(board_name)
+    with runner_for(entry, board_name) as runner:
+        facts = probe_board(runner, entry.base)
+    data = facts.to_dict()
+    data["profile"] = entry.profile
+    data["power_rails"] = [r["label"] for r in data["power_rails"]]
+
+    def human() -> None:
+        table = Table(title=f"board {board_name} ({entry.user}@{entry.host}:{entry.port})", show_header=False)
+        for key in ("model", "profile", "l4t", "jetpack", "cuda", "arch", "mem_total_mb", "disk_free_mb",
+                    "base", "python", "jtop", "tegrastats", "nvpmodel", "power_rails"):
+            value = data[key]
+            table.add_row(key, ", ".join(value) if isinstance(value, list) else str(value))
+        app.out.print(table)
+
+    app.emit(data, human)
+
+
+@board.command()
+@board_option
+@click.option("--yes", is_flag=True, help="Trust without asking (after checking the fingerprint yourself).")
+@click.option("--fingerprint", metavar="SHA256:…", help="Trust only if the board offers this fingerprint.")
+@click.option("--replace", is_flag=True, help="Replace a different key pinned earlier (board reinstalled).")
+@json_option
+@click.pass_obj
+def trust(app: App, board_name: str, yes: bool, fingerprint: str | None, replace: bool) -> None:
+    """Show the board's host-key fingerprint and pin it in edgekit's known_hosts."""
+    entry = app.board(board_name)
+    known_hosts = entry.known_hosts_path()
+    key = hostkeys.fetch_host_key(entry.host, entry.port)
+    fp = hostkeys.fingerprint(key)
+    pinned = hostkeys.known_key(known_hosts, entry.host, entry.port)
+    status = "new"
+    if pinned is not None:
+        if pinned.asbytes() == key.asbytes():
+            status = "already-trusted"
+        elif not replace:
+            raise EdgekitError(
+                f"Board {board_name!r} now offers {fp}, but {known_hosts} pins "
+                f"{hostkeys.fingerprint(pinned)}; if the board was reinstalled, rerun with --replace."
+            )
+        else:
+            status = "replaced"
+    if fingerprint is not None and fingerprint != fp:
+        raise EdgekitError(f"Board {board_name!r} offers {fp}, not the expected {fingerprint}; nothing trusted.")
+    if status != "already-trusted":
+        app.info(f"Board {board_name} ({entry.host}:{entry.port}) offers {key.get_name()} {fp}")
+        if not (yes or fingerprint):
+            if not sys.stdin.isatty():
+                raise EdgekitError("Confirm the fingerprint with --yes or --fingerprint (no terminal to ask on).")
+            click.confirm("Trust this key?", abort=True, err=True)
+        hostkeys.record(known_hosts, entry.host, entry.port, key)
+    app.emit(
+        {"board": board_name, "fingerprint": fp, "key_type": key.get_name(), "status": status,
+         "known_hosts": str(known_hosts)},
+        lambda: app.out.print(f"{board_name}: {fp} {status.replace('-', ' ')} in {known_hosts}"),
+    )

@@ -1,0 +1,1 @@
+"""Everything that talks to a board: SSH policy, command runners, transfer, releases, probe."""

@@ -1,0 +1,95 @@
+"""SSH connections to boards with a strict host-key policy.
+
+Fabric's Connection accepts any host key (AutoAddPolicy) and loads no known_hosts. edgekit pins
+each board's key in its own known_hosts and refuses unknown or changed keys: a board is trusted
+only through `edgekit board trust`, which shows the fingerprint first.
+"""
+
+from __future__ import annotations
+
+import paramiko
+from fabric import Config, Connection
+
+from edgekit.config.boardfile import Board
+from edgekit.errors import EdgekitError
+from edgekit.remote import hostkeys
+
+CONNECT_TIMEOUT_S = 10
+
+
+class _RejectUnknown(paramiko.RejectPolicy):
+    """Refuse unknown hosts, remembering the offered key so the error can show its fingerprint."""
+
+    def __init__(self) -> None:
+        self.offered: paramiko.PKey | None = None
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        self.offered = key
+        raise paramiko.SSHException(f"unknown host key for {hostname}")
+
+
+def connection(board: Board, name: str, timeout: int = CONNECT_TIMEOUT_S) -> Connection:
+    """An unopened Fabric Connection to ``board`` that will only accept its pinned host key."""
+    key_path = board.key_path()
+    if key_path is not None and not key_path.is_file():
+        raise EdgekitError(f"The key file {key_path} for board {name!r} does not exist.")
+    connect_kwargs = {
+        "look_for_keys": key_path is None,
+        "allow_agent": True,
+        "banner_timeout": timeout,
+        "auth_timeout": timeout,
+    }
+    if key_path is not None:
+        connect_kwargs["key_filename"] = [str(key_path)]
+    # The board file is the single source of truth for addresses: ignore ~/.ssh/config.
+    config = Config(overrides={"load_ssh_configs": False})
+    conn = Connection(
+        host=board.host, user=board.user, port=board.port, config=config,
+        connect_timeout=timeout, connect_kwargs=connect_kwargs,
+    )
+    client = conn.client
+    client.get_host_keys().clear()
+    known = board.known_hosts_path()
+    for hostname, keys in hostkeys.load(known).items():
+        for keytype, key in keys.items():
+            client.get_host_keys().add(hostname, keytype, key)
+    policy = _RejectUnknown()
+    client.set_missing_host_key_policy(policy)
+    conn._edgekit = (name, board, policy)  # type: ignore[attr-defined]
+    return conn
+
+
+def open_connection(board: Board, name: str, timeout: int = CONNECT_TIMEOUT_S) -> Connection:
+    """Open ``connection()``, turning every SSH failure into one clear sentence."""
+    conn = connection(board, name, timeout)
+    policy: _RejectUnknown = conn._edgekit[2]  # type: ignore[attr-defined]
+    where = f"{board.user}@{board.host}:{board.port}"
+    known = board.known_hosts_path()
+    try:
+        conn.open()
+    except paramiko.BadHostKeyException as exc:
+        raise EdgekitError(
+            f"The host key of board {name!r} ({where}) has CHANGED to {hostkeys.fingerprint(exc.key)}; "
+            f"it does not match the one pinned in {known}. If the board was reinstalled, run "
+            f"`edgekit board trust --board {name} --replace`."
+        ) from None
+    except paramiko.PasswordRequiredException:
+        raise EdgekitError(f"The key file {board.key} is encrypted; load it into ssh-agent first.") from None
+    except paramiko.AuthenticationException:
+        raise EdgekitError(
+            f"Board {name!r} ({where}) refused the SSH key{f' {board.key}' if board.key else 's offered'}; "
+            "edgekit uses key authentication only."
+        ) from None
+    except paramiko.SSHException as exc:
+        if policy.offered is not None:
+            raise EdgekitError(
+                f"Board {name!r} ({where}) is not trusted yet: its host key "
+                f"{policy.offered.get_name()} {hostkeys.fingerprint(policy.offered)} is not in {known}; "
+                f"check the fingerprint, then run `edgekit board trust --board {name}`."
+            ) from None
+        raise EdgekitError(f"SSH to board {name!r} ({where}) failed: {exc}.") from None
+    except TimeoutError:
+        raise EdgekitError(f"Board {name!r} ({where}) did not answer within {timeout} s.") from None
+    except OSError as exc:
+        raise EdgekitError(f"Cannot reach board {name!r} ({where}): {exc.strerror or exc}.") from None
+    return conn

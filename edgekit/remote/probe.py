@@ -1,0 +1,174 @@
+"""Board facts, read on the board: the one interface the rest of edgekit asks about a board.
+
+On a real Jetson the files are read from `/`; a simulated board sets EDGEKIT_BOARD_ROOT (through
+sshd's SetEnv) and the very same script reads its board root instead.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from edgekit.remote.runner import Runner
+
+# One round trip, POSIX sh only (nothing to install on a board). "$1" is the base directory.
+PROBE_SH = r"""
+root="${EDGEKIT_BOARD_ROOT:-}"
+base="$1"
+case "$base" in "~") base="$HOME" ;; "~/"*) base="$HOME/${base#\~/}" ;; esac
+kv() { printf '%s=%s\n' "$1" "$2"; }
+kv l4t "$(head -n 1 "$root/etc/nv_tegra_release" 2>/dev/null)"
+model=""
+for f in "$root/proc/device-tree/model" "$root/sys/firmware/devicetree/base/model"; do
+  [ -r "$f" ] && { model="$(tr -d '\000' < "$f")"; break; }
+done
+kv model "$model"
+kv cuda_json "$(tr -d '\n' < "$root/usr/local/cuda/version.json" 2>/dev/null)"
+kv arch "$(uname -m)"
+kv kernel "$(uname -r)"
+kv hostname "$(hostname 2>/dev/null || cat /etc/hostname 2>/dev/null)"
+meminfo=/proc/meminfo; [ -r "$root/proc/meminfo" ] && meminfo="$root/proc/meminfo"
+kv mem_total_kb "$(awk '/^MemTotal:/ {print $2}' "$meminfo" 2>/dev/null)"
+d="$base"; while [ ! -d "$d" ] && [ "$d" != "/" ]; do d="$(dirname "$d")"; done
+kv disk_free_kb "$(df -Pk "$d" 2>/dev/null | awk 'NR==2 {print $4}')"
+kv base "$base"
+kv base_exists "$([ -d "$base" ] && echo 1 || echo 0)"
+kv python "$(python3 -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null)"
+kv jtop_socket "$([ -S "$root/run/jtop.sock" ] && echo 1 || echo 0)"
+kv jtop_bin "$(command -v jtop 2>/dev/null)"
+kv tegrastats "$(command -v tegrastats 2>/dev/null)"
+kv nvpmodel "$(cat "$root/var/lib/nvpmodel/status" 2>/dev/null | head -n 1)"
+kv user "$(id -un)"
+kv sudo "$( [ "$(id -u)" = 0 ] && echo root || (sudo -n true 2>/dev/null && echo nopasswd || echo no) )"
+for dev in "$root"/sys/bus/i2c/devices/*; do
+  [ -r "$dev/name" ] || continue
+  chip="$(cat "$dev/name")"
+  case "$chip" in ina3221|ina238|ina226) ;; *) continue ;; esac
+  for hw in "$dev"/hwmon/hwmon*; do
+    [ -d "$hw" ] || continue
+    for lab in "$hw"/in*_label; do
+      [ -r "$lab" ] || continue
+      n="${lab##*/in}"; n="${n%_label}"
+      kv rail "$chip:${dev##*/}:${hw##*/}:$n:$(cat "$lab")"
+    done
+    if [ "$chip" = ina238 ] && [ ! -e "$hw/in1_label" ] && [ -r "$hw/power1_input" ]; then
+      kv rail "$chip:${dev##*/}:${hw##*/}:1:VIN"
+    fi
+  done
+done
+"""
+
+_JETPACK = {  # L4T release → JetPack, for the releases current boards run
+    "35.4": "5.1.2", "35.5": "5.1.3", "35.6": "5.1.4", "36.2": "6.0 DP", "36.3": "6.0",
+    "36.4.0": "6.1", "36.4.3": "6.2", "36.4.4": "6.2.1", "38.2": "7.0", "38.3": "7.1",
+}
+
+
+@dataclass
+class PowerRailInfo:
+    chip: str
+    device: str
+    hwmon: str
+    channel: int
+    label: str
+
+
+@dataclass
+class BoardFacts:
+    board: str
+    model: str | None
+    l4t: str | None
+    jetpack: str | None
+    cuda: str | None
+    arch: str
+    kernel: str
+    hostname: str
+    mem_total_mb: int | None
+    disk_free_mb: int | None
+    base: str
+    base_exists: bool
+    python: str | None
+    jtop: bool
+    tegrastats: bool
+    nvpmodel: str | None
+    user: str
+    sudo: str
+    power_rails: list[PowerRailInfo] = field(default_factory=list)
+
+    @property
+    def is_jetson(self) -> bool:
+        return self.l4t is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_l4t(line: str) -> str | None:
+    """'# R36 (release), REVISION: 4.3, ...' → '36.4.3'."""
+    m = re.match(r"#\s*R(\d+)\s*\(release\),\s*REVISION:\s*([\d.]+)", line or "")
+    return f"{m.group(1)}.{m.group(2)}" if m else None
+
+
+def jetpack_for(l4t: str | None) -> str | None:
+    if not l4t:
+        return None
+    parts = l4t.split(".")
+    for n in (3, 2):
+        if ".".join(parts[:n]) in _JETPACK:
+            return _JETPACK[".".join(parts[:n])]
+    return {"35": "5", "36": "6", "38": "7"}.get(parts[0])
+
+
+def parse_cuda(raw: str) -> str | None:
+    try:
+        return json.loads(raw)["cuda"]["version"]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _int(value: str) -> int | None:
+    return int(value) if value.strip().isdigit() else None
+
+
+def parse_probe(board: str, output: str) -> BoardFacts:
+    values: dict[str, str] = {}
+    rails: list[PowerRailInfo] = []
+    for line in output.splitlines():
+        key, sep, value = line.partition("=")
+        if not sep:
+            continue
+        if key == "rail":
+            chip, device, hwmon, channel, label = value.split(":", 4)
+            rails.append(PowerRailInfo(chip, device, hwmon, int(channel), label.strip()))
+        else:
+            values[key] = value.strip()
+    l4t = parse_l4t(values.get("l4t", ""))
+    mem_kb, disk_kb = _int(values.get("mem_total_kb", "")), _int(values.get("disk_free_kb", ""))
+    return BoardFacts(
+        board=board,
+        model=values.get("model") or None,
+        l4t=l4t,
+        jetpack=jetpack_for(l4t),
+        cuda=parse_cuda(values.get("cuda_json", "")),
+        arch=values.get("arch", ""),
+        kernel=values.get("kernel", ""),
+        hostname=values.get("hostname", ""),
+        mem_total_mb=mem_kb // 1024 if mem_kb is not None else None,
+        disk_free_mb=disk_kb // 1024 if disk_kb is not None else None,
+        base=values.get("base", ""),
+        base_exists=values.get("base_exists") == "1",
+        python=values.get("python") or None,
+        jtop=values.get("jtop_socket") == "1",
+        tegrastats=bool(values.get("tegrastats")),
+        nvpmodel=values.get("nvpmodel") or None,
+        user=values.get("user", ""),
+        sudo=values.get("sudo", "no"),
+        power_rails=rails,
+    )
+
+
+def probe(runner: Runner, base: str) -> BoardFacts:
+    result = runner.run(["sh", "-c", PROBE_SH, "edgekit-probe", base], timeout=30)
+    return parse_probe(runner.name, result.stdout)

@@ -1,0 +1,121 @@
+"""Run commands on a board: over SSH (Fabric) or on this machine for a `local` board.
+
+Commands are argument lists; the SSH runner quotes each argument with shlex, so no board name,
+path or recipe value is ever parsed by the remote shell as code.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import paramiko
+
+from edgekit.config.boardfile import Board
+from edgekit.errors import EdgekitError
+from edgekit.remote.connection import open_connection
+
+
+@dataclass(frozen=True)
+class Result:
+    argv: tuple[str, ...]
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+class RemoteCommandError(EdgekitError):
+    def __init__(self, board: str, result: Result) -> None:
+        tail = (result.stderr.strip() or result.stdout.strip()).splitlines()[-1:] or ["no output"]
+        super().__init__(
+            f"`{shlex.join(result.argv)[:120]}` failed on board {board!r} "
+            f"(exit {result.exit_code}): {tail[0][:300]}"
+        )
+        self.result = result
+
+
+class Runner(Protocol):
+    name: str
+
+    def run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None,
+            env: Mapping[str, str] | None = None) -> Result: ...
+
+    def close(self) -> None: ...
+
+
+def _with_env(argv: Sequence[str], env: Mapping[str, str] | None) -> list[str]:
+    return (["env", *(f"{k}={v}" for k, v in env.items())] if env else []) + list(argv)
+
+
+class SshRunner:
+    def __init__(self, board: Board, name: str) -> None:
+        self.name = name
+        self.board = board
+        self.conn = open_connection(board, name)
+
+    def run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None,
+            env: Mapping[str, str] | None = None) -> Result:
+        full = _with_env(argv, env)
+        try:
+            res = self.conn.run(shlex.join(full), hide=True, warn=True, timeout=timeout, in_stream=False)
+        except Exception as exc:  # invoke's CommandTimedOut and transport errors
+            if type(exc).__name__ == "CommandTimedOut":
+                raise EdgekitError(f"`{shlex.join(full)[:120]}` timed out on board {self.name!r}.") from None
+            raise EdgekitError(f"Lost the SSH connection to board {self.name!r}: {exc}.") from None
+        result = Result(tuple(full), res.exited, res.stdout, res.stderr)
+        if check and not result.ok:
+            raise RemoteCommandError(self.name, result)
+        return result
+
+    def sftp(self) -> paramiko.SFTPClient:
+        return self.conn.sftp()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> SshRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LocalRunner:
+    """For a board that is this machine (nightly CI on a self-hosted Jetson runner)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None,
+            env: Mapping[str, str] | None = None) -> Result:
+        full = _with_env(argv, env)
+        try:
+            proc = subprocess.run(full, capture_output=True, text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise EdgekitError(f"`{shlex.join(full)[:120]}` timed out on this machine.") from None
+        except FileNotFoundError:
+            raise EdgekitError(f"`{full[0]}` is not installed on this machine.") from None
+        result = Result(tuple(full), proc.returncode, proc.stdout, proc.stderr)
+        if check and not result.ok:
+            raise RemoteCommandError(self.name, result)
+        return result
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> LocalRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def runner_for(board: Board, name: str) -> SshRunner | LocalRunner:
+    return LocalRunner(name) if board.local else SshRunner(board, name)
