@@ -1,0 +1,158 @@
+"""Profiles, the board file and recipes: every bad input gives one clear line and exit 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from edgekit.config.boardfile import Boards
+from edgekit.config.profiles import PROFILES, get_profile
+from edgekit.config.recipes import list_recipes, load_recipe
+from edgekit.errors import EdgekitError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True,
+                          env=env, cwd=cwd, check=False)
+
+
+def test_profiles_carry_what_build_and_roofline_need() -> None:
+    assert {"orin-agx-64gb", "orin-agx-32gb", "orin-nx-16gb", "orin-nx-8gb", "orin-nano-8gb",
+            "thor-agx-128gb"} <= set(PROFILES)
+    orin, thor = get_profile("orin"), get_profile("thor")
+    assert orin.name == "orin-agx-64gb" and thor.name == "thor-agx-128gb"
+    assert (orin.cuda_arch, orin.cpu_arch, orin.jetpack, orin.l4t_major, orin.cuda_version) == (
+        87, "armv8.2-a+dotprod+fp16", "6", 36, "12.6")
+    assert (thor.cuda_arch, thor.jetpack, thor.cuda_major) == (110, "7", 13)
+    assert orin.total_power_rail == "VIN_SYS_5V0" and thor.total_power_rail == "VIN"
+    assert get_profile("orin-nx-16gb").total_power_rail == "VDD_IN"
+    for p in PROFILES.values():
+        assert p.total_power_rail in {r.label for r in p.power_rails}
+        assert p.mem_bandwidth_gbs > 0 and p.mem_gb > 0
+    with pytest.raises(EdgekitError, match="Unknown board profile 'xavier'"):
+        get_profile("xavier")
+
+
+def test_shipped_recipes_validate() -> None:
+    names = {p.stem for p in list_recipes()}
+    assert {"e2b-mtp", "e4b-mtp", "e2b", "sim-tiny-mtp", "sim-gemma3-270m"} <= names
+    mtp = load_recipe("e2b-mtp")
+    assert mtp.drafter is not None and mtp.runtime.spec_type == "draft-mtp"
+    assert load_recipe("e2b").drafter is None
+    assert load_recipe("sim-gemma3-270m").target.package
+
+
+def write(tmp: Path, name: str, text: str) -> Path:
+    path = tmp / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+GOOD = """\
+name: good
+target:
+  synthetic: tiny-gemma4
+drafter:
+  synthetic: tiny-gemma4-assistant
+runtime:
+  spec_type: draft-mtp
+  draft_n_max: 3
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (GOOD.replace("  draft_n_max: 3", "  draft_n_max: [3"), r"line \d+: YAML syntax error"),
+        (GOOD.replace("draft_n_max: 3", "draft_n_max: three"), r"line 8: field 'runtime.draft_n_max'"),
+        (GOOD.replace("draft_n_max: 3", "draft_nmax: 3"), r"line 8: field 'runtime.draft_nmax': unknown field"),
+        (GOOD.replace("name: good", "name: '$(rm -rf ~)'"), r"field 'name': recipe name .* is not a valid name"),
+        (GOOD.replace("  synthetic: tiny-gemma4\n", "  repo: google/gemma-4-E2B-it\n", 1),
+         "a repo needs a pinned revision"),
+        (GOOD.replace("spec_type: draft-mtp", "spec_type: none"), "does not use one"),
+        (GOOD.replace("drafter:\n  synthetic: tiny-gemma4-assistant\n", ""), "needs a drafter"),
+        ("- just\n- a list\n", "must be a YAML mapping"),
+    ],
+)
+def test_bad_recipes_name_file_line_and_field(tmp_path: Path, body: str, expected: str) -> None:
+    path = write(tmp_path, "bad.yaml", body)
+    with pytest.raises(EdgekitError, match=expected) as info:
+        load_recipe(str(path))
+    assert str(path) in str(info.value) or "mapping" in expected
+    assert "\n" not in str(info.value)
+
+
+def test_good_recipe_and_missing_recipe(tmp_path: Path) -> None:
+    assert load_recipe(str(write(tmp_path, "good.yaml", GOOD))).runtime.draft_n_max == 3
+    with pytest.raises(EdgekitError, match="does not exist"):
+        load_recipe(str(tmp_path / "missing.yaml"))
+    with pytest.raises(EdgekitError, match="not a valid name"):
+        load_recipe("bad name$(id)")
+    with pytest.raises(EdgekitError, match="must be a YAML mapping"):
+        load_recipe("/etc/hostname")
+
+
+BOARDS = """\
+boards:
+  orin-1:
+    host: 10.0.0.5
+    user: nvidia
+    key: ~/.ssh/id_ed25519
+    profile: orin
+groups:
+  canary: [orin-1]
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (BOARDS.replace("profile: orin", "profile: xavier"), r"line 6: field 'boards.orin-1.profile'.*xavier"),
+        (BOARDS.replace("host: 10.0.0.5", "host: '10.0.0.5; reboot'"), "is not a host name"),
+        (BOARDS.replace("orin-1:\n", "'orin 1':\n", 1), "board name 'orin 1' is not a valid name"),
+        (BOARDS.replace("key: ~/.ssh/id_ed25519", "base: ../../etc"), "must be an absolute path"),
+        (BOARDS.replace("[orin-1]", "[thor-9]"), "names board 'thor-9'"),
+        (BOARDS.replace("    user: nvidia\n", ""), r"field 'boards.orin-1.user': Field required"),
+        (BOARDS + "  bad: [\n", "YAML syntax error"),
+    ],
+)
+def test_bad_board_files(tmp_path: Path, body: str, expected: str) -> None:
+    boards = Boards(write(tmp_path, "edgekit.yaml", body))
+    with pytest.raises(EdgekitError, match=expected):
+        boards.load()
+
+
+def test_board_file_resolves_and_round_trips(tmp_path: Path) -> None:
+    boards = Boards(write(tmp_path, "edgekit.yaml", BOARDS))
+    board = boards.get("orin-1")
+    assert (board.port, board.base, board.profile) == (22, "~/edgekit", "orin")
+    with pytest.raises(EdgekitError, match="No board named 'nope'.*orin-1"):
+        boards.get("nope")
+    boards.update(remove=["orin-1"])
+    assert boards.load().boards == {} and boards.load().groups == {"canary": []}
+
+
+def test_cli_errors_are_one_line_exit_2(tmp_path: Path) -> None:
+    bad = write(tmp_path, "edgekit.yaml", BOARDS.replace("profile: orin", "profile: [orin"))
+    res = run_cli("--config", str(bad), "boards", "list")
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+    assert "YAML syntax error" in res.stderr
+    res = run_cli("--config", str(tmp_path / "absent.yaml"), "board", "probe", "--board", "ghost")
+    assert res.returncode == 2 and "No board named 'ghost'" in res.stderr
+
+
+def test_cli_version_and_json(tmp_path: Path) -> None:
+    res = run_cli("--version")
+    assert res.returncode == 0 and "edgekit, version" in res.stdout
+    good = write(tmp_path, "edgekit.yaml", BOARDS)
+    res = run_cli("--config", str(good), "boards", "list", "--json")
+    import json
+
+    assert json.loads(res.stdout)["boards"][0]["name"] == "orin-1"
