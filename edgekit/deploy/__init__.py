@@ -1,0 +1,1 @@
+"""Deploy: compose a release from built and converted artifacts, push it, activate it, check health."""

@@ -1,0 +1,82 @@
+"""Compose a release on the workstation: which blobs go where, and the release's id.
+
+The id is a hash of everything that defines what the board will run (blobs, server arguments,
+recipe runtime), so deploying the same thing twice yields the same id and no new release.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgekit.store import canonical_json, sha256_file
+
+
+@dataclass(frozen=True)
+class Blob:
+    sha256: str
+    size: int
+    path: Path
+    executable: bool = False
+
+
+@dataclass
+class ReleasePlan:
+    release_id: str
+    files: dict[str, Blob]  # path inside the release → blob
+    manifest: dict[str, Any]
+    _tmp: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
+
+    @property
+    def blobs(self) -> list[Blob]:
+        unique = {b.sha256: b for b in self.files.values()}
+        return [unique[k] for k in sorted(unique)]
+
+    @property
+    def payload_bytes(self) -> int:
+        return sum(b.size for b in self.blobs)
+
+    def file_shas(self) -> dict[str, str]:
+        return {rel: b.sha256 for rel, b in self.files.items()}
+
+
+def blob_for(path: Path, executable: bool = False) -> Blob:
+    return Blob(sha256_file(path), path.stat().st_size, path, executable)
+
+
+def plan_release(
+    recipe_name: str,
+    files_in: dict[str, Path],
+    describe: dict[str, Any],
+    render: Callable[[str], dict[str, str]] | None = None,
+) -> ReleasePlan:
+    """Blobs for bin/, lib/, models/ (``files_in``: path in release → local file), the id and manifest.
+
+    ``describe`` carries what is not a file but changes what runs (server args, runtime settings,
+    artifact keys); it goes into the manifest and into the id. ``render(release_id)`` makes small
+    text files that depend on the id (the unit names the release directory); they are a function
+    of what the id already covers, so they stay out of the hash.
+    """
+    files: dict[str, Blob] = {
+        rel: blob_for(path, executable=rel.startswith("bin/")) for rel, path in files_in.items()
+    }
+    content = {rel: b.sha256 for rel, b in sorted(files.items())}
+    ident = hashlib.sha256(canonical_json({"files": content, "describe": describe}).encode()).hexdigest()
+    release_id = f"{recipe_name}-{ident[:12]}"
+    tmp = tempfile.TemporaryDirectory(prefix="edgekit-release-")
+    for rel, text in (render(release_id) if render else {}).items():
+        local = Path(tmp.name) / rel.replace("/", "__")
+        local.write_text(text)
+        files[rel] = blob_for(local, executable=rel.startswith("bin/"))
+    manifest = {"release": release_id, "recipe": recipe_name, "files": {
+        rel: {"sha256": b.sha256, "size": b.size} for rel, b in sorted(files.items())}, **describe}
+    # release.json itself is a blob too, so the board carries its own description.
+    rel_json = Path(tmp.name) / "release.json"
+    rel_json.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    files["release.json"] = blob_for(rel_json)
+    return ReleasePlan(release_id, files, manifest, tmp)

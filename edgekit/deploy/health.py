@@ -1,0 +1,97 @@
+"""Is a llama-server healthy? /health answers, then one real completion shows tokens (and drafts)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from edgekit.remote.http import request
+from edgekit.remote.runner import LocalRunner, SshRunner
+
+HEALTH_PROMPT = "The three primary colours are"
+
+
+@dataclass
+class Health:
+    ok: bool
+    reason: str
+    seconds_to_ready: float | None = None
+    tokens: int = 0
+    tokens_per_second: float | None = None
+    draft_n: int | None = None
+    draft_n_accepted: int | None = None
+    text: str = ""
+
+    @property
+    def acceptance(self) -> float | None:
+        if not self.draft_n:
+            return None
+        return (self.draft_n_accepted or 0) / self.draft_n
+
+    def to_dict(self) -> dict[str, object]:
+        data = asdict(self)
+        data["acceptance"] = self.acceptance
+        return data
+
+
+def wait_ready(
+    runner: SshRunner | LocalRunner, port: int, timeout: float, alive: Callable[[], bool] | None = None
+) -> float:
+    """Seconds until GET /health answers 200; raises TimeoutError.
+
+    ``alive`` (optional) is asked between polls so a server that already died fails fast.
+    """
+    start = time.monotonic()
+    last = "no answer"
+    while time.monotonic() - start < timeout:
+        try:
+            resp = request(runner, port, "GET", "/health", timeout=5)
+            if resp.status == 200:
+                return time.monotonic() - start
+            last = f"/health answered {resp.status}"  # 503 while the model loads
+        except ConnectionError as exc:
+            last = str(exc)
+        if alive is not None and not alive():
+            raise TimeoutError(f"the server exited before it was ready ({last})")
+        time.sleep(0.25)
+    raise TimeoutError(f"not ready after {timeout:.0f} s ({last})")
+
+
+def check(
+    runner: SshRunner | LocalRunner,
+    port: int,
+    expect_drafts: bool,
+    timeout: float = 120.0,
+    alive: Callable[[], bool] | None = None,
+    n_predict: int = 24,
+) -> Health:
+    try:
+        ready = wait_ready(runner, port, timeout, alive)
+    except TimeoutError as exc:
+        return Health(False, str(exc))
+    payload = {"prompt": HEALTH_PROMPT, "n_predict": n_predict, "temperature": 0.0, "cache_prompt": False,
+               "seed": 0}
+    try:
+        resp = request(runner, port, "POST", "/completion", payload, timeout=timeout)
+    except ConnectionError as exc:
+        return Health(False, f"the completion request failed: {exc}", ready)
+    if resp.status != 200:
+        return Health(False, f"the completion request answered {resp.status}: {resp.body[:200]!r}", ready)
+    data = resp.json()
+    timings = data.get("timings") or {}
+    health = Health(
+        ok=True,
+        reason="healthy",
+        seconds_to_ready=round(ready, 2),
+        tokens=int(timings.get("predicted_n") or data.get("tokens_predicted") or 0),
+        tokens_per_second=timings.get("predicted_per_second"),
+        draft_n=timings.get("draft_n"),
+        draft_n_accepted=timings.get("draft_n_accepted"),
+        text=str(data.get("content", "")),
+    )
+    if health.tokens <= 0:
+        health.ok, health.reason = False, "the completion generated no tokens"
+    elif expect_drafts and not health.draft_n:
+        health.ok, health.reason = False, "a drafter is configured but the server drafted no tokens (draft_n = 0)"
+    return health

@@ -1,0 +1,90 @@
+"""llama-server's command line from a recipe, with flag names checked against the binary's --help.
+
+llama.cpp renamed the speculative-decoding flags in 2026 (`--draft-max` → `--spec-draft-n-max`,
+`-md` kept as an alias of `--spec-draft-model`). The deployed binary's help text decides which
+spelling is used, so a release never carries a flag its binary does not know.
+"""
+
+from __future__ import annotations
+
+import re
+
+from edgekit.config.recipes import Runtime
+from edgekit.errors import EdgekitError
+
+# logical name → accepted spellings, newest first
+FLAG_SPELLINGS: dict[str, tuple[str, ...]] = {
+    "model": ("-m", "--model"),
+    "draft_model": ("-md", "--spec-draft-model", "--model-draft"),
+    "spec_type": ("--spec-type",),
+    "draft_n_max": ("--spec-draft-n-max", "--draft-max", "--draft-n"),
+    "draft_n_min": ("--spec-draft-n-min", "--draft-min"),
+    "draft_p_min": ("--spec-draft-p-min", "--draft-p-min"),
+    "ngl": ("-ngl", "--n-gpu-layers", "--gpu-layers"),
+    "ngld": ("-ngld", "--spec-draft-ngl", "--n-gpu-layers-draft", "--gpu-layers-draft"),
+    "ctx": ("-c", "--ctx-size"),
+    "parallel": ("-np", "--parallel"),
+    "threads": ("-t", "--threads"),
+    "host": ("--host",),
+    "port": ("--port",),
+    "no_webui": ("--no-webui",),
+    "metrics": ("--metrics",),
+}
+
+_FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
+
+
+def known_flags(help_text: str) -> set[str]:
+    return set(_FLAG.findall(help_text))
+
+
+def _flag(logical: str, flags: set[str], required: bool = True) -> str | None:
+    for spelling in FLAG_SPELLINGS[logical]:
+        if spelling in flags:
+            return spelling
+    if required:
+        raise EdgekitError(
+            f"The deployed llama-server knows none of {', '.join(FLAG_SPELLINGS[logical])}; "
+            "its llama.cpp is too old or too new for this edgekit."
+        )
+    return None
+
+
+def spec_types(help_text: str) -> set[str]:
+    m = re.search(r"--spec-type\s+\[?([\w|,-]+)", help_text)
+    return set(re.split(r"[|,]", m.group(1))) if m else set()
+
+
+def server_args(
+    runtime: Runtime,
+    help_text: str,
+    target: str,
+    drafter: str | None,
+    port: int,
+) -> list[str]:
+    """The argument list (without the binary) for llama-server serving ``target`` (+ ``drafter``)."""
+    flags = known_flags(help_text)
+    f = lambda name, req=True: _flag(name, flags, req)  # noqa: E731 - local shorthand
+    args = [f("model"), target, f("ctx"), str(runtime.ctx_size), f("ngl"), str(runtime.n_gpu_layers),
+            f("parallel"), str(runtime.parallel), f("host"), runtime.host, f("port"), str(port)]
+    if runtime.threads:
+        args += [f("threads"), str(runtime.threads)]
+    if runtime.spec_type != "none":
+        known = spec_types(help_text)
+        if known and runtime.spec_type not in known:
+            raise EdgekitError(
+                f"The deployed llama-server does not know --spec-type {runtime.spec_type} "
+                f"(it knows {', '.join(sorted(known))})."
+            )
+        args += [f("spec_type"), runtime.spec_type, f("draft_n_max"), str(runtime.draft_n_max)]
+        if runtime.draft_n_min:
+            args += [f("draft_n_min"), str(runtime.draft_n_min)]
+        if runtime.draft_p_min is not None:
+            args += [f("draft_p_min"), str(runtime.draft_p_min)]
+    if drafter is not None:
+        args += [f("draft_model"), drafter, f("ngld"), str(runtime.n_gpu_layers_draft)]
+    if (no_webui := f("no_webui", False)) is not None:
+        args.append(no_webui)  # a board serves an API, not a chat page
+    if (metrics := f("metrics", False)) is not None:
+        args.append(metrics)
+    return [a for a in args if a is not None] + list(runtime.extra_args)

@@ -1,0 +1,51 @@
+"""The systemd unit that runs llama-server from a release directory."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+UNIT_NAME = "edgekit-llama.service"
+
+
+def systemd_quote(arg: str) -> str:
+    """Quote one ExecStart argument: systemd expands $VAR and %specifiers, and splits on spaces."""
+    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    if escaped and not any(c in escaped for c in " \t'\"\\") and escaped == arg:
+        return arg
+    return f'"{escaped}"'
+
+
+def render_unit(
+    release_dir: str,
+    argv: Sequence[str],
+    log_file: str,
+    description: str,
+    user: str | None = None,
+    environment: Mapping[str, str] | None = None,
+) -> str:
+    """A unit whose ExecStart names the release directory itself (not `current`).
+
+    Pointing at the release, not at the `current` symlink, lets a new release be started and
+    health-checked while `current` still names the last good one.
+    """
+    env = {"LD_LIBRARY_PATH": f"{release_dir}/lib", **(environment or {})}
+    lines = [
+        "[Unit]",
+        f"Description={description}",
+        "After=network-online.target",
+        "Wants=network-online.target",
+        "",
+        "[Service]",
+        "Type=simple",
+        f"WorkingDirectory={systemd_quote(release_dir)}",
+        *(f"Environment={systemd_quote(f'{k}={v}')}" for k, v in env.items()),
+        "ExecStart=" + " ".join(systemd_quote(a) for a in argv),
+        "Restart=on-failure",
+        "RestartSec=3",
+        f"StandardOutput=append:{log_file}",
+        f"StandardError=append:{log_file}",
+    ]
+    if user:
+        lines.append(f"User={user}")
+    lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
+    return "\n".join(lines)

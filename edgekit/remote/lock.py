@@ -1,0 +1,74 @@
+"""One deploy per board at a time: an flock held on the board for as long as our SSH session lives.
+
+The lock is held by a remote `flock … cat` reading our channel; if edgekit dies (even SIGKILL),
+sshd closes the channel, `cat` ends and the lock is released, so a killed deploy never wedges
+the board.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shlex
+import time
+from pathlib import Path
+
+from edgekit.errors import EdgekitError
+from edgekit.remote.runner import LocalRunner, SshRunner
+
+_LOCK_SH = 'mkdir -p "$1" && exec flock -w "$2" "$1/.deploy.lock" sh -c "echo locked; exec cat >/dev/null"'
+
+
+class BoardLock:
+    def __init__(self, runner: SshRunner | LocalRunner, base: str, wait_s: int = 0) -> None:
+        self.runner, self.base, self.wait_s = runner, base, wait_s
+        self._chan = None
+        self._fd: int | None = None
+
+    def __enter__(self) -> BoardLock:
+        if isinstance(self.runner, LocalRunner):
+            return self._local()
+        chan = self.runner.conn.transport.open_session()
+        chan.exec_command(shlex.join(["sh", "-c", _LOCK_SH, "edgekit-lock", self.base, str(self.wait_s)]))
+        buf = b""
+        deadline = time.monotonic() + self.wait_s + 30
+        while b"\n" not in buf and time.monotonic() < deadline:
+            if chan.recv_ready():
+                buf += chan.recv(64)
+            elif chan.exit_status_ready():
+                break
+            else:
+                time.sleep(0.02)
+        if not buf.startswith(b"locked"):
+            code = chan.recv_exit_status() if chan.exit_status_ready() else None
+            chan.close()
+            if code == 127 or b"not found" in chan.recv_stderr(4096):
+                raise EdgekitError(f"Board {self.runner.name!r} has no `flock` (util-linux); install it there.")
+            raise EdgekitError(
+                f"Another deploy holds board {self.runner.name!r} ({self.base}/.deploy.lock); "
+                "wait for it to finish or pass --wait SECONDS."
+            )
+        self._chan = chan
+        return self
+
+    def _local(self) -> BoardLock:
+        base = Path(os.path.expanduser(self.base))
+        base.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(base / ".deploy.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(self._fd)
+                    raise EdgekitError(f"Another deploy holds {base}/.deploy.lock.") from None
+                time.sleep(0.2)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._chan is not None:
+            self._chan.shutdown_write()  # EOF to `cat`: the remote flock ends
+            self._chan.close()
+        if self._fd is not None:
+            os.close(self._fd)

@@ -1,0 +1,146 @@
+"""The board's release layout under <base>:
+
+    store/<sha256>          content-addressed blobs (pushed by transfer.py)
+    releases/<id>/...       hard links to blobs: bin/, lib/, models/, release.json, the unit
+    current -> releases/<id>   the last release that passed its health check (switched atomically)
+    serving                 the id of the release the service was last started from
+    logs/                   server logs
+
+Hard links (not symlinks) keep `$ORIGIN` rpaths working: a binary's libraries sit beside it in
+the release, and the blob's link count tells which blobs no release uses any more.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from edgekit.errors import EdgekitError
+from edgekit.remote.runner import LocalRunner, SshRunner
+
+Runner = SshRunner | LocalRunner
+_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._-]{0,80}$")
+_REL = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*(/[A-Za-z0-9_][A-Za-z0-9._+-]*)*$")
+_SHA = re.compile(r"^[0-9a-f]{64}$")
+
+# "$1" base, "$2" id, then pairs: relative path, sha256. Builds releases/<id>.tmp and renames it.
+_CREATE = r"""
+set -eu
+base="$1"; id="$2"; shift 2
+final="$base/releases/$id"
+[ -d "$final" ] && { echo exists; exit 0; }
+tmp="$base/releases/.$id.tmp"
+rm -rf "$tmp"; mkdir -p "$tmp" "$base/logs"
+while [ $# -ge 2 ]; do
+  rel="$1"; sha="$2"; shift 2
+  mkdir -p "$tmp/$(dirname "$rel")"
+  ln "$base/store/$sha" "$tmp/$rel"
+done
+mv "$tmp" "$final"
+echo created
+"""
+
+# "$1" base, "$2" id: point current at releases/<id> with one rename(2).
+_SWITCH = r"""
+set -eu
+[ -d "$1/releases/$2" ] || { echo "no release $2" >&2; exit 3; }
+ln -sfn "releases/$2" "$1/.current.new"
+mv -T "$1/.current.new" "$1/current"
+"""
+
+# "$1" base: current, serving, then one line per release "<mtime> <id>".
+_LIST = r"""
+base="$1"
+printf 'current=%s\n' "$(readlink "$base/current" 2>/dev/null | sed 's#^releases/##')"
+printf 'serving=%s\n' "$(cat "$base/serving" 2>/dev/null)"
+for d in "$base"/releases/*/; do
+  [ -d "$d" ] || continue
+  id="$(basename "$d")"
+  printf 'release=%s %s\n' "$(stat -c %Y "$d")" "$id"
+done
+"""
+
+# "$1" base, then ids to remove; afterwards drop blobs that no release links any more.
+_PRUNE = r"""
+set -eu
+base="$1"; shift
+for id in "$@"; do rm -rf "$base/releases/$id"; done
+find "$base/store" -maxdepth 1 -type f -links 1 -regex '.*/[0-9a-f]\{64\}' -delete 2>/dev/null || true
+"""
+
+
+def check_id(release_id: str) -> str:
+    if not _ID.match(release_id) or ".." in release_id:
+        raise EdgekitError(f"{release_id!r} is not a release id.")
+    return release_id
+
+
+@dataclass
+class Layout:
+    current: str | None
+    serving: str | None
+    releases: list[str]  # oldest first
+
+    def previous(self) -> str | None:
+        """The newest release older than current (what `rollback` switches to)."""
+        if self.current not in self.releases:
+            return None
+        idx = self.releases.index(self.current)
+        return self.releases[idx - 1] if idx > 0 else None
+
+
+def create(runner: Runner, base: str, release_id: str, files: Mapping[str, str]) -> bool:
+    """Make releases/<id> from blobs already in the store; False when it already existed."""
+    argv = ["sh", "-c", _CREATE, "edgekit-release", base, check_id(release_id)]
+    for rel, sha in sorted(files.items()):
+        if not _REL.match(rel) or ".." in rel.split("/"):
+            raise EdgekitError(f"{rel!r} is not a safe path inside a release.")
+        if not _SHA.match(sha):
+            raise EdgekitError(f"{sha!r} is not a sha256.")
+        argv += [rel, sha]
+    out = runner.run(argv, timeout=120).stdout.strip()
+    return out.endswith("created")
+
+
+def switch(runner: Runner, base: str, release_id: str) -> None:
+    runner.run(["sh", "-c", _SWITCH, "edgekit-switch", base, check_id(release_id)], timeout=30)
+
+
+def mark_serving(runner: Runner, base: str, release_id: str) -> None:
+    runner.run(["sh", "-c", 'printf "%s\\n" "$2" > "$1/.serving.new" && mv -f "$1/.serving.new" "$1/serving"',
+                "edgekit-serving", base, check_id(release_id)], timeout=30)
+
+
+def layout(runner: Runner, base: str) -> Layout:
+    out = runner.run(["sh", "-c", _LIST, "edgekit-list", base], timeout=30).stdout
+    current = serving = None
+    releases: list[tuple[int, str]] = []
+    for line in out.splitlines():
+        key, _, value = line.partition("=")
+        if key == "current":
+            current = value.strip() or None
+        elif key == "serving":
+            serving = value.strip() or None
+        elif key == "release":
+            mtime, _, rid = value.partition(" ")
+            releases.append((int(mtime), rid))
+    return Layout(current, serving, [rid for _, rid in sorted(releases)])
+
+
+def read_manifest(runner: Runner, base: str, release_id: str) -> dict:
+    res = runner.run(["cat", f"{base}/releases/{check_id(release_id)}/release.json"], check=False, timeout=30)
+    try:
+        return json.loads(res.stdout) if res.ok else {}
+    except ValueError:
+        return {}
+
+
+def prune(runner: Runner, base: str, keep: int, protect: set[str]) -> list[str]:
+    """Remove all but the newest ``keep`` releases (never one in ``protect``); returns removed ids."""
+    lay = layout(runner, base)
+    keep_ids = set(lay.releases[-keep:]) | {p for p in protect if p}
+    doomed = [r for r in lay.releases if r not in keep_ids]
+    runner.run(["sh", "-c", _PRUNE, "edgekit-prune", base, *doomed], timeout=120)
+    return doomed
