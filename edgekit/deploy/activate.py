@@ -1,0 +1,161 @@
+"""Make a pushed release the one the board serves, without ever leaving the board serving nothing.
+
+Strategy "candidate" (default when memory allows): start the new release as a second unit on a
+spare port, health-check it there while the old release keeps serving, then restart the main
+unit on the new release, check it again, and only then switch `current`. Strategy "in-place" (for
+boards that cannot hold two models): restart the main unit on the new release, health-check it,
+and on failure put the old release back. Either way a failure leaves `current` and the service on
+the last good release, and the error carries the server's last log lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from edgekit.deploy import health as health_mod
+from edgekit.deploy.service import Service, log_tail
+from edgekit.deploy.unit import UNIT_NAME
+from edgekit.errors import EdgekitError
+from edgekit.remote import releases
+from edgekit.remote.runner import LocalRunner, SshRunner
+
+Runner = SshRunner | LocalRunner
+CANDIDATE_UNIT = "edgekit-llama-candidate.service"
+Strategy = Literal["candidate", "in-place"]
+
+
+class HealthCheckFailed(EdgekitError):
+    def __init__(self, message: str, logs: str) -> None:
+        super().__init__(message)
+        self.logs = logs
+
+
+@dataclass
+class Activation:
+    release_id: str
+    changed: bool
+    previous: str | None
+    health: health_mod.Health
+    strategy: str
+    pruned: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"release": self.release_id, "changed": self.changed, "previous": self.previous,
+                "strategy": self.strategy, "health": self.health.to_dict(), "pruned": self.pruned}
+
+
+@dataclass
+class BoardPaths:
+    base: str  # absolute
+
+    def release(self, rid: str) -> str:
+        return f"{self.base}/releases/{rid}"
+
+    def unit_file(self, rid: str, unit: str = UNIT_NAME) -> str:
+        return f"{self.release(rid)}/{unit}"
+
+    @property
+    def log(self) -> str:
+        return f"{self.base}/logs/llama-server.log"
+
+    def candidate_log(self) -> str:
+        return f"{self.base}/logs/llama-server-candidate.log"
+
+
+def activate(
+    runner: Runner,
+    base: str,
+    release_id: str,
+    file_shas: dict[str, str],
+    port: int,
+    candidate_port: int,
+    expect_drafts: bool,
+    need_sudo: bool,
+    keep: int,
+    strategy: Strategy = "candidate",
+    timeout: float = 180.0,
+    on_step: Callable[[str], None] = lambda _msg: None,
+) -> Activation:
+    paths = BoardPaths(base)
+    main = Service(runner, UNIT_NAME, need_sudo)
+    lay = releases.layout(runner, base)
+    previous = lay.current
+
+    def check(svc: Service, p: int) -> health_mod.Health:
+        return health_mod.check(runner, p, expect_drafts, timeout=timeout, alive=svc.is_active)
+
+    if lay.current == release_id and lay.serving == release_id and main.is_active():
+        on_step("release already current: checking health")
+        h = check(main, port)
+        if h.ok:
+            return Activation(release_id, False, previous, h, strategy)
+    on_step(f"creating release {release_id}")
+    releases.create(runner, base, release_id, file_shas)
+
+    if strategy == "candidate":
+        cand = Service(runner, CANDIDATE_UNIT, need_sudo)
+        on_step(f"starting the new release as a candidate on port {candidate_port}")
+        cand.install(paths.unit_file(release_id, CANDIDATE_UNIT))
+        cand.restart()
+        h = check(cand, candidate_port)
+        cand.remove()
+        if not h.ok:
+            logs = log_tail(runner, paths.candidate_log())
+            raise HealthCheckFailed(
+                f"Release {release_id} failed its health check on board {runner.name!r} ({h.reason}); "
+                f"the board still serves {previous or 'nothing new'}.", logs)
+
+    on_step("restarting the service on the new release")
+    main.install(paths.unit_file(release_id))
+    main.restart()
+    h = check(main, port)
+    if not h.ok:
+        logs = log_tail(runner, paths.log)
+        _restore(runner, main, paths, previous, on_step)
+        raise HealthCheckFailed(
+            f"Release {release_id} failed its health check on board {runner.name!r} ({h.reason}); "
+            f"rolled back to {previous or 'no release (service stopped)'}.", logs)
+    releases.switch(runner, base, release_id)
+    releases.mark_serving(runner, base, release_id)
+    pruned = releases.prune(runner, base, keep, protect={release_id, previous or ""})
+    return Activation(release_id, True, previous, h, strategy, pruned)
+
+
+def _restore(runner: Runner, main: Service, paths: BoardPaths, previous: str | None,
+             on_step: Callable[[str], None]) -> None:
+    if previous is None:
+        main.stop()
+        return
+    on_step(f"rolling back to {previous}")
+    main.install(paths.unit_file(previous))
+    main.restart()
+    releases.switch(runner, paths.base, previous)
+    releases.mark_serving(runner, paths.base, previous)
+
+
+def rollback(runner: Runner, base: str, need_sudo: bool, to: str | None = None,
+             timeout: float = 180.0) -> Activation:
+    """Switch back to the release before `current` (or ``to``), restart and check it."""
+    lay = releases.layout(runner, base)
+    target = to or lay.previous()
+    if target is None:
+        raise EdgekitError(f"Board {runner.name!r} has no earlier release to roll back to.")
+    if target not in lay.releases:
+        raise EdgekitError(f"Board {runner.name!r} has no release {target!r}.")
+    manifest = releases.read_manifest(runner, base, target)
+    port, expect_drafts = int(manifest.get("port", 8080)), bool(manifest.get("drafter"))
+    paths = BoardPaths(base)
+    main = Service(runner, UNIT_NAME, need_sudo)
+    main.install(paths.unit_file(target))
+    main.restart()
+    h = health_mod.check(runner, port, expect_drafts, timeout=timeout, alive=main.is_active)
+    if not h.ok:
+        logs = log_tail(runner, paths.log)
+        _restore(runner, main, paths, lay.current, lambda _m: None)
+        raise HealthCheckFailed(f"Release {target} is not healthy on board {runner.name!r} ({h.reason}); "
+                                f"kept {lay.current}.", logs)
+    releases.switch(runner, base, target)
+    releases.mark_serving(runner, base, target)
+    return Activation(target, True, lay.current, h, "rollback")
