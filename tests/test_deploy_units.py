@@ -1,0 +1,91 @@
+"""Pure pieces of deploy: server flags from --help, unit quoting, release ids, probe parsing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgekit.config.recipes import Runtime
+from edgekit.deploy.compose import plan_release
+from edgekit.deploy.server_args import server_args
+from edgekit.deploy.unit import render_unit, systemd_quote
+from edgekit.errors import EdgekitError
+from edgekit.remote.probe import jetpack_for, parse_l4t, parse_probe
+
+HELP_2026 = """
+-m,    --model FNAME                    model path
+-c,    --ctx-size N                     size of the prompt context
+-ngl,  --gpu-layers, --n-gpu-layers N   max. number of layers to store in VRAM
+-np,   --parallel N                     number of server slots
+--host HOST                             ip address to listen
+--port PORT                             port to listen
+-t,    --threads N                      number of CPU threads
+--spec-type [none|draft-simple|draft-eagle3|draft-mtp|draft-dflash|draft-dspark|ngram-simple|ngram-map-k]
+-md,   --spec-draft-model FNAME         draft model
+--spec-draft-n-max N                    number of tokens to draft (default: 3)
+--spec-draft-n-min N                    minimum number of draft tokens
+--spec-draft-p-min P                    minimum speculative decoding probability
+-ngld, --spec-draft-ngl N               layers of the draft model in VRAM
+--no-webui                              disable the Web UI
+--metrics                               enable prometheus compatible metrics endpoint
+"""
+HELP_OLD = HELP_2026.replace("--spec-draft-n-max", "--draft-max").replace("-md,   --spec-draft-model",
+                                                                            "-md,   --model-draft")
+
+
+def test_server_args_use_the_binarys_spelling() -> None:
+    rt = Runtime(spec_type="draft-mtp", draft_n_max=4, ctx_size=2048, n_gpu_layers=99, parallel=2, port=9000)
+    args = server_args(rt, HELP_2026, "models/target.gguf", "models/drafter.gguf", port=9100)
+    joined = " ".join(args)
+    assert "-m models/target.gguf" in joined and "-md models/drafter.gguf" in joined
+    assert "--spec-type draft-mtp --spec-draft-n-max 4" in joined and "-ngld 99" in joined
+    assert "--port 9100" in joined and "-c 2048" in joined and "-np 2" in joined
+    old = " ".join(server_args(rt, HELP_OLD, "t.gguf", "d.gguf", port=1))
+    assert "--draft-max 4" in old and "--spec-draft-n-max" not in old
+
+
+def test_server_args_refuse_unknown_spec_type_and_flags() -> None:
+    rt = Runtime(spec_type="draft-mtp")
+    with pytest.raises(EdgekitError, match="does not know --spec-type draft-mtp"):
+        server_args(rt, HELP_2026.replace("draft-mtp|", ""), "t", "d", 1)
+    with pytest.raises(EdgekitError, match="knows none of"):
+        server_args(Runtime(), "--model only", "t", None, 1)
+
+
+def test_unit_quotes_hostile_arguments() -> None:
+    assert systemd_quote("plain") == "plain"
+    assert systemd_quote("a b") == '"a b"'
+    assert systemd_quote("$(reboot)") == '"$$(reboot)"'
+    assert systemd_quote("100%") == '"100%%"'
+    text = render_unit("/b/releases/r1", ["/b/releases/r1/bin/llama-server", "-m", "my model.gguf"],
+                       "/b/logs/llama-server.log", "edgekit test")
+    assert 'ExecStart=/b/releases/r1/bin/llama-server -m "my model.gguf"' in text
+    assert "StandardOutput=append:/b/logs/llama-server.log" in text
+
+
+def test_release_id_is_stable_and_content_addressed(tmp_path: Path) -> None:
+    (tmp_path / "a").write_bytes(b"binary")
+    (tmp_path / "m").write_bytes(b"model")
+    files = {"bin/llama-server": tmp_path / "a", "models/target.gguf": tmp_path / "m"}
+    p1 = plan_release("r", files, {"args": ["-m", "x"]}, lambda rid: {"unit": f"id={rid}"})
+    p2 = plan_release("r", files, {"args": ["-m", "x"]}, lambda rid: {"unit": f"id={rid}"})
+    p3 = plan_release("r", files, {"args": ["-m", "y"]})
+    assert p1.release_id == p2.release_id != p3.release_id
+    assert p1.files["bin/llama-server"].executable and not p1.files["models/target.gguf"].executable
+    assert {"bin/llama-server", "models/target.gguf", "unit", "release.json"} == set(p1.files)
+
+
+def test_probe_parsing() -> None:
+    assert parse_l4t("# R36 (release), REVISION: 4.3, GCID: 1, BOARD: generic, EABI: aarch64") == "36.4.3"
+    assert jetpack_for("36.4.3") == "6.2" and jetpack_for("38.2.0") == "7.0" and jetpack_for("35.9.9") == "5"
+    facts = parse_probe("b", "\n".join([
+        "l4t=# R38 (release), REVISION: 2.0, GCID: 1",
+        "model=NVIDIA Jetson AGX Thor Developer Kit",
+        'cuda_json={"cuda": {"name": "CUDA SDK", "version": "13.0.48"}}',
+        "arch=aarch64", "mem_total_kb=131072000", "disk_free_kb=2048000", "python=3.12.3",
+        "jtop_socket=0", "rail=ina238:2-0044:hwmon3:1:VIN", "base=/home/u/edgekit", "base_exists=1",
+    ]))
+    assert (facts.l4t, facts.jetpack, facts.cuda, facts.mem_total_mb, facts.disk_free_mb) == (
+        "38.2.0", "7.0", "13.0.48", 128000, 2000)
+    assert [r.label for r in facts.power_rails] == ["VIN"] and facts.is_jetson
