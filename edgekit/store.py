@@ -117,6 +117,8 @@ class Store:
             if final.exists():
                 shutil.rmtree(final)
             os.rename(staging, final)
+            if src_dir.parent == self.root and src_dir.name.startswith(".staging-"):
+                shutil.rmtree(src_dir, ignore_errors=True)  # a staging_dir() handed in, now empty
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
