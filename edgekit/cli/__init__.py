@@ -22,6 +22,11 @@ COMMANDS = {
     "convert": "convert",
     "repack": "convert",
     "verify": "convert",
+    "deploy": "deploy",
+    "rollback": "deploy",
+    "status": "deploy",
+    "push": "push",
+    "demo": "demo",
 }
 
 

@@ -1,0 +1,114 @@
+"""`edgekit deploy|rollback|status`: one board, one recipe."""
+
+from __future__ import annotations
+
+import click
+from rich.table import Table
+
+from edgekit.cli import json_option
+from edgekit.cli.app import App
+from edgekit.config.recipes import load_recipe
+from edgekit.deploy import activate as act
+from edgekit.deploy.activate import HealthCheckFailed
+from edgekit.deploy.health import check as health_check
+from edgekit.deploy.service import Service
+from edgekit.deploy.unit import UNIT_NAME
+from edgekit.errors import EdgekitError
+from edgekit.remote import releases
+from edgekit.remote.probe import probe
+from edgekit.remote.runner import runner_for
+
+board_option = click.option("--board", "board_name", required=True, metavar="NAME",
+                            help="A board from the board file.")
+
+
+def _fail_with_logs(app: App, exc: HealthCheckFailed) -> None:
+    if exc.logs:
+        app.console.print("[dim]last lines of the server log:[/dim]")
+        app.console.print(exc.logs, markup=False, highlight=False)
+    raise EdgekitError(exc.message) from None
+
+
+@click.command()
+@board_option
+@click.option("--recipe", "recipe_name", required=True, metavar="RECIPE", help="Recipe name or path.")
+@click.option("--src", metavar="PATH", help="llama.cpp source (dir or tarball) instead of the pinned git ref.")
+@click.option("--strategy", type=click.Choice(["auto", "candidate", "in-place"]), default="auto",
+              show_default=True, help="Health-check the new release beside the old one, or in its place.")
+@click.option("--keep", type=click.IntRange(1, 100), help="Releases to keep on the board (default: recipe).")
+@click.option("--wait", "wait_s", type=click.IntRange(0, 3600), default=0, show_default=True,
+              help="Seconds to wait for another deploy to the same board.")
+@click.option("--health-timeout", type=float, default=180.0, show_default=True)
+@json_option
+@click.pass_obj
+def deploy(app: App, board_name: str, recipe_name: str, src: str | None, strategy: str, keep: int | None,
+           wait_s: int, health_timeout: float) -> None:
+    """Build, convert, push and start RECIPE on a board; roll back if it is not healthy."""
+    from edgekit.deploy.pipeline import DeployOptions
+    from edgekit.deploy.pipeline import deploy as run_deploy
+    from edgekit.remote.transfer import TransferProgress
+
+    board = app.board(board_name)
+    recipe = load_recipe(recipe_name)
+    options = DeployOptions(src=src, strategy=strategy, wait_s=wait_s, health_timeout_s=health_timeout, keep=keep)
+    try:
+        with TransferProgress(console=app.console) as progress:
+            report = run_deploy(board_name, board, recipe, options, app.console, progress=progress)
+    except HealthCheckFailed as exc:
+        _fail_with_logs(app, exc)
+    app.emit(report.to_dict(), lambda: app.out.print(report.headline()))
+
+
+@click.command()
+@board_option
+@click.option("--to", "to_release", metavar="RELEASE", help="A specific release (default: the one before current).")
+@json_option
+@click.pass_obj
+def rollback(app: App, board_name: str, to_release: str | None) -> None:
+    """Switch the board back to its previous release, restart and check it."""
+    board = app.board(board_name)
+    with runner_for(board, board_name) as runner:
+        facts = probe(runner, board.base)
+        try:
+            result = act.rollback(runner, facts.base, need_sudo=facts.sudo != "root", to=to_release)
+        except HealthCheckFailed as exc:
+            _fail_with_logs(app, exc)
+    data = {"board": board_name, **result.to_dict()}
+    app.emit(data, lambda: app.out.print(f"{board_name}: rolled back to {result.release_id} "
+                                         f"(was {result.previous}); healthy"))
+
+
+@click.command()
+@board_option
+@json_option
+@click.pass_obj
+def status(app: App, board_name: str) -> None:
+    """The board's current release, what it serves, its health, and the older releases."""
+    board = app.board(board_name)
+    with runner_for(board, board_name) as runner:
+        facts = probe(runner, board.base)
+        lay = releases.layout(runner, facts.base)
+        manifest = releases.read_manifest(runner, facts.base, lay.current) if lay.current else {}
+        active = Service(runner, UNIT_NAME, facts.sudo != "root").is_active()
+        health = None
+        if lay.current and active:
+            health = health_check(runner, int(manifest.get("port", 8080)), bool(manifest.get("drafter")),
+                                  timeout=30).to_dict()
+    data = {
+        "board": board_name, "current": lay.current, "serving": lay.serving, "service_active": active,
+        "recipe": manifest.get("recipe"), "port": manifest.get("port"), "spec_type": manifest.get("spec_type"),
+        "server_args": manifest.get("server_args"), "health": health, "releases": lay.releases,
+    }
+
+    def human() -> None:
+        table = Table(title=f"board {board_name}", show_header=False)
+        for key in ("current", "serving", "service_active", "recipe", "port", "spec_type"):
+            table.add_row(key, str(data[key]))
+        if health:
+            table.add_row("health", "ok" if health["ok"] else f"FAILING: {health['reason']}")
+            if health.get("tokens_per_second"):
+                table.add_row("tok/s", f"{health['tokens_per_second']:.1f}")
+        table.add_row("releases", ", ".join(lay.releases) or "none")
+        app.out.print(table)
+
+    app.emit(data, human)

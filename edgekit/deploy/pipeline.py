@@ -1,0 +1,191 @@
+"""`edgekit deploy` = build (for the board) → models → push → activate → health → one line of figures."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from edgekit.config.boardfile import Board
+from edgekit.config.recipes import Recipe
+from edgekit.deploy import activate as act
+from edgekit.deploy.compose import ReleasePlan, plan_release
+from edgekit.deploy.server_args import server_args
+from edgekit.deploy.unit import UNIT_NAME, render_unit
+from edgekit.errors import EdgekitError
+from edgekit.paths import cache_dir
+from edgekit.remote.lock import BoardLock
+from edgekit.remote.probe import BoardFacts, probe
+from edgekit.remote.runner import LocalRunner, SshRunner, runner_for
+
+Runner = SshRunner | LocalRunner
+
+
+@dataclass
+class DeployOptions:
+    src: str | None = None  # llama.cpp source for the build (dir or tarball); None → env or the pinned git ref
+    strategy: str = "auto"  # auto | candidate | in-place
+    wait_s: int = 0  # how long to wait for another deploy's lock
+    health_timeout_s: float = 180.0
+    keep: int | None = None  # releases kept on the board (default: the recipe's keep_releases)
+
+
+@dataclass
+class DeployReport:
+    board: str
+    recipe: str
+    release: str
+    changed: bool
+    bytes_sent: int
+    blobs_sent: int
+    blobs_skipped: int
+    seconds: float
+    health: dict[str, Any]
+    build: dict[str, Any] = field(default_factory=dict)
+    previous: str | None = None
+    strategy: str = ""
+    stages: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def headline(self) -> str:
+        h = self.health
+        tps = f"{h['tokens_per_second']:.1f} tok/s" if h.get("tokens_per_second") else "tok/s n/a"
+        acc = f", acceptance {h['acceptance']:.0%} of {h['draft_n']} drafted" if h.get("draft_n") else ""
+        what = "deployed" if self.changed else "already current"
+        return (f"{self.board}: {self.release} {what} — {tps}{acc}; sent {self.bytes_sent / 1e6:.1f} MB "
+                f"({self.blobs_sent} blobs, {self.blobs_skipped} already there) in {self.seconds:.1f} s")
+
+
+def build_target(board: Board, facts: BoardFacts) -> str:
+    """A simulated board (or any x86 host) runs the host build; a Jetson its profile's build."""
+    if facts.arch in ("x86_64", "amd64"):
+        return "host"
+    if facts.arch != "aarch64":
+        raise EdgekitError(f"Board architecture {facts.arch!r} is not one edgekit builds for.")
+    return board.profile
+
+
+def llama_src(options: DeployOptions) -> str | None:
+    return options.src or os.environ.get("EDGEKIT_LLAMA_SRC") or None
+
+
+def server_help(bin_dir: Path, target: str, key: str) -> str:
+    """`llama-server --help` of the artifact, run here (under qemu for aarch64), cached by artifact key."""
+    cached = cache_dir() / "help" / f"{key}.txt"
+    if cached.is_file():
+        return cached.read_text()
+    from edgekit.build.targets import resolve_target
+    from edgekit.build.verify import qemu_prefix
+
+    argv = [*qemu_prefix(resolve_target(target)), str(bin_dir / "llama-server"), "--help"]
+    env = {**os.environ, "LD_LIBRARY_PATH": str(bin_dir)}
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
+    text = proc.stdout + proc.stderr
+    if "--port" not in text:
+        raise EdgekitError(f"`llama-server --help` of build {key[:12]} printed no usage; the build is broken.")
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_text(text)
+    return text
+
+
+def release_files(bin_dir: Path, models: dict[str, Path]) -> dict[str, Path]:
+    files = {f"bin/{p.name}": p for p in sorted(bin_dir.iterdir()) if p.is_file()}
+    files.update(models)
+    agent = Path(__file__).resolve().parents[1] / "agent"
+    if agent.is_dir():  # the board-side agent travels with every release (stdlib only)
+        files.update({f"agent/{p.name}": p for p in sorted(agent.glob("*.py"))})
+    return files
+
+
+def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: str, help_text: str,
+            models: dict[str, Path], target: str) -> ReleasePlan:
+    rt = recipe.runtime
+    port = board.service_port or rt.port
+    candidate_port = port + 1 if port < 65535 else port - 1
+    has_drafter = "models/drafter.gguf" in models
+    args = server_args(rt, help_text, "models/target.gguf", "models/drafter.gguf" if has_drafter else None, port)
+    cand_args = server_args(rt, help_text, "models/target.gguf",
+                            "models/drafter.gguf" if has_drafter else None, candidate_port)
+    describe = {
+        "recipe": recipe.name, "server_args": args, "port": port, "candidate_port": candidate_port,
+        "drafter": has_drafter, "spec_type": rt.spec_type, "build": {"key": build_key, "target": target},
+        "runtime": rt.model_dump(mode="json"),
+    }
+
+    def render(rid: str) -> dict[str, str]:
+        rdir = f"{base}/releases/{rid}"
+        server = f"{rdir}/bin/llama-server"
+        return {
+            UNIT_NAME: render_unit(rdir, [server, *args], f"{base}/logs/llama-server.log",
+                                   f"edgekit llama-server ({recipe.name}, release {rid})"),
+            act.CANDIDATE_UNIT: render_unit(rdir, [server, *cand_args], f"{base}/logs/llama-server-candidate.log",
+                                            f"edgekit candidate llama-server ({recipe.name}, release {rid})"),
+        }
+
+    return plan_release(recipe.name, release_files(bin_dir, models), describe, render)
+
+
+def choose_strategy(options: DeployOptions, facts: BoardFacts, plan: ReleasePlan) -> str:
+    """Two servers at once only when the board's memory holds both models with room to spare."""
+    if options.strategy != "auto":
+        return options.strategy
+    model_mb = sum(b.size for rel, b in plan.files.items() if rel.startswith("models/")) / 1e6
+    if facts.mem_total_mb is None or facts.mem_total_mb > 4 * model_mb + 2048:
+        return "candidate"
+    return "in-place"
+
+
+def deploy(name: str, board: Board, recipe: Recipe, options: DeployOptions, console: Console,
+           on_step: Any = None, progress: Any = None) -> DeployReport:
+    from edgekit.deploy.models import resolve_models
+    from edgekit.remote.transfer import push_blobs
+
+    say = on_step or (lambda msg: console.print(f"[dim]{name}: {msg}[/dim]"))
+    start = time.monotonic()
+    stages: dict[str, float] = {}
+    with runner_for(board, name) as runner:
+        facts = probe(runner, board.base)
+        base = facts.base
+        target = build_target(board, facts)
+        t = time.monotonic()
+        from edgekit.build import BuildOptions, build
+
+        say(f"build llama.cpp for {target}")
+        built = build(BuildOptions(target=target, cpu_only=target == "host", src=llama_src(options)),
+                      console=console, runner=runner)
+        bin_dir = built.bin_dir
+        stages["build"] = time.monotonic() - t
+        t = time.monotonic()
+        say("models")
+        models = resolve_models(recipe, console)
+        stages["models"] = time.monotonic() - t
+        help_text = server_help(bin_dir, target, built.artifact.key)
+        plan = compose(recipe, board, base, bin_dir, built.artifact.key, help_text, models, target)
+        strategy = choose_strategy(options, facts, plan)
+        with BoardLock(runner, base, options.wait_s):
+            t = time.monotonic()
+            say(f"push {plan.payload_bytes / 1e6:.1f} MB of blobs (only what the board lacks is sent)")
+            report = push_blobs(runner, base, plan.blobs, progress=progress)
+            stages["push"] = time.monotonic() - t
+            t = time.monotonic()
+            activation = act.activate(
+                runner, base, plan.release_id, plan.file_shas(), port=plan.manifest["port"],
+                candidate_port=plan.manifest["candidate_port"], expect_drafts=plan.manifest["drafter"],
+                need_sudo=facts.sudo != "root", keep=options.keep or recipe.keep_releases,
+                strategy=strategy, timeout=options.health_timeout_s, on_step=say,
+            )
+            stages["activate"] = time.monotonic() - t
+    return DeployReport(
+        board=name, recipe=recipe.name, release=plan.release_id, changed=activation.changed,
+        bytes_sent=report.sent_bytes, blobs_sent=report.sent_blobs, blobs_skipped=report.skipped_blobs,
+        seconds=round(time.monotonic() - start, 2), health=activation.health.to_dict(),
+        build=built.to_dict(), previous=activation.previous, strategy=strategy,
+        stages={k: round(v, 2) for k, v in stages.items()},
+    )
