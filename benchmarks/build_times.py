@@ -1,0 +1,85 @@
+"""Build times of llama.cpp per target: cold, with a warm ccache, and cached in the store.
+
+    python benchmarks/build_times.py                      # host + orin (CPU) cross, all modes
+    python benchmarks/build_times.py --targets thor --cuda --modes cached
+    python benchmarks/build_times.py --json
+
+- cold:   fresh build dir, fresh store, ccache disabled: what a new CI machine pays.
+- ccache: fresh build dir and store, ccache on (warm after an earlier build of the same flags).
+- cached: the same inputs again against the real store: the build is skipped.
+
+One build at a time (edgekit takes a machine-wide lock); a cold build is ≈ 4–5 min on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from edgekit.build import BuildOptions, build, fetch_sdist
+from edgekit.store import Store
+
+MODES = ("cold", "ccache", "cached")
+
+
+def timed(options: BuildOptions, store: Store, env: dict[str, str]) -> tuple[float, bool]:
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        start = time.monotonic()
+        result = build(options, store=store)
+        return time.monotonic() - start, result.cached
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def measure(target: str, cuda: bool, modes: list[str], src: str) -> dict[str, object]:
+    row: dict[str, object] = {"target": target, "cuda": cuda}
+    base = BuildOptions(target=target, cpu_only=not cuda, src=src, cuda_home="pypi" if cuda else None)
+    for mode in modes:
+        if mode == "cached":
+            build(base)  # make sure the real store has it, then time the skip
+            seconds, cached = timed(base, Store(), {})
+        else:
+            with tempfile.TemporaryDirectory(prefix=f"edgekit-bench-{mode}-") as tmp:
+                options = BuildOptions(**{**base.__dict__, "build_root": Path(tmp) / "build"})
+                env = {"CCACHE_DISABLE": "1"} if mode == "cold" else {}
+                seconds, cached = timed(options, Store(Path(tmp) / "store"), env)
+        row[mode] = round(seconds, 2)
+        row[f"{mode}_skipped"] = cached
+        print(f"{target}{' cuda' if cuda else ''} {mode}: {seconds:.1f} s", file=sys.stderr)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--targets", default="host,orin", help="comma-separated: host, orin, thor")
+    parser.add_argument("--cuda", action="store_true", help="CUDA builds for orin/thor (wheel tree, slow)")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {', '.join(MODES)}")
+    parser.add_argument("--json", action="store_true", help="JSON instead of a table")
+    args = parser.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    if unknown := set(modes) - set(MODES):
+        parser.error(f"unknown modes: {', '.join(sorted(unknown))}")
+    src = str(fetch_sdist())
+    rows = [measure(t, args.cuda and t != "host", modes, src) for t in args.targets.split(",") if t]
+    if args.json:
+        print(json.dumps({"cores": os.cpu_count(), "rows": rows}, indent=2))
+        return
+    print(f"{'target':<12}" + "".join(f"{m + ' (s)':>14}" for m in modes))
+    for row in rows:
+        name = f"{row['target']}{'-cuda' if row['cuda'] else '-cpu'}"
+        print(f"{name:<12}" + "".join(f"{row[m]:>14}" for m in modes))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,258 @@
+"""Measure `push_blobs` against scp and rsync on loopback sshd boards; ratios in one run.
+
+    python benchmarks/push.py                    # 1 GiB, 3 repeats, 8 boards (a few minutes)
+    python benchmarks/push.py --size-mib 128 --repeat 1   # a quick look
+
+Prints JSON first, then a table. Every board is a real sshd on 127.0.0.1 (own host key, pinned),
+so both ends of every connection share this machine's CPUs: fan-out to several boards is
+bounded by the cores here, not by a network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import pwd
+import shlex
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from edgekit.config.boardfile import Board
+from edgekit.remote.runner import SshRunner
+from edgekit.remote.transfer import Blob, PushReport, push_blobs, push_many
+
+MiB = 1 << 20
+
+
+class LoopbackBoard:
+    """One sshd on 127.0.0.1 with its own host key, the current user, a base directory."""
+
+    def __init__(self, root: Path, name: str, user_key: Path) -> None:
+        self.name, self.dir, self.user_key = name, root / name, user_key
+        self.dir.mkdir(parents=True)
+        self.base = self.dir / "base"
+        self.user = pwd.getpwuid(os.geteuid()).pw_name
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.dir / "host_key")], check=True)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        (self.dir / "sshd_config").write_text(textwrap.dedent(f"""\
+            ListenAddress 127.0.0.1:{self.port}
+            HostKey {self.dir}/host_key
+            PidFile {self.dir}/sshd.pid
+            AuthorizedKeysFile {user_key}.pub
+            AllowUsers {self.user}
+            PasswordAuthentication no
+            PermitRootLogin prohibit-password
+            UsePAM no
+            StrictModes no
+            Subsystem sftp internal-sftp
+            MaxStartups 100:30:200
+            UseDNS no
+            SetEnv SHLVL=1 PATH=/usr/local/bin:/usr/bin:/bin
+            """))  # SHLVL=1: bash skips the workstation user's ~/.bashrc (pyenv: +0.25 s a command)
+        pub = (self.dir / "host_key.pub").read_text().split()
+        self.known_hosts = self.dir / "known_hosts"
+        self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {pub[0]} {pub[1]}\n")
+        sshd = shutil.which("sshd", path="/usr/sbin:/usr/local/sbin:/sbin") or "sshd"
+        self.log = open(self.dir / "sshd.log", "wb")  # noqa: SIM115 - open while sshd runs
+        self.proc = subprocess.Popen([sshd, "-f", str(self.dir / "sshd_config"), "-D", "-e"],
+                                     stdout=self.log, stderr=self.log)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as c:
+                    if c.recv(4).startswith(b"SSH-"):
+                        break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"sshd for {name} did not start (see {self.dir}/sshd.log)") from None
+                time.sleep(0.02)
+
+    def board(self) -> Board:
+        return Board(host="127.0.0.1", port=self.port, user=self.user, key=str(self.user_key), profile="orin",
+                     base=str(self.base), known_hosts=str(self.known_hosts))
+
+    def ssh_opts(self) -> list[str]:
+        return ["-i", str(self.user_key), "-o", f"UserKnownHostsFile={self.known_hosts}",
+                "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes"]
+
+    def clear(self) -> None:
+        shutil.rmtree(self.base, ignore_errors=True)
+        self.base.mkdir()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+        self.log.close()
+
+
+def make_payload(path: Path, size: int) -> Blob:
+    digest = hashlib.sha256()
+    with open(path, "wb") as fh:
+        left = size
+        while left:
+            chunk = os.urandom(min(left, 16 * MiB))
+            fh.write(chunk)
+            digest.update(chunk)
+            left -= len(chunk)
+    return Blob(digest.hexdigest(), size, path)
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def median_of(repeat: int, prepare: Callable[[], None], fn: Callable[[], Any]) -> tuple[float, list[float], Any]:
+    times, out = [], None
+    for _ in range(repeat):
+        prepare()
+        t, out = timed(fn)
+        times.append(round(t, 3))
+    return statistics.median(times), times, out
+
+
+def edgekit_push(board: LoopbackBoard, blobs: list[Blob], verify: str = "auto") -> PushReport:
+    """What `edgekit push` does for one board: connect (strict host key), then push."""
+    with SshRunner(board.board(), board.name) as runner:
+        return push_blobs(runner, str(board.base), blobs, verify=verify)  # type: ignore[arg-type]
+
+
+def fleet_push(boards: list[LoopbackBoard], blobs: list[Blob]) -> dict[str, Any]:
+    with ThreadPoolExecutor(len(boards)) as pool:  # connect in parallel too, as a fleet push would
+        runners = list(pool.map(lambda b: SshRunner(b.board(), b.name), boards))
+    try:
+        results = push_many([(r, str(b.base)) for r, b in zip(runners, boards, strict=True)], blobs)
+    finally:
+        for r in runners:
+            r.close()
+    if results.failed:
+        raise RuntimeError(f"fleet push failed: {results.failed}")
+    return dict(results)
+
+
+def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    key = work / "user_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    boards = [LoopbackBoard(work / "boards", f"b{i}", key) for i in range(max(args.fleet, 1))]
+    one = boards[0]
+    try:
+        size = args.size_mib * MiB
+        payload = make_payload(work / "payload.bin", size)
+        mb = size / 1e6
+        res: dict[str, Any] = {"size_bytes": size, "repeat": args.repeat, "cpus": os.cpu_count(),
+                               "boards": len(boards)}
+        dest = one.base / "copy.bin"
+
+        def scp() -> None:
+            subprocess.run(["scp", "-q", "-P", str(one.port), *one.ssh_opts(), str(payload.path),
+                            f"{one.user}@127.0.0.1:{dest}"], check=True)
+
+        def rsync() -> None:
+            ssh = shlex.join(["ssh", "-p", str(one.port), *one.ssh_opts()])
+            subprocess.run(["rsync", "-e", ssh, str(payload.path), f"{one.user}@127.0.0.1:{dest}"], check=True)
+
+        rows: list[tuple[str, float, list[float], str]] = []
+        for name, fn in (("scp", scp), ("rsync -e ssh", rsync)):
+            if shutil.which(name.split()[0]):
+                t, ts, _ = median_of(args.repeat, one.clear, fn)
+                res[name.split()[0]] = {"seconds": t, "runs": ts, "MBps": round(mb / t, 1)}
+                rows.append((f"{name} (fresh, incl. connect)", t, ts, ""))
+        t, ts, rep = median_of(args.repeat, one.clear, lambda: edgekit_push(one, [payload]))
+        assert rep.sent_bytes == size
+        res["push"] = {"seconds": t, "runs": ts, "MBps": round(mb / t, 1), "verify": "stream (python3 on board)"}
+        rows.append(("edgekit push (fresh, incl. connect)", t, ts, ""))
+        t, ts, rep = median_of(max(1, args.repeat // 2), one.clear, lambda: edgekit_push(one, [payload], "after"))
+        res["push_verify_after"] = {"seconds": t, "runs": ts, "MBps": round(mb / t, 1)}
+        rows.append(("edgekit push, hash after upload", t, ts, ""))
+
+        t, ts, rep = median_of(5, lambda: None, lambda: edgekit_push(one, [payload]))
+        assert rep.sent_bytes == 0 and rep.skipped_blobs == 1
+        res["noop"] = {"seconds": t, "runs": ts, "push_seconds": rep.seconds}
+        rows.append(("edgekit push, nothing to send", t, ts, f"push part {rep.seconds:.3f} s"))
+
+        def cut_at_half() -> None:
+            one.clear()
+            (one.base / "store").mkdir()
+            with open(payload.path, "rb") as src, open(one.base / "store" / f"{payload.sha256}.part", "wb") as dst:
+                dst.write(src.read(size // 2))
+
+        t, ts, rep = median_of(args.repeat, cut_at_half, lambda: edgekit_push(one, [payload]))
+        res["resume_half"] = {"seconds": t, "runs": ts, "sent_bytes": rep.sent_bytes,
+                              "resumed_bytes": rep.resumed_bytes,
+                              "sent_over_remainder": round(rep.sent_bytes / (size - size // 2), 4)}
+        rows.append(("edgekit push, resume after a cut at 50%", t, ts,
+                     f"sent {rep.sent_bytes / 1e6:.0f} MB = {res['resume_half']['sent_over_remainder']}× remainder"))
+
+        if args.fleet > 1:
+            res["fleet"] = {}
+            for label, fsize in (("small", args.fleet_small_kib * 1024), ("large", args.fleet_mib * MiB)):
+                fblob = make_payload(work / f"fleet-{label}.bin", fsize)
+
+                def clear_all() -> None:
+                    for b in boards:
+                        b.clear()
+
+                t1, ts1, _ = median_of(args.repeat, clear_all, lambda fb=fblob: fleet_push(boards[:1], [fb]))
+                tn, tsn, _ = median_of(args.repeat, clear_all, lambda fb=fblob: fleet_push(boards, [fb]))
+                tnoop, tsnoop, _ = median_of(args.repeat, lambda: None, lambda fb=fblob: fleet_push(boards, [fb]))
+                res["fleet"][label] = {"bytes_per_board": fsize, "one_board_s": t1, "n_boards_s": tn,
+                                       "ratio": round(tn / t1, 2), "n_boards_noop_s": tnoop,
+                                       "runs_one": ts1, "runs_n": tsn, "runs_noop": tsnoop}
+                rows.append((f"{len(boards)} boards vs 1, {fsize / 1e6:g} MB each", tn, tsn,
+                             f"1 board {t1:.2f} s → {tn / t1:.2f}×; redeploy to all: {tnoop:.2f} s"))
+        scp_t = res.get("scp", {}).get("seconds")
+        res["ratios"] = {
+            "push_vs_scp_speed": round(scp_t / res["push"]["seconds"], 2) if scp_t else None,
+            "push_vs_rsync_speed": (round(res["rsync"]["seconds"] / res["push"]["seconds"], 2)
+                                    if "rsync" in res else None),
+            "resume_sent_over_remainder": res["resume_half"]["sent_over_remainder"],
+            **{f"fleet_{k}_{len(boards)}_vs_1": v["ratio"] for k, v in res.get("fleet", {}).items()},
+        }
+        res["_rows"] = [(n, t, ts, note, round(scp_t / t, 2) if scp_t and n.endswith("connect)") else None)
+                        for n, t, ts, note in rows]
+        return res
+    finally:
+        for b in boards:
+            b.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size-mib", type=int, default=1024, help="the artifact pushed to one board (default 1024)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per figure; medians are reported")
+    ap.add_argument("--fleet", type=int, default=8, help="boards for the fan-out figure (default 8)")
+    ap.add_argument("--fleet-mib", type=int, default=64, help="bandwidth-bound fan-out payload per board")
+    ap.add_argument("--fleet-small-kib", type=int, default=1024, help="overhead-bound fan-out payload per board")
+    ap.add_argument("--workdir", type=Path, default=None, help="default: a temporary directory, removed after")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="edgekit-push-bench-", dir=args.workdir))
+    try:
+        res = run(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    rows = res.pop("_rows")
+    print(json.dumps(res, indent=2))
+    print()
+    print(f"{'measurement':<44} {'median s':>9} {'× scp':>6}  runs / notes")
+    for name, t, ts, note, vs in rows:
+        print(f"{name:<44} {t:>9.3f} {vs if vs is not None else '':>6}  {ts} {note}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""The agent's command line: ``python3 <release>/agent/edgekit_agent.py <subcommand> ...``.
+
+    sample    --out FILE [--hz 20] [--duration S] [--source auto] [--total-rail NAME|sum] [--pidfile F]
+    idle      --seconds N [--hz 20] [--source auto] [--total-rail ...] [--out FILE]   static power baseline
+    energy    FILE [--t0 T] [--t1 T]               energy / mean power / rate over [t0, t1] of a sample file
+    snapshot  [--source auto]                       clocks, temperatures, nvpmodel, one power reading
+    wait-cool --below C --timeout S [--zone NAME]   exit 0 once below C, 1 on timeout
+    clock                                           this board's monotonic and wall clocks
+
+Every subcommand prints one JSON object on stdout. Errors: one sentence on stderr, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any, Iterator
+
+from . import energy, extras, sources
+from .sampler import Sampler
+
+
+class AgentError(Exception):
+    """A failure the caller can act on: printed as one sentence, exit 2."""
+
+
+class _StopFlag:
+    """SIGTERM / SIGINT / SIGHUP → stop at the next sample, and say which signal it was."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+
+    def __call__(self) -> str | None:
+        return self.reason
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        self.reason = signal.Signals(signum).name
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[_StopFlag]:
+        sigs = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
+        old = {s: signal.signal(s, self._handle) for s in sigs}
+        try:
+            yield self
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+
+def _emit(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _sample_into(args: argparse.Namespace, out: Any, keep: bool, duration: float | None) -> tuple[Sampler, dict]:
+    source, skipped = sources.open_source(args.source, args.hz)
+    sampler = Sampler(source, args.hz, out=out, total_rail=args.total_rail, duration_s=duration, keep=keep,
+                      skipped=skipped)
+    try:
+        with _StopFlag().installed() as stop:
+            end = sampler.run(stop)
+    finally:
+        if source is not None:
+            source.close()
+    return sampler, end
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    if args.pidfile:
+        with open(args.pidfile, "w") as fh:
+            fh.write(f"{os.getpid()}\n")
+    try:
+        with open(args.out, "w", buffering=1, encoding="utf-8") as out:  # line-buffered: readers follow it
+            sampler, end = _sample_into(args, out, keep=False, duration=args.duration)
+    finally:
+        if args.pidfile:
+            with contextlib.suppress(OSError):
+                os.unlink(args.pidfile)
+    meta = sampler.meta
+    if meta.get("power") == "unavailable":
+        _emit({"power": "unavailable", "reasons": meta.get("reasons", {}), "out": args.out})
+        return 0
+    _emit({"power": "available", "source": meta.get("source"), "total_rail": meta.get("total_rail"),
+           "total_is_sum": meta.get("total_is_sum"), "out": args.out, **end})
+    return 0
+
+
+def cmd_idle(args: argparse.Namespace) -> int:
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(open(args.out, "w", buffering=1, encoding="utf-8")) if args.out else None
+        sampler, end = _sample_into(args, out, keep=True, duration=args.seconds)
+    meta = sampler.meta
+    if meta.get("power") == "unavailable":
+        _emit({"power": "unavailable", "reasons": meta.get("reasons", {}), "static_power_baseline_watts": None})
+        return 0
+    try:
+        win = energy.window_energy(sampler.samples)
+    except energy.CoverageError as exc:
+        raise AgentError(f"the idle measurement has no usable samples ({exc})") from None
+    _emit({"power": "available", "source": meta.get("source"), "total_rail": meta.get("total_rail"),
+           "total_is_sum": meta.get("total_is_sum"), "static_power_baseline_watts": win.mean_power_w,
+           "sampling_rate_hz": win.sampling_rate_hz, "samples": win.samples_in_window, "window": win.to_json(),
+           "reason": end["reason"]})
+    return 0
+
+
+def cmd_energy(args: argparse.Namespace) -> int:
+    try:
+        meta, samples, end = energy.read_samples(args.file)
+    except OSError as exc:
+        raise AgentError(f"cannot read {args.file}: {exc.strerror}") from None
+    if meta.get("power") == "unavailable":
+        _emit({"power": "unavailable", "reasons": meta.get("reasons", {})})
+        return 0
+    try:
+        win = energy.window_energy(samples, args.t0, args.t1)
+    except energy.CoverageError as exc:
+        raise AgentError(str(exc)) from None
+    _emit({"power": "available", "source": meta.get("source"), "total_rail": meta.get("total_rail"),
+           "total_is_sum": meta.get("total_is_sum"), "file_sampling_rate_hz": (end or {}).get("sampling_rate_hz"),
+           **win.to_json()})
+    return 0
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    snap = extras.snapshot()
+    source, skipped = sources.open_source(args.source, args.hz)
+    if source is None:
+        snap["power"] = {"power": "unavailable", "reasons": skipped}
+    else:
+        try:
+            got = source.read()
+        finally:
+            source.close()
+        rails = got[1] if got else {}
+        total, is_sum = sources.choose_total(sorted(rails), args.total_rail)
+        snap["power"] = {"power": "available", **source.describe(), "rails": rails, "total_rail": total,
+                         "total_is_sum": is_sum, "total_mw": sources.total_mw(rails, total), "skipped": skipped}
+    _emit(snap)
+    return 0
+
+
+def cmd_wait_cool(args: argparse.Namespace) -> int:
+    res = extras.wait_cool(args.below, args.timeout, zone=args.zone, poll_s=args.poll)
+    res["below_c"] = args.below
+    _emit(res)
+    return 1 if res["cooled"] is False else 0
+
+
+def cmd_clock(_args: argparse.Namespace) -> int:
+    _emit({"monotonic": time.monotonic(), "wall": time.time()})
+    return 0
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+def _power_args(p: argparse.ArgumentParser, hz: bool = True) -> None:
+    p.add_argument("--source", choices=sources.KINDS, default="auto",
+                   help="power source: auto = jtop, else hwmon, else tegrastats (default: auto)")
+    p.add_argument("--total-rail", default=None, metavar="NAME|sum",
+                   help="rail that is the board's total (default: VIN, VDD_IN, VIN_SYS_5V0 or POM_5V_IN; "
+                        "else the sum of the rails)")
+    if hz:
+        p.add_argument("--hz", type=_positive, default=20.0, help="samples per second (default 20; ≥ 10 to integrate)")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="edgekit_agent", description="edgekit's board-side agent")
+    sub = ap.add_subparsers(dest="cmd", metavar="SUBCOMMAND")
+    sub.required = True  # 3.8: add_subparsers(required=...) exists, but keep it obvious
+    p = sub.add_parser("sample", help="stream power samples to a file until SIGTERM/SIGINT or --duration")
+    p.add_argument("--out", required=True, help="JSON-lines file to write")
+    p.add_argument("--duration", type=_positive, default=None, help="stop after this many seconds")
+    p.add_argument("--pidfile", default=None, help="write this process's pid here while sampling")
+    _power_args(p)
+    p.set_defaults(fn=cmd_sample)
+    p = sub.add_parser("idle", help="static power baseline: mean total power over --seconds")
+    p.add_argument("--seconds", type=_positive, default=10.0)
+    p.add_argument("--out", default=None, help="also keep the raw samples in this file")
+    _power_args(p)
+    p.set_defaults(fn=cmd_idle)
+    p = sub.add_parser("energy", help="energy and mean power of a sample file over [t0, t1]")
+    p.add_argument("file")
+    p.add_argument("--t0", type=float, default=None, help="window start, board monotonic s (default: first)")
+    p.add_argument("--t1", type=float, default=None, help="window end (default: last sample)")
+    p.set_defaults(fn=cmd_energy)
+    p = sub.add_parser("snapshot", help="clocks, temperatures, nvpmodel mode and one power reading")
+    _power_args(p)
+    p.set_defaults(fn=cmd_snapshot)
+    p = sub.add_parser("wait-cool", help="wait until the board is below a temperature")
+    p.add_argument("--below", type=float, required=True, help="°C")
+    p.add_argument("--timeout", type=float, required=True, help="seconds")
+    p.add_argument("--zone", default=None, help="thermal zone type (default: the hottest zone)")
+    p.add_argument("--poll", type=float, default=1.0, help="seconds between readings")
+    p.set_defaults(fn=cmd_wait_cool)
+    p = sub.add_parser("clock", help="this board's monotonic and wall clocks")
+    p.set_defaults(fn=cmd_clock)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except (AgentError, ValueError) as exc:  # ValueError: values argparse can't check (e.g. --hz 0)
+        sys.stderr.write(f"error: {exc}.\n")
+        return 2

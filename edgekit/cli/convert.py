@@ -1,0 +1,89 @@
+"""`edgekit convert | repack | verify`: models to GGUF, exact Q4_0 repacks, quality checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from edgekit.cli import json_option
+from edgekit.cli.app import App
+
+_SRC_HELP = "llama.cpp tree or tarball for the converter (default: the pinned llama-cpp-python sdist)."
+
+
+@click.command()
+@click.option("--recipe", "-r", required=True, help="Recipe name or path.")
+@click.option("--src", default=None, metavar="PATH", help=_SRC_HELP)
+@click.option("--llama-bin", default=None, metavar="DIR",
+              help="Directory with llama-quantize (default: edgekit's host build).")
+@click.option("--force", is_flag=True, help="Convert again even if the store has the artifact.")
+@json_option
+@click.pass_obj
+def convert(app: App, recipe: str, src: str | None, llama_bin: str | None, force: bool) -> None:
+    """Convert a recipe's target and drafter to GGUF (validated first; unchanged inputs are skipped)."""
+    from edgekit.config.recipes import load_recipe
+    from edgekit.convert.pipeline import convert_recipe
+
+    r = load_recipe(recipe)
+    result = convert_recipe(r, src=src, bin_dir=llama_bin, force=force, say=app.info)
+    data = result.to_dict()
+
+    def human() -> None:
+        table = Table()
+        for col in ("role", "quant", "arch", "tensors", "size", "status", "file"):
+            table.add_column(col)
+        for m in data["models"]:
+            status = "cached" if m["cached"] else f"{m['seconds']} s"
+            if m.get("repack"):
+                rp = m["repack"]
+                status += f", {rp['tensors_exact']}/{rp['tensors_quantizable']} exact Q4_0"
+            table.add_row(m["role"], m["quant"], m["arch"], str(m["tensors"]), _mb(m["size"]), status, m["file"])
+        app.out.print(table)
+
+    app.emit(data, human)
+
+
+@click.command()
+@click.argument("source", type=click.Path(path_type=Path))
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--from-gguf", "ref", type=click.Path(path_type=Path), default=None,
+              help="The converter's GGUF of SOURCE (e.g. its Q8_0): metadata and tokenizer come from it.")
+@click.option("--fallback", type=click.Choice(["Q8_0", "F16"]), default="Q8_0", show_default=True,
+              help="Type for tensors that are not on a 4-bit grid.")
+@click.option("--src", default=None, metavar="PATH", help=_SRC_HELP)
+@click.option("--report", "report_path", type=click.Path(path_type=Path), default=None,
+              help="Also write the full per-tensor JSON report here.")
+@json_option
+@click.pass_obj
+def repack(app: App, source: Path, out: Path, ref: Path | None, fallback: str, src: str | None,
+           report_path: Path | None) -> None:
+    """Store SOURCE's QAT weights as exact Q4_0 in OUT (a HF dir of bf16 safetensors, or a bf16 GGUF)."""
+    from edgekit.convert.pipeline import repack_any
+    from edgekit.convert.repack import write_report
+
+    report = repack_any(source, out, ref, fallback, src, say=app.info)
+    if report_path is not None:
+        write_report(report, report_path)
+    data = report.to_dict()
+    data.pop("tensors")
+
+    def human() -> None:
+        s = data
+        app.out.print(f"wrote {s['output']} ({_mb(s['size'])}, {s['size_vs_q8_0']}× the Q8_0 size"
+                      f"{' (estimated)' if s['q8_0_size_is_estimate'] else ''}) in {s['seconds']} s")
+        app.out.print(f"  {s['tensors_exact']} of {s['tensors_quantizable']} weight tensors exact Q4_0, "
+                      f"{s['tensors_fallback']} fell back to {s['fallback']}, {s['tensors_kept']} kept as written")
+        frac = s["exact_block_fraction"]
+        app.out.print(f"  blocks exact: {s['exact_blocks']}/{s['blocks']}"
+                      f" ({'n/a' if frac is None else f'{100 * frac:.2f}%'}), {s['bits_per_weight']} bits/weight")
+        app.out.print(f"  proof: every Q4_0 tensor dequantizes to its source bit for bit: {s['proof_bit_exact']}")
+        for t in s["fallback_tensors"]:
+            app.out.print(f"  fallback {t['name']} → {t['type']}: {t['reason']}")
+
+    app.emit(data, human)
+
+
+def _mb(n: int | None) -> str:
+    return "?" if n is None else f"{n / 1e6:.2f} MB"

@@ -1,0 +1,97 @@
+"""`edgekit sim up|status|down`: simulated Jetson boards on this machine (real sshd on 127.0.0.1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from edgekit.cli import json_option
+from edgekit.cli.app import App
+from edgekit.paths import known_hosts_file, sim_dir
+from edgekit.sim import boards as sim_boards
+
+_DIR = click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+                    help="Where the boards live (default: edgekit's cache, sim/).")
+
+
+@click.group()
+def sim() -> None:
+    """Simulated Jetson boards: sshd on 127.0.0.1 with a Jetson's files and moving power sensors."""
+
+
+@sim.command("up")
+@click.option("--boards", "count", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="How many boards of this profile should run.")
+@click.option("--profile", default="orin", show_default=True, help="Board profile (orin, thor, orin-nx-16gb, …).")
+@click.option("--add", is_flag=True, help="Start N more boards even when N of this profile run already.")
+@_DIR
+@json_option
+@click.pass_obj
+def up(app: App, count: int, profile: str, add: bool, directory: Path | None) -> None:
+    """Start simulated boards and write them into the board file (sim-1, sim-2, …).
+
+    Boards already running count towards N; boards whose sshd died are started again.
+    """
+    targets = sim_boards.Targets(app.board_file, known_hosts_file())
+    st, started = sim_boards.up(directory or sim_dir(), count, profile, targets, add=add)
+    data = sim_boards.status(st.path)
+    data["started"] = started
+    data["board_file"] = str(targets.board_file.resolve())
+
+    def human() -> None:
+        _table(app, data)
+        if not started:
+            app.out.print(f"All {count} {profile} board(s) were up already (use --add for more).")
+        app.out.print(f"Boards are in {data['board_file']}; try: edgekit board probe --board "
+                      f"{data['boards'][0]['name']}")
+
+    app.emit(data, human)
+
+
+@sim.command("status")
+@_DIR
+@json_option
+@click.pass_obj
+def status(app: App, directory: Path | None) -> None:
+    """List the simulated boards with their ports, whether they run, and their power now."""
+    data = sim_boards.status(directory or sim_dir())
+
+    def human() -> None:
+        if not data["boards"]:
+            app.out.print(f"No simulated boards in {data['dir']}; start some with `edgekit sim up`.")
+            return
+        _table(app, data)
+
+    app.emit(data, human)
+
+
+@sim.command("down")
+@click.option("--purge", is_flag=True, help="Also delete the boards' files (roots, logs, keys).")
+@_DIR
+@json_option
+@click.pass_obj
+def down(app: App, purge: bool, directory: Path | None) -> None:
+    """Stop every process the simulated boards started and remove them from the board file."""
+    data = sim_boards.down(directory or sim_dir(), purge=purge)
+
+    def human() -> None:
+        stopped = ", ".join(data["stopped"]) or "no boards"
+        app.out.print(f"Stopped {stopped} in {data['dir']}.")
+
+    app.emit(data, human)
+
+
+def _table(app: App, data: dict) -> None:
+    updater = data.get("updater") or {}
+    table = Table(title=f"{data['dir']}  (power updater: {'running' if updater.get('alive') else 'stopped'})")
+    for col in ("board", "profile", "ssh", "service port", "sshd", "services", "power"):
+        table.add_column(col)
+    for b in data["boards"]:
+        table.add_row(
+            b["name"], b["profile"], f"{b['user']}@{b['host']}:{b['port']}", str(b["service_port"]),
+            f"pid {b['sshd_pid']}" if b["alive"] else "[red]down[/red]", ", ".join(b["services"]) or "-",
+            f"{b['total_rail']} {b['total_watts']:.2f} W",
+        )
+    app.out.print(table)

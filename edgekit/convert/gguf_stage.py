@@ -1,0 +1,132 @@
+"""One model → one GGUF of the recipe's type, checked, into the store (skipped when unchanged).
+
+Types and how they are made:
+
+- ``F32``/``F16``/``BF16``/``Q8_0``: the pinned converter's ``--outtype``;
+- ``Q4_0``/``Q4_K_M``/``Q5_K_M``/``Q6_K``: converter to a lossless file, then ``llama-quantize``;
+- ``q4_0-exact``: converter to a lossless file (the template), then :func:`repack_gguf`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gguf import GGUFReader
+
+from edgekit import __version__
+from edgekit.convert.gguf_io import GGUFInfo, check_gguf
+from edgekit.convert.llamacpp import CONVERTER_OUTTYPES, LlamaCpp
+from edgekit.convert.repack import GGUFValues, repack_gguf, write_report
+from edgekit.errors import EdgekitError
+from edgekit.models.inputs import ModelInput
+from edgekit.models.safetensors import open_model
+from edgekit.models.validate import ModelInfo
+from edgekit.store import Artifact, Store
+
+KIND = "gguf"
+QUANTIZE_TYPES = ("Q4_0", "Q4_K_M", "Q5_K_M", "Q6_K")
+# Tensors the Gemma 4 converters generate rather than map (rope frequencies of the full layers).
+GENERATED = {"gemma4": {"rope_freqs.weight"}, "gemma4-assistant": {"rope_freqs.weight"}}
+RECIPE_VERSION = 1  # bump when this module would write different files for the same inputs
+
+
+@dataclass
+class Converted:
+    role: str
+    artifact: Artifact
+    cached: bool
+    seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def file(self) -> Path:
+        return self.artifact.file(self.artifact.manifest["gguf_file"])
+
+    def to_dict(self) -> dict[str, Any]:
+        m = self.artifact.manifest
+        entry = next((f for f in m.get("files", []) if f["name"] == m["gguf_file"]), {})
+        return {"role": self.role, "file": str(self.file), "key": self.artifact.key, "cached": self.cached,
+                "seconds": round(self.seconds, 2), "quant": m["quant"], "arch": m["gguf"]["arch"],
+                "tensors": m["gguf"]["tensors"], "size": entry.get("size"), "sha256": entry.get("sha256"),
+                "source": m["source"], "repack": m.get("repack")}
+
+
+def lossless_outtype(info: ModelInfo) -> str:
+    """bf16 keeps bf16 checkpoints bit for bit; anything wider needs f32."""
+    return "bf16" if set(info.dtypes) <= {"BF16"} else "f32"
+
+
+def store_key(model: ModelInput, quant: str, fallback: str, llama: LlamaCpp) -> str:
+    return Store.key({"stage": "convert-gguf", "version": RECIPE_VERSION, "role": model.role,
+                      "source": model.identity, "quant": quant, "fallback": fallback if quant == "q4_0-exact"
+                      else None, "converter": llama.identity})
+
+
+def expected_tensors(llama: LlamaCpp, info: ModelInfo) -> tuple[str, set[str]]:
+    """(GGUF arch, tensor names) the converter must write for this checkpoint."""
+    config = json.loads((info.path / "config.json").read_text())
+    arch, mapping = llama.gguf_names(config, sorted(open_model(info.path)))
+    return arch, {g for g in mapping.values() if g} | GENERATED.get(arch, set())
+
+
+def convert_model(model: ModelInput, info: ModelInfo, quant: str, fallback: str, llama: LlamaCpp,
+                  store: Store, force: bool = False) -> Converted:
+    import time
+
+    t0 = time.perf_counter()
+    key = store_key(model, quant, fallback, llama)
+    if not force and (art := store.get(KIND, key)) is not None:
+        return Converted(model.role, art, cached=True)
+    arch, names = expected_tensors(llama, info)
+    if arch != info.gguf_arch:
+        raise EdgekitError(f"The pinned converter maps {info.architecture} to {arch!r}, not {info.gguf_arch!r}.")
+    staging = store.staging_dir()
+    work = staging / "work"  # intermediates, removed before the artifact is stored
+    work.mkdir()
+    try:
+        out_name = f"{model.role}-{quant.lower()}.gguf"
+        out = staging / out_name
+        log = work / "convert.log"
+        manifest: dict[str, Any] = {}
+        if quant in CONVERTER_OUTTYPES:
+            llama.convert(info.path, out, CONVERTER_OUTTYPES[quant], log)
+        elif quant in QUANTIZE_TYPES:
+            lossless = work / "lossless.gguf"
+            llama.convert(info.path, lossless, lossless_outtype(info), log)
+            llama.quantize(lossless, out, quant, log)
+        elif quant == "q4_0-exact":
+            template = work / "template.gguf"
+            llama.convert(info.path, template, lossless_outtype(info), log)
+            check_gguf(template, arch, names)
+            report = repack_gguf(template, GGUFValues(GGUFReader(template), template), out, fallback)
+            write_report(report, staging / f"{model.role}-repack.json")
+            manifest["repack"] = report.summary()
+        else:
+            raise EdgekitError(f"Quant type {quant!r} is not one edgekit can convert to.")
+        checked: GGUFInfo = check_gguf(out, arch, names)
+        shutil.copy(log, staging / f"{model.role}-convert.log")
+        shutil.rmtree(work)
+        manifest.update({
+            "stage": "convert", "role": model.role, "gguf_file": out_name, "quant": quant,
+            "fallback": fallback if quant == "q4_0-exact" else None, "source": model.identity,
+            "architecture": info.architecture, "gguf": checked.to_dict() | {"path": None},
+            "converter": {"identity": llama.identity, "commit": llama.commit},
+            "tools": {"edgekit": __version__, "gguf": _gguf_version()},
+        })
+        art = store.put(KIND, key, staging, manifest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return Converted(model.role, art, cached=False, seconds=time.perf_counter() - t0)
+
+
+def _gguf_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gguf")
+    except PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,133 @@
+"""``edgekit convert --recipe R``: resolve and validate both models first, then convert each."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gguf import LlamaFileType
+
+from edgekit.config.recipes import ModelSource, Recipe
+from edgekit.convert.gguf_io import gguf_info, open_gguf
+from edgekit.convert.gguf_stage import QUANTIZE_TYPES, Converted, convert_model, lossless_outtype
+from edgekit.convert.llamacpp import LlamaCpp, find_llamacpp
+from edgekit.convert.repack import GGUFValues, RepackReport, SafetensorsValues, repack_gguf
+from edgekit.errors import EdgekitError
+from edgekit.models.inputs import ModelInput, resolve
+from edgekit.models.safetensors import open_model
+from edgekit.models.validate import ModelInfo, check_pair, inspect_model
+from edgekit.store import Store
+
+
+@dataclass
+class ConvertResult:
+    recipe: str
+    models: list[Converted] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"recipe": self.recipe, "models": [m.to_dict() for m in self.models], "skipped": self.skipped}
+
+
+def _sources(recipe: Recipe) -> list[tuple[str, ModelSource]]:
+    out = [("target", recipe.target)]
+    if recipe.drafter is not None:
+        out.append(("drafter", recipe.drafter))
+    return out
+
+
+def prepare_inputs(recipe: Recipe) -> tuple[list[tuple[ModelInput, ModelInfo, ModelSource]], list[dict[str, Any]]]:
+    """Every model local and validated (architecture, sizes, files), the pair checked, nothing converted."""
+    ready: list[tuple[ModelInput, ModelInfo, ModelSource]] = []
+    skipped: list[dict[str, Any]] = []
+    for role, source in _sources(recipe):
+        if source.package is not None:
+            skipped.append({"role": role, "package": source.package, "why": "ships a GGUF; used as is"})
+            continue
+        model = resolve(source, role, recipe.base_dir)
+        ready.append((model, inspect_model(model.path, role), source))
+    infos = {m.role: i for m, i, _ in ready}
+    if "target" in infos and "drafter" in infos:
+        check_pair(infos["target"], infos["drafter"])
+    return ready, skipped
+
+
+def convert_recipe(recipe: Recipe, store: Store | None = None, src: str | None = None,
+                   bin_dir: str | None = None, force: bool = False,
+                   say: Callable[[str], None] = lambda _m: None) -> ConvertResult:
+    if recipe.convert.litert:
+        raise EdgekitError(f"Recipe {recipe.name} asks for LiteRT (convert.litert), which edgekit cannot "
+                           "export yet; set convert.litert: false.")
+    store = store or Store()
+    result = ConvertResult(recipe.name)
+    ready, result.skipped = prepare_inputs(recipe)
+    if not recipe.convert.gguf:
+        return result
+    need_tools = any(s.quant in QUANTIZE_TYPES for _, _, s in ready)
+    llama: LlamaCpp = find_llamacpp(src, bin_dir, need_tools=need_tools)
+    for model, info, source in ready:
+        if source.quant == "as-is":
+            raise EdgekitError(f"The {model.role} has quant 'as-is', which only fits a package source.")
+        say(f"{model.role}: {info.architecture} {model.label} → {source.quant}")
+        conv = convert_model(model, info, source.quant, source.fallback, llama, store, force)
+        say(f"{model.role}: {'unchanged, skipped' if conv.cached else f'done in {conv.seconds:.1f} s'}"
+            f" → {conv.file}")
+        result.models.append(conv)
+    return result
+
+
+def repack_any(src: Path, out: Path, ref: Path | None = None, fallback: str = "Q8_0",
+               llama_src: str | None = None, say: Callable[[str], None] = lambda _m: None) -> RepackReport:
+    """``edgekit repack``: SRC is a HF model dir (bf16 safetensors) or a lossless GGUF.
+
+    With ``--from-gguf REF`` (the converter's file, e.g. its Q8_0) metadata comes from REF and
+    weights straight from SRC, so the converter does not run again; without it, a dir SRC is first
+    converted to a lossless GGUF that serves as both template and source.
+    """
+    src, out = Path(src), Path(out)
+    if not src.exists():
+        raise EdgekitError(f"{src} does not exist.")
+    if ref is not None and not Path(ref).is_file():
+        raise EdgekitError(f"The reference GGUF {ref} does not exist.")
+    if out.resolve() in {src.resolve(), Path(ref).resolve() if ref else None}:
+        raise EdgekitError("OUT must be a new file, not the source or the reference.")
+    q8_ref = ref if ref is not None and _is_q8_0(Path(ref)) else None
+    if src.is_file():
+        values = GGUFValues(open_gguf(src), src)
+        return repack_gguf(Path(ref) if ref else src, values, out, fallback, q8_reference=q8_ref)
+    info = _inspect_any(src)
+    llama = find_llamacpp(llama_src)
+    if ref is not None:
+        config = json.loads((src / "config.json").read_text())
+        arch, names = llama.gguf_names(config, sorted(open_model(src)))
+        ref_arch = gguf_info(Path(ref)).arch
+        if ref_arch != arch:
+            raise EdgekitError(f"{ref} is a {ref_arch} file but {src.name} converts to {arch}.")
+        return repack_gguf(Path(ref), SafetensorsValues(src, names), out, fallback, q8_reference=q8_ref)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".repack-", dir=out.parent) as tmp:
+        template = Path(tmp) / "template.gguf"
+        say(f"converting {src.name} to a lossless GGUF ({lossless_outtype(info)}) for its metadata")
+        llama.convert(src, template, lossless_outtype(info), Path(tmp) / "convert.log")
+        report = repack_gguf(template, GGUFValues(open_gguf(template), template), out, fallback)
+        report.template = f"converter --outtype {lossless_outtype(info)} (temporary)"
+        report.source = f"{src} (via the lossless GGUF)"
+        return report
+
+
+def _inspect_any(path: Path) -> ModelInfo:
+    """Validate a model dir as whatever role its architecture says."""
+    try:
+        return inspect_model(path, "drafter")
+    except EdgekitError as exc:
+        if "architecture" not in str(exc):
+            raise
+    return inspect_model(path, "target")
+
+
+def _is_q8_0(path: Path) -> bool:
+    return gguf_info(path).file_type == int(LlamaFileType.MOSTLY_Q8_0)

@@ -1,0 +1,129 @@
+"""Exact Q4_0 for weights that already sit on a 4-bit grid (Gemma 4 QAT checkpoints).
+
+Q4_0 stores each block of 32 values as one fp16 step ``d`` and 32 4-bit levels: value = (n − 8)·d.
+A QAT weight block is ``q·d`` with q ∈ [-8, 7] for some step the training chose, so it can be
+stored without loss if that step is found. For each block the search tries d = ±amax/m, m = 8…1
+(the largest magnitude sits on level −8 or on ±m), rounds d to fp16 and keeps it only if *every*
+value equals q·d exactly. All of it is numpy over whole chunks of blocks (gguf-py style): the only
+Python loops are over the 16 candidate steps and over memory-sized chunks, never over blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+BLOCK = 32
+Q4_0_BYTES = 2 + BLOCK // 2  # fp16 d + 16 bytes of nibbles
+_CHUNK_BLOCKS = 1 << 17  # 4 Mi values (16 MB of f32) per step: bounded memory, cache friendly
+
+
+@dataclass(frozen=True)
+class ExactQ4:
+    """Result for one tensor: packed Q4_0 rows (when every block is exact) and the block counts."""
+
+    blocks: int
+    exact_blocks: int
+    packed: np.ndarray | None  # uint8, shape (..., cols // 32 * 18); None unless all blocks exact
+
+    @property
+    def exact(self) -> bool:
+        return self.blocks == self.exact_blocks
+
+
+def eligible_shape(shape: tuple[int, ...]) -> bool:
+    """Q4_0 needs a matrix (or stack of them) whose rows split into whole blocks of 32."""
+    return len(shape) >= 2 and shape[-1] % BLOCK == 0 and shape[-1] > 0
+
+
+def _search(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Steps (fp16), levels (int8 in [-8, 7]) and an exact flag per block of a (n, 32) f32 array."""
+    n = blocks.shape[0]
+    d_out = np.zeros(n, dtype=np.float16)
+    q_out = np.zeros((n, BLOCK), dtype=np.int8)
+    # max |w| per block on the bit patterns: for non-NaN floats the order is the integer order, and
+    # a reduction over 32 uint32 is several times faster in numpy than np.abs(...).max(axis=1).
+    amax = (blocks.view(np.uint32) & np.uint32(0x7FFFFFFF)).max(axis=1).view(np.float32)
+    ok = amax == 0  # an all-zero block is exact with d = 0
+    pending: np.ndarray | None = None  # None: every block (saves a gather on the first, busiest try)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for m in range(8, 0, -1):
+            for sign in (1.0, -1.0):
+                sub = blocks if pending is None else blocks[pending]
+                if sub.shape[0] == 0:
+                    break
+                a = amax if pending is None else amax[pending]
+                d16 = (np.float32(sign / m) * a).astype(np.float16)
+                d = d16.astype(np.float32)
+                # w·(1/d) may be 1 ulp off an integer; rint absorbs that and the exact check below decides.
+                q = sub * (np.float32(1.0) / d)[:, None]
+                np.rint(q, out=q)
+                np.clip(q, -8, 7, out=q)
+                good = _rows_all(q * d[:, None] == sub) & np.isfinite(d) & (d != 0)
+                if pending is None:
+                    good &= ~ok
+                    hit = np.flatnonzero(good)
+                    rest = np.flatnonzero(~good & ~ok & np.isfinite(amax))
+                else:
+                    hit, rest = pending[good], pending[~good]
+                d_out[hit] = d16[good]
+                q_out[hit] = q[good].astype(np.int8)
+                ok[hit] = True
+                pending = rest
+    return d_out, q_out, ok
+
+
+def _rows_all(eq: np.ndarray) -> np.ndarray:
+    """Row-wise all() of a contiguous (n, 32) bool array, as 4 uint64 words per row (faster)."""
+    w = eq.view(np.uint64)
+    return (w[:, 0] & w[:, 1] & w[:, 2] & w[:, 3]) == np.uint64(0x0101010101010101)
+
+
+def pack_q4_0(d: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """ggml's block_q4_0 layout: fp16 d, then byte j = (q[j] + 8) | (q[j + 16] + 8) << 4."""
+    n = d.shape[0]
+    nib = (q.astype(np.int16) + 8).astype(np.uint8)
+    out = np.empty((n, Q4_0_BYTES), dtype=np.uint8)
+    out[:, :2] = d.astype("<f2").view(np.uint8).reshape(n, 2)
+    out[:, 2:] = nib[:, : BLOCK // 2] | (nib[:, BLOCK // 2 :] << 4)
+    return out
+
+
+def exact_q4_0(values: np.ndarray) -> ExactQ4:
+    """Try to store a float tensor (numpy order, last axis = rows of the matrix) as exact Q4_0.
+
+    Once a chunk has an inexact block the tensor falls back whole, so later chunks are only
+    searched (to count exact blocks for the report), not packed.
+    """
+    if not eligible_shape(values.shape):
+        raise ValueError(f"shape {values.shape} cannot be stored as Q4_0")
+    cols = values.shape[-1]
+    flat = values.reshape(-1, BLOCK)
+    total = flat.shape[0]
+    packed = np.empty((total, Q4_0_BYTES), dtype=np.uint8)
+    exact = 0
+    all_exact = True
+    for start in range(0, total, _CHUNK_BLOCKS):
+        chunk = np.asarray(flat[start : start + _CHUNK_BLOCKS], dtype=np.float32)
+        d, q, ok = _search(chunk)
+        n_ok = int(ok.sum())
+        exact += n_ok
+        if n_ok != chunk.shape[0]:
+            all_exact = False
+        if all_exact:
+            packed[start : start + chunk.shape[0]] = pack_q4_0(d, q)
+    if not all_exact:
+        return ExactQ4(total, exact, None)
+    return ExactQ4(total, exact, packed.reshape(*values.shape[:-1], cols // BLOCK * Q4_0_BYTES))
+
+
+def bits_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bitwise equality of two f32 arrays, with −0.0 counted as +0.0 (the same number in every op).
+
+    Q4_0 cannot write a negative zero for a block whose step is positive, so a checkpoint's −0.0
+    compares by value; everything else (including NaN payloads) must match bit for bit.
+    """
+    a32 = np.ascontiguousarray(a, dtype=np.float32) + np.float32(0.0)
+    b32 = np.ascontiguousarray(b, dtype=np.float32) + np.float32(0.0)
+    return a32.shape == b32.shape and bool(np.array_equal(a32.view(np.uint32), b32.view(np.uint32)))

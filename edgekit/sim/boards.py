@@ -1,0 +1,315 @@
+"""`sim up` / `sim down` / `sim status`: start, list and stop simulated boards in a sim dir."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import secrets
+import shutil
+import stat
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from edgekit.config.boardfile import Board, Boards
+from edgekit.config.profiles import get_profile
+from edgekit.errors import EdgekitError
+from edgekit.sim import keys, procs, rootfs, sshd
+from edgekit.sim import state as state_mod
+from edgekit.sim.state import BoardState, SimState
+
+BIN_TOOLS = {"systemctl": "systemctl", "journalctl": "systemctl", "nvpmodel": "nvpmodel"}  # on-board name → file
+_SYSTEM_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
+
+
+@dataclass
+class Targets:
+    """Where the boards are published: the board file and edgekit's known_hosts."""
+
+    board_file: Path
+    known_hosts: Path
+
+
+def current_user() -> str:
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+def board_path_env(board: BoardState) -> str:
+    dirs = [str(board.bin_dir), *_SYSTEM_PATH]
+    if not any(os.access(os.path.join(d, "python3"), os.X_OK) for d in _SYSTEM_PATH):
+        dirs.append(os.path.dirname(sys.executable))  # the stand-ins need some python3
+    return ":".join(dirs)
+
+
+def board_env(board: BoardState, token: str, sim_dir: Path) -> dict[str, str]:
+    """What sshd's SetEnv gives every session on the board."""
+    return {
+        "EDGEKIT_BOARD_ROOT": str(board.root),
+        "EDGEKIT_SIM_BOARD": board.name,
+        "EDGEKIT_SIM_ID": token,  # `sim down` ends every process that carries this
+        "EDGEKIT_SIM_DIR": str(sim_dir),
+        "PATH": board_path_env(board),
+        # Debian's bash sources ~/.bashrc for ssh commands unless it is a nested shell; the
+        # login user is the workstation's user, whose dotfiles (pyenv, …) are no board's and
+        # cost ~0.3 s per command. SHLVL=1 makes bash treat itself as nested and skip them.
+        "SHLVL": "1",
+    }
+
+
+def _install_bin(board: BoardState) -> None:
+    board.bin_dir.mkdir(parents=True, exist_ok=True)
+    src = resources.files("edgekit.sim") / "bin"
+    for name, source in BIN_TOOLS.items():
+        dest = board.bin_dir / name
+        dest.write_bytes((src / source).read_bytes())
+        dest.chmod(dest.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+def _next_name(taken: set[str]) -> str:
+    k = 1
+    while f"sim-{k}" in taken:
+        k += 1
+    return f"sim-{k}"
+
+
+def _taken_names(st: SimState, targets: Targets) -> set[str]:
+    """Our boards, plus board-file entries that are not stale sim boards (whose dirs are gone)."""
+    taken = set(st.boards)
+    for name, b in Boards(targets.board_file).load().boards.items():
+        if not (b.sim and not Path(b.base).exists()):
+            taken.add(name)
+    return taken
+
+
+def _ports_in_use(st: SimState) -> set[int]:
+    return {p for b in st.boards.values() for p in (b.port, b.service_port)}
+
+
+def _volatile_dir(token: str) -> str | None:
+    """A per-sim-dir directory on /dev/shm (tmpfs) for the sensor files, where there is one."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK | os.X_OK):
+        return str(shm / f"edgekit-sim-{os.geteuid()}-{token}")
+    return None
+
+
+def _board_volatile(st: SimState, name: str) -> Path | None:
+    return Path(st.volatile_dir) / name if st.volatile_dir else None
+
+
+def _client_key(st: SimState) -> None:
+    if not st.client_key.exists():
+        pub = keys.generate_ed25519(st.client_key, f"edgekit-sim@{st.path}")
+        st.authorized_keys.write_text(pub + "\n")
+
+
+def _create_board(st: SimState, name: str, profile: str, user: str) -> BoardState:
+    used = _ports_in_use(st)
+    port = procs.free_port(used)
+    service_port = procs.free_port(used | {port})
+    bdir = st.path / name
+    if bdir.exists():
+        shutil.rmtree(bdir)  # left over from an earlier `up`: a new board starts clean
+    (bdir / "ssh").mkdir(parents=True)
+    board = BoardState(name=name, profile=profile, dir=str(bdir), port=port, service_port=service_port,
+                       user=user, host_key_pub="")
+    board.host_key_pub = keys.generate_ed25519(board.host_key, f"root@{name}")
+    rootfs.make_root(board.root, get_profile(profile), _board_volatile(st, name))
+    board.base.mkdir()
+    _install_bin(board)
+    return board
+
+
+def _start_board(st: SimState, board: BoardState, sshd_bin: str) -> None:
+    sshd.write_config(board, st.authorized_keys, board_env(board, st.token, st.path))
+    sshd.check_config(sshd_bin, board)
+    sshd.start(sshd_bin, board, avoid=_ports_in_use(st) - {board.port})
+
+
+def _ensure_updater(st: SimState) -> None:
+    if procs.alive(st.updater_pid, st.updater_ctime):
+        return
+    pkg_parent = str(Path(__file__).resolve().parents[2])  # so `-m edgekit…` works from a source tree
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
+    st.updater_pid, st.updater_ctime = procs.spawn_detached(
+        [sys.executable, "-m", "edgekit.sim.power", str(st.path)], st.updater_log, env=env, cwd=st.path
+    )
+
+
+def _publish(st: SimState, targets: Targets) -> None:
+    """Write every board into the board file and pin its host key."""
+    boards = {
+        name: Board(host=b.host, port=b.port, user=b.user, key=str(st.client_key), profile=b.profile,
+                    base=str(b.base), service_port=b.service_port, sim=True)
+        for name, b in st.boards.items()
+    }
+    Boards(targets.board_file).update(add=boards)
+    keys.update_known_hosts(targets.known_hosts, pin={b.known_hosts_name: b.host_key_pub for b in st.boards.values()})
+    for attr, path in (("board_files", targets.board_file), ("known_hosts_files", targets.known_hosts)):
+        recorded: list[str] = getattr(st, attr)
+        if str(path) not in recorded:
+            recorded.append(str(path))
+
+
+def up(sim_dir: Path, count: int, profile: str, targets: Targets, add: bool = False) -> tuple[SimState, list[str]]:
+    """Make sure ``count`` boards of ``profile`` run in ``sim_dir`` (``add``: start ``count`` more).
+
+    Boards of the dir whose sshd died are started again. Returns the state and the names started.
+    """
+    sim_dir = sim_dir.resolve()
+    canonical = get_profile(profile).name
+    targets = Targets(targets.board_file.resolve(), targets.known_hosts.resolve())
+    sshd_bin = sshd.find_sshd()
+    sshd.prepare_privsep()
+    started: list[str] = []
+    with state_mod.locked(sim_dir):
+        st = state_mod.load(sim_dir)
+        if st is None:
+            token = secrets.token_hex(8)
+            st = SimState(dir=str(sim_dir), token=token, volatile_dir=_volatile_dir(token))
+        _client_key(st)
+        try:
+            for board in st.boards.values():
+                if not procs.alive(board.sshd_pid, board.sshd_ctime):
+                    # After a reboot the tmpfs part of the root is gone: write the root again.
+                    rootfs.make_root(board.root, get_profile(board.profile), _board_volatile(st, board.name))
+                    _start_board(st, board, sshd_bin)
+                    started.append(board.name)
+            have = sum(1 for b in st.boards.values() if b.profile == canonical)
+            want = count if add else max(count - have, 0)
+            taken = _taken_names(st, targets)
+            for _ in range(want):
+                name = _next_name(taken)
+                taken.add(name)
+                board = _create_board(st, name, canonical, current_user())
+                try:
+                    _start_board(st, board, sshd_bin)
+                except EdgekitError:
+                    shutil.rmtree(board.path, ignore_errors=True)
+                    raise
+                st.boards[name] = board
+                started.append(name)
+        finally:
+            if st.boards:
+                state_mod.save(st)  # what runs must be in the state, even when a later board failed
+        if st.boards:
+            _ensure_updater(st)
+            _publish(st, targets)
+            state_mod.save(st)
+    return st, started
+
+
+def _strays(token: str) -> list[psutil.Process]:
+    """Processes started on a board of this sim dir that left its sshd's tree (setsid, nohup, …)."""
+    found = []
+    mine = {os.getpid(), *(p.pid for p in psutil.Process().parents())}  # never the caller's own shell
+    for proc in psutil.process_iter():
+        if proc.pid in mine:
+            continue
+        try:
+            if proc.environ().get("EDGEKIT_SIM_ID") == token:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def services(board: BoardState) -> dict[str, int]:
+    """Running units of the board's systemctl stand-in → supervisor pid (it leads the unit's group)."""
+    running = {}
+    for pidfile in sorted(board.services_dir.glob("*.pid")) if board.services_dir.is_dir() else []:
+        try:
+            pid, start = (int(x) for x in pidfile.read_text().split()[:2])
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, ValueError, IndexError):
+            continue
+        if int(fields[19]) == start and fields[0] != "Z":
+            running[pidfile.name[: -len(".pid")]] = pid
+    return running
+
+
+def board_processes(board: BoardState) -> list[psutil.Process]:
+    """sshd with its sessions, and the services the board's systemctl started."""
+    found = procs.tree(board.sshd_pid, board.sshd_ctime) if board.sshd_pid else []
+    for pid in services(board).values():
+        found += procs.tree(pid)
+    return found
+
+
+def down(sim_dir: Path, purge: bool = False) -> dict[str, Any]:
+    """Stop every process of the sim dir, unpublish its boards; ``purge`` also deletes the dir."""
+    sim_dir = sim_dir.resolve()
+    if not sim_dir.exists():
+        return {"dir": str(sim_dir), "stopped": [], "left": []}
+    with state_mod.locked(sim_dir):
+        st = state_mod.load(sim_dir)
+        if st is None:
+            if purge:
+                shutil.rmtree(sim_dir, ignore_errors=True)
+            return {"dir": str(sim_dir), "stopped": [], "left": []}
+        victims: list[psutil.Process] = []
+        for board in st.boards.values():
+            victims += board_processes(board)
+        victims += _strays(st.token)
+        if st.updater_pid:
+            victims += procs.tree(st.updater_pid, st.updater_ctime)
+        left = procs.stop(victims)
+        _unpublish(st)
+        state_mod.remove(sim_dir)
+        if st.volatile_dir:
+            shutil.rmtree(st.volatile_dir, ignore_errors=True)
+    if purge:
+        shutil.rmtree(sim_dir, ignore_errors=True)
+    if left:
+        raise EdgekitError(f"Could not stop processes {', '.join(map(str, left))} of the simulated boards.")
+    return {"dir": str(sim_dir), "stopped": sorted(st.boards), "left": left}
+
+
+def _unpublish(st: SimState) -> None:
+    names = set(st.boards)
+    for path in map(Path, st.board_files):
+        boards = Boards(path)
+        if not path.exists():
+            continue
+        ours = [n for n, b in boards.load().boards.items()
+                if n in names and b.sim and b.base == str(st.boards[n].base)]
+        if ours:
+            boards.update(remove=ours)
+    for path in map(Path, st.known_hosts_files):
+        keys.update_known_hosts(path, unpin=[b.known_hosts_name for b in st.boards.values()])
+
+
+def status(sim_dir: Path) -> dict[str, Any]:
+    sim_dir = sim_dir.resolve()
+    st = state_mod.load(sim_dir)
+    if st is None:
+        return {"dir": str(sim_dir), "updater": None, "boards": []}
+    rows = []
+    for b in st.boards.values():
+        profile = get_profile(b.profile)
+        watts = rootfs.read_power(b.root)
+        rows.append({
+            "name": b.name, "profile": b.profile, "host": b.host, "port": b.port, "service_port": b.service_port,
+            "user": b.user, "base": str(b.base), "root": str(b.root), "sshd_pid": b.sshd_pid,
+            "alive": procs.alive(b.sshd_pid, b.sshd_ctime),
+            "services": sorted(services(b)),
+            "total_rail": profile.total_power_rail,
+            "total_watts": round(watts.get(profile.total_power_rail, 0.0), 3),
+            "rails": {k: round(v, 3) for k, v in watts.items()},
+        })
+    return {
+        "dir": str(sim_dir),
+        "client_key": str(st.client_key),
+        "updater": {"pid": st.updater_pid, "alive": procs.alive(st.updater_pid, st.updater_ctime)},
+        "boards": rows,
+    }
+
+
+def sorted_boards(st: SimState) -> list[BoardState]:
+    return sorted(st.boards.values(), key=lambda b: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", b.name)])

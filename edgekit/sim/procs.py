@@ -1,0 +1,128 @@
+"""Process helpers for the simulator: start detached, check "still ours", stop for good."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import psutil
+
+# Popen objects of the daemons this Python process started. Keeping them (a) stops Python from
+# warning "subprocess still running" when they are garbage-collected and (b) lets `down`, when it
+# runs in the same process (the pytest fixture), reap them so they don't linger as zombies.
+_STARTED: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def spawn_detached(
+    argv: Sequence[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> tuple[int, float]:
+    """Start ``argv`` in its own session with stdout+stderr appended to ``log``; return (pid, ctime)."""
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen(
+            list(argv), stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+            start_new_session=True, close_fds=True, env=env, cwd=cwd,
+        )
+    _STARTED[proc.pid] = proc
+    return proc.pid, create_time(proc.pid) or 0.0
+
+
+def create_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def alive(pid: int | None, ctime: float | None = None) -> bool:
+    """True when ``pid`` runs (not a zombie) and, given ``ctime``, is still the process we started."""
+    if not pid:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return ctime is None or abs(proc.create_time() - ctime) < 0.05
+    except psutil.Error:
+        return False
+
+
+def tree(pid: int, ctime: float | None = None) -> list[psutil.Process]:
+    """The process and all its descendants (empty when it is gone or a different process now)."""
+    if not alive(pid, ctime):
+        return []
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _gone(proc: psutil.Process) -> bool:
+    started = _STARTED.get(proc.pid)
+    if started is not None and started.poll() is not None:
+        _STARTED.pop(proc.pid, None)
+        return True
+    try:
+        # A zombie runs nothing and holds no port; where PID 1 does not reap, it stays one.
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def _wait(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout
+    while True:
+        procs = [p for p in procs if not _gone(p)]
+        if not procs or time.monotonic() >= deadline:
+            return procs
+        time.sleep(0.02)
+
+
+def stop(procs: Iterable[psutil.Process], timeout: float = 3.0) -> list[int]:
+    """SIGTERM each process, SIGKILL what is left after ``timeout``; returns the pids still alive."""
+    procs = list({p.pid: p for p in procs if p.pid != os.getpid()}.values())
+    for proc in procs:
+        _signal(proc, signal.SIGTERM)
+    left = _wait(procs, timeout)
+    for proc in left:
+        _signal(proc, signal.SIGKILL)
+    return [p.pid for p in _wait(left, 2.0)]
+
+
+def _signal(proc: psutil.Process, sig: int) -> None:
+    with contextlib.suppress(psutil.Error):
+        proc.send_signal(sig)  # psutil checks the pid was not reused since we looked it up
+
+
+def free_port(avoid: Iterable[int] = ()) -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the caller retries if it loses a race)."""
+    avoid = set(avoid)
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in avoid:
+            return port
+    raise RuntimeError("no free TCP port found on 127.0.0.1")
+
+
+def wait_ssh_banner(port: int, pid: int, timeout: float = 10.0) -> bool:
+    """Wait until ``pid`` is alive and 127.0.0.1:port answers with an SSH banner."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1.0) as s:
+                if s.recv(64).startswith(b"SSH-2.0-"):
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.01)
+    return False

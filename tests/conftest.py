@@ -1,0 +1,77 @@
+"""Shared fixtures. Simulated boards: ``sim_boards(n=2, profile="orin", fresh=False)``.
+
+    def test_probe(sim_boards):
+        a, b = sim_boards(2)                  # two orin-agx-64gb boards (SimBoard objects)
+        (thor,) = sim_boards(1, "thor")        # boards of another profile, same session
+        (mine,) = sim_boards(1, fresh=True)    # a board no other test has used
+        assert a.run("cat $EDGEKIT_BOARD_ROOT/etc/nv_tegra_release").rc == 0
+
+Boards start on first use and stay up for the whole session (`sim down` at its end); a test
+asking for N boards of a profile gets the first N of that profile, so tests share them — ask
+for ``fresh=True`` when a test changes a board in ways others would notice. While a test that
+uses ``sim_boards`` runs, EDGEKIT_CONFIG_DIR, EDGEKIT_CACHE and EDGEKIT_CONFIG point into the
+session's temp dir, so `edgekit` commands (CliRunner or subprocess) see these boards in their
+board file and known_hosts, and nothing touches the user's own files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from edgekit.config.profiles import get_profile
+from edgekit.sim import boards as sim
+from edgekit.sim.testing import SimBoard
+
+
+@dataclass
+class SimSession:
+    root: Path
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            "EDGEKIT_CONFIG_DIR": str(self.root / "config"),
+            "EDGEKIT_CACHE": str(self.root / "cache"),
+            "EDGEKIT_CONFIG": str(self.root / "config" / "edgekit.yaml"),
+        }
+
+    @property
+    def sim_dir(self) -> Path:
+        return self.root / "cache" / "sim"  # = edgekit.paths.sim_dir() under self.env
+
+    @property
+    def targets(self) -> sim.Targets:
+        return sim.Targets(Path(self.env["EDGEKIT_CONFIG"]), Path(self.env["EDGEKIT_CONFIG_DIR"]) / "known_hosts")
+
+    def boards(self, n: int = 2, profile: str = "orin", *, fresh: bool = False) -> list[SimBoard]:
+        canonical = get_profile(profile).name
+        st, started = sim.up(self.sim_dir, n, canonical, self.targets, add=fresh)
+        pool = [b for b in sim.sorted_boards(st) if b.profile == canonical]
+        if fresh:
+            pool = [b for b in pool if b.name in started]
+        return [SimBoard.from_state(st, b, self.targets.known_hosts) for b in pool[:n]]
+
+    def down(self) -> None:
+        sim.down(self.sim_dir)
+
+
+@pytest.fixture(scope="session")
+def sim_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimSession]:
+    session = SimSession(tmp_path_factory.mktemp("edgekit-sim"))
+    try:
+        yield session
+    finally:
+        session.down()
+
+
+@pytest.fixture
+def sim_boards(sim_session: SimSession, monkeypatch: pytest.MonkeyPatch) -> Callable[..., list[SimBoard]]:
+    """Factory: ``sim_boards(n=2, profile="orin", *, fresh=False) -> list[SimBoard]``."""
+    for key, value in sim_session.env.items():
+        monkeypatch.setenv(key, value)
+    return sim_session.boards
+

@@ -1,0 +1,159 @@
+"""`edgekit convert` end to end: real conversions of the tiny pair into a store, loaded and served by
+the host llama-server with and without the MTP drafter (same greedy text, drafts made)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from build_helpers import sdist_or_skip
+
+from edgekit.config.recipes import Recipe, load_recipe
+from edgekit.convert.pipeline import ConvertResult, convert_recipe
+from edgekit.store import Store
+
+PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
+
+
+@pytest.fixture(scope="module")
+def llama_bin() -> Path:
+    if os.environ.get("EDGEKIT_LLAMA_BIN"):
+        return Path(os.environ["EDGEKIT_LLAMA_BIN"])
+    sdist_or_skip()
+    from edgekit.build import host_build_for_tests
+
+    return host_build_for_tests().bin_dir
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    return Store(tmp_path_factory.mktemp("store"))
+
+
+def _recipe(name: str, target: dict, drafter: dict) -> Recipe:
+    return Recipe.model_validate({"name": name, "target": target, "drafter": drafter,
+                                  "runtime": {"spec_type": "draft-mtp"}})
+
+
+def _by_role(result: ConvertResult) -> dict[str, Path]:
+    return {m.role: m.file for m in result.models}
+
+
+@pytest.fixture(scope="module")
+def f32_pair(store: Store) -> ConvertResult:
+    return convert_recipe(load_recipe("sim-tiny-mtp"), store, src=str(sdist_or_skip()))
+
+
+@pytest.fixture(scope="module")
+def exact_pair(store: Store) -> ConvertResult:
+    recipe = _recipe("qat", {"synthetic": "tiny-gemma4-qat", "quant": "q4_0-exact"},
+                     {"synthetic": "tiny-gemma4-assistant-qat", "quant": "q4_0-exact", "fallback": "F16"})
+    return convert_recipe(recipe, store, src=str(sdist_or_skip()))
+
+
+def test_sim_recipe_converts_checks_and_stores(f32_pair: ConvertResult, store: Store) -> None:
+    models = {m.role: m.to_dict() for m in f32_pair.models}
+    assert models["target"]["arch"] == "gemma4" and models["drafter"]["arch"] == "gemma4-assistant"
+    assert models["target"]["tensors"] == 68 and models["drafter"]["tensors"] == 27
+    manifest = f32_pair.models[0].artifact.manifest
+    assert manifest["converter"]["commit"].startswith("0c1e570")
+    assert manifest["source"]["synthetic"] == "tiny-gemma4" and manifest["quant"] == "F32"
+    assert {f["name"] for f in manifest["files"]} == {"target-f32.gguf", "target-convert.log"}
+    assert all(len(f["sha256"]) == 64 for f in manifest["files"])
+
+    start = time.monotonic()
+    again = convert_recipe(load_recipe("sim-tiny-mtp"), store, src=str(sdist_or_skip()))
+    assert all(m.cached for m in again.models) and time.monotonic() - start < 5
+    assert [m.artifact.key for m in again.models] == [m.artifact.key for m in f32_pair.models]
+
+
+def test_q4_0_exact_recipe_repacks_every_weight(exact_pair: ConvertResult) -> None:
+    for m in exact_pair.models:
+        rp = m.artifact.manifest["repack"]
+        assert rp["tensors_exact"] == rp["tensors_quantizable"] > 0 and rp["exact_block_fraction"] == 1.0
+        assert rp["proof_bit_exact"] and rp["size_vs_q8_0"] < 0.7
+        assert m.artifact.file(f"{m.role}-repack.json").is_file()
+    assert exact_pair.models[1].artifact.manifest["fallback"] == "F16"
+
+
+def test_llama_quantize_types(store: Store, llama_bin: Path) -> None:
+    recipe = _recipe("kq", {"synthetic": "tiny-gemma4", "quant": "Q4_K_M"},
+                     {"synthetic": "tiny-gemma4-assistant", "quant": "Q8_0"})
+    result = convert_recipe(recipe, store, src=str(sdist_or_skip()), bin_dir=str(llama_bin))
+    target = result.models[0].artifact.manifest["gguf"]
+    assert target["arch"] == "gemma4" and target["file_type"] == 15  # MOSTLY_Q4_K_M
+    assert result.models[1].artifact.manifest["gguf"]["types"].get("Q8_0", 0) > 0
+
+
+# --- served by the host llama-server ------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def _server(bin_dir: Path, target: Path, drafter: Path | None, log: Path) -> Iterator[str]:
+    port = _free_port()
+    argv = [str(bin_dir / "llama-server"), "-m", str(target), "--host", "127.0.0.1", "--port", str(port),
+            "-c", "512", "-t", "2", "-ngl", "0", "--no-warmup"]
+    if drafter is not None:
+        argv += ["-md", str(drafter), "--spec-type", "draft-mtp", "--spec-draft-n-max", "3", "-ngld", "0"]
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"llama-server exited {proc.returncode}: {log.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"llama-server not healthy: {log.read_text()[-2000:]}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _complete(url: str) -> dict:
+    body = json.dumps({"prompt": PROMPT, "n_predict": 48, "temperature": 0.0, "top_k": 1, "seed": 1,
+                       "ignore_eos": True, "cache_prompt": False}).encode()
+    req = urllib.request.Request(f"{url}/completion", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+
+
+@pytest.mark.parametrize("pair", ["f32_pair", "exact_pair"])
+def test_mtp_drafter_keeps_greedy_text_and_drafts(pair: str, request: pytest.FixtureRequest, llama_bin: Path,
+                                                  tmp_path: Path) -> None:
+    files = _by_role(request.getfixturevalue(pair))
+    with _server(llama_bin, files["target"], None, tmp_path / "plain.log") as url:
+        plain = _complete(url)
+    with _server(llama_bin, files["target"], files["drafter"], tmp_path / "mtp.log") as url:
+        spec = _complete(url)
+    assert plain["tokens_predicted"] == spec["tokens_predicted"] == 48
+    assert spec["content"] == plain["content"] and plain["content"]
+    assert spec["timings"]["draft_n"] > 0
+    assert spec["timings"]["draft_n_accepted"] <= spec["timings"]["draft_n"]
+    assert "draft" not in plain["timings"] or not plain["timings"].get("draft_n")

@@ -1,0 +1,203 @@
+"""Exact Q4_0 repack: the numpy search on its own, then real converter GGUFs of the tiny QAT pair."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from build_helpers import sdist_or_skip
+from click.testing import CliRunner
+from gguf import GGMLQuantizationType, GGUFReader, quants
+
+from edgekit.cli import cli
+from edgekit.convert.gguf_io import tensor_f32
+from edgekit.convert.llamacpp import LlamaCpp, find_llamacpp
+from edgekit.convert.pipeline import repack_any
+from edgekit.convert.qat import BLOCK, bits_equal, exact_q4_0, pack_q4_0
+from edgekit.convert.tiny import ensure_tiny_pair
+from edgekit.errors import EdgekitError
+from edgekit.models.safetensors import open_model
+
+Q4_0 = GGMLQuantizationType.Q4_0
+Q8_0 = GGMLQuantizationType.Q8_0
+
+
+def on_grid(rows: int, cols: int, seed: int = 0) -> np.ndarray:
+    """QAT-like values: q·d with q ∈ [-8, 7] and d with 4 significant bits (exact in bf16)."""
+    rng = np.random.default_rng(seed)
+    n = rows * cols // BLOCK
+    q = rng.integers(-8, 8, size=(n, BLOCK)).astype(np.float32)
+    d = np.ldexp(1 + rng.integers(0, 8, size=(n, 1)) / 8, rng.integers(-14, -2, size=(n, 1))).astype(np.float32)
+    return (q * d).reshape(rows, cols)
+
+
+# --- the search itself --------------------------------------------------------------------------
+
+
+def test_on_grid_tensor_is_exact_and_dequantizes_bit_for_bit() -> None:
+    w = on_grid(64, 256)
+    w[0, :BLOCK] = 0.0  # an all-zero block
+    w[1, :BLOCK] = np.abs(w[1, :BLOCK])  # largest magnitude positive: needs a negative step
+    res = exact_q4_0(w)
+    assert res.exact and res.blocks == 64 * 256 // BLOCK and res.packed is not None
+    assert res.packed.shape == (64, 256 // BLOCK * 18)
+    assert bits_equal(quants.dequantize(res.packed, Q4_0), w)
+
+
+def test_one_value_off_the_grid_makes_the_tensor_inexact_and_counts_blocks() -> None:
+    w = on_grid(32, 128)
+    w[3, 5] += np.float32(2.0**-20)
+    res = exact_q4_0(w)
+    assert not res.exact and res.packed is None
+    assert res.blocks - res.exact_blocks == 1
+
+
+def test_gaussian_weights_are_not_on_a_grid() -> None:
+    rng = np.random.default_rng(1)
+    w = (rng.normal(0, 0.02, size=(64, 128)).astype(np.float32).view(np.uint32) & 0xFFFF0000).view(np.float32)
+    assert exact_q4_0(w).exact_blocks == 0
+
+
+def test_nan_block_is_never_exact() -> None:
+    w = on_grid(1, 64)
+    w[0, 40] = np.nan
+    res = exact_q4_0(w)
+    assert res.exact_blocks == 1 and not res.exact
+
+
+def test_pack_layout_is_ggml_block_q4_0() -> None:
+    q = np.arange(-8, 24).clip(-8, 7).astype(np.int8)[None, :]
+    packed = pack_q4_0(np.array([0.5], dtype=np.float16), q)
+    assert packed.shape == (1, 18)
+    assert packed[0, :2].view("<f2")[0] == np.float16(0.5)
+    assert int(packed[0, 2]) == (int(q[0, 0]) + 8) | ((int(q[0, 16]) + 8) << 4)  # low: 0-15, high: 16-31
+    assert np.array_equal(quants.dequantize(packed, Q4_0)[0], q[0].astype(np.float32) * 0.5)
+
+
+def test_rows_that_do_not_split_into_blocks_are_refused() -> None:
+    with pytest.raises(ValueError):
+        exact_q4_0(np.zeros((4, 48), dtype=np.float32))
+
+
+# --- real converter GGUFs of the tiny QAT pair -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def llama() -> LlamaCpp:
+    return find_llamacpp(str(sdist_or_skip()))
+
+
+@pytest.fixture(scope="module")
+def qat_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return ensure_tiny_pair(tmp_path_factory.getbasetemp() / "edgekit-tiny", seed=0, qat=True)
+
+
+@pytest.fixture(scope="module")
+def qat_q8(llama: LlamaCpp, qat_pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The converter's own Q8_0 files of the QAT pair: what the repack is measured against."""
+    out = tmp_path_factory.mktemp("q8")
+    files = {}
+    for model in qat_pair:
+        files[model.name] = out / f"{model.name}-q8_0.gguf"
+        llama.convert(model, files[model.name], "q8_0", out / "convert.log")
+    return files
+
+
+def _source_values(model_dir: Path, llama: LlamaCpp) -> dict[str, np.ndarray]:
+    """GGUF name → float32 values straight from the safetensors (mapped by the converter's rules)."""
+    config = json.loads((model_dir / "config.json").read_text())
+    files = open_model(model_dir)
+    _arch, mapping = llama.gguf_names(config, sorted(files))
+    return {g: files[h].float32(h) for h, g in mapping.items() if g}
+
+
+def test_repack_of_qat_drafter_is_exact_and_proven(llama: LlamaCpp, qat_pair: tuple[Path, Path],
+                                                   qat_q8: dict[str, Path], tmp_path: Path) -> None:
+    _target, drafter = qat_pair
+    out = tmp_path / "drafter-q4_0.gguf"
+    report = repack_any(drafter, out, ref=qat_q8["drafter"], llama_src=str(sdist_or_skip()))
+    s = report.summary()
+    assert s["tensors_exact"] == s["tensors_quantizable"] > 0 and s["tensors_fallback"] == 0
+    assert s["exact_block_fraction"] == 1.0 and s["bits_per_weight"] == 4.5
+    assert s["proof_bit_exact"] and not s["q8_0_size_is_estimate"]
+    assert s["size_vs_q8_0"] < 0.7  # tiny models carry a large share of F32 norms and metadata
+
+    # Independent check: dequantize what landed in the file and compare with the safetensors.
+    reader = GGUFReader(out)
+    ref = GGUFReader(qat_q8["drafter"])
+    assert reader.fields["general.architecture"].contents() == "gemma4-assistant"
+    assert [t.name for t in reader.tensors] == [t.name for t in ref.tensors]
+    for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "gemma4-assistant.embedding_length_out"):
+        assert reader.fields[key].contents() == ref.fields[key].contents()
+    assert reader.fields["general.file_type"].contents() == 2  # MOSTLY_Q4_0
+    q4 = [t for t in reader.tensors if t.tensor_type == Q4_0]
+    assert len(q4) == s["tensors_exact"]
+    source = _source_values(drafter, llama)
+    for t in q4:
+        assert bits_equal(quants.dequantize(np.asarray(t.data), Q4_0), source[t.name])
+
+
+def test_repack_without_reference_converts_losslessly_first(qat_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    target, _drafter = qat_pair
+    report = repack_any(target, tmp_path / "t.gguf", llama_src=str(sdist_or_skip()))
+    s = report.summary()
+    assert s["tensors_exact"] == s["tensors_quantizable"] and s["proof_bit_exact"]
+    assert s["q8_0_size_is_estimate"] and 0 < s["size_vs_q8_0"] < 0.7
+    # A lossless GGUF as SRC gives the same weights without running the converter again.
+    types = {t.name: t.tensor_type for t in GGUFReader(tmp_path / "t.gguf").tensors}
+    assert types["blk.0.ffn_down.weight"] == Q4_0 and types["blk.0.attn_norm.weight"] == GGMLQuantizationType.F32
+
+
+def test_off_grid_tensor_falls_back_whole(llama: LlamaCpp, qat_pair: tuple[Path, Path], qat_q8: dict[str, Path],
+                                          tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    _target, drafter = qat_pair
+    bent = tmp_path / "drafter-bent"
+    shutil.copytree(drafter, bent)
+    weights = load_file(bent / "model.safetensors")
+    name = "model.layers.0.mlp.down_proj.weight"
+    w = weights[name].clone()
+    w[0, 0] = w[0, 0] + torch.tensor(1e-3, dtype=torch.bfloat16)  # one value leaves the grid
+    weights[name] = w
+    save_file(weights, bent / "model.safetensors", metadata={"format": "pt"})
+
+    for fallback, gtype in (("Q8_0", Q8_0), ("F16", GGMLQuantizationType.F16)):
+        out = tmp_path / f"bent-{fallback}.gguf"
+        report = repack_any(bent, out, ref=qat_q8["drafter"], fallback=fallback, llama_src=str(sdist_or_skip()))
+        s = report.to_dict()
+        assert s["tensors_fallback"] == 1 and s["tensors_exact"] == s["tensors_quantizable"] - 1
+        (fb,) = s["fallback_tensors"]
+        assert fb["name"] == "blk.0.ffn_down.weight" and fb["type"] == fallback and fb["missed_blocks"] == 1
+        assert 0.99 < s["exact_block_fraction"] < 1.0 and s["proof_bit_exact"]
+        t = next(t for t in GGUFReader(out).tensors if t.name == "blk.0.ffn_down.weight")
+        assert t.tensor_type == gtype
+        src = _source_values(bent, llama)["blk.0.ffn_down.weight"]
+        if gtype == Q8_0:  # the same bytes the converter's Q8_0 has for it
+            ref = next(t for t in GGUFReader(qat_q8["drafter"]).tensors if t.name == "blk.0.ffn_down.weight")
+            assert np.array_equal(np.asarray(t.data), quants.quantize(src, Q8_0))
+            assert not np.array_equal(np.asarray(t.data), np.asarray(ref.data))  # ref has the unbent values
+        else:
+            assert np.array_equal(tensor_f32(t), src.astype(np.float16).astype(np.float32))
+
+
+def test_cli_repack_json_and_errors(qat_pair: tuple[Path, Path], qat_q8: dict[str, Path], tmp_path: Path) -> None:
+    _target, drafter = qat_pair
+    out = tmp_path / "d.gguf"
+    res = CliRunner().invoke(cli, ["repack", str(drafter), str(out), "--from-gguf", str(qat_q8["drafter"]),
+                                   "--src", str(sdist_or_skip()), "--report", str(tmp_path / "r.json"), "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["exact_block_fraction"] == 1.0 and data["proof_bit_exact"] is True
+    assert len(json.loads((tmp_path / "r.json").read_text())["tensors"]) == data["tensors_total"]
+
+    # A target's Q8_0 as the reference of a drafter: refused before anything is written.
+    with pytest.raises(EdgekitError, match="gemma4"):
+        repack_any(drafter, tmp_path / "x.gguf", ref=qat_q8["target"], llama_src=str(sdist_or_skip()))
+    assert not (tmp_path / "x.gguf").exists()
+    with pytest.raises(EdgekitError, match="new file"):
+        repack_any(qat_q8["drafter"], qat_q8["drafter"])

@@ -1,0 +1,357 @@
+"""Pushing blobs into a board's content-addressed store, against a real sshd on 127.0.0.1."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import pwd
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from edgekit.config.boardfile import Board
+from edgekit.errors import EdgekitError
+from edgekit.remote import fastsftp, transfer
+from edgekit.remote.connection import connection
+from edgekit.remote.runner import SshRunner
+from edgekit.remote.transfer import (
+    Blob,
+    PushReport,
+    TransferProgress,
+    check_sha256,
+    push_blobs,
+    push_many,
+    resolve_base,
+    store_path,
+)
+
+MiB = 1 << 20
+
+
+# ------------------------------------------------------------------------------------ the board
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_banner(port: int, proc: subprocess.Popen, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"sshd exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                if s.recv(4).startswith(b"SSH-"):
+                    return
+        except OSError:
+            time.sleep(0.02)
+    raise RuntimeError("sshd did not answer")
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """One sshd on loopback, host key pinned in its own known_hosts, a key for the current user."""
+    sshd_bin = shutil.which("sshd", path="/usr/sbin:/usr/local/sbin:/sbin:" + os.environ.get("PATH", ""))
+    if not sshd_bin or not shutil.which("ssh-keygen"):
+        pytest.skip("OpenSSH server (sshd, ssh-keygen) is not installed")
+    d = tmp_path_factory.mktemp("sshd")
+    for name in ("host_key", "user_key"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True)
+    shutil.copy(d / "user_key.pub", d / "authorized_keys")
+    port = _free_port()
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    (d / "sshd_config").write_text(textwrap.dedent(f"""\
+        ListenAddress 127.0.0.1:{port}
+        HostKey {d}/host_key
+        PidFile {d}/sshd.pid
+        AuthorizedKeysFile {d}/authorized_keys
+        AllowUsers {user}
+        PasswordAuthentication no
+        PermitRootLogin prohibit-password
+        UsePAM no
+        StrictModes no
+        Subsystem sftp internal-sftp
+        MaxStartups 100:30:200
+        MaxSessions 100
+        UseDNS no
+        SetEnv SHLVL=1 PATH=/usr/local/bin:/usr/bin:/bin
+        """))
+    if os.geteuid() == 0:
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+    log = open(d / "sshd.log", "wb")  # noqa: SIM115 - open for the fixture's lifetime
+    proc = subprocess.Popen([sshd_bin, "-f", str(d / "sshd_config"), "-D", "-e"], stdout=log, stderr=log)
+    try:
+        _wait_banner(port, proc)
+        pub = (d / "host_key.pub").read_text().split()
+        (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {pub[0]} {pub[1]}\n")
+        yield {"port": port, "user": user, "dir": d}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()
+
+
+def make_board(sshd: dict, base: Path | str) -> Board:
+    d = sshd["dir"]
+    return Board(host="127.0.0.1", port=sshd["port"], user=sshd["user"], key=str(d / "user_key"),
+                 profile="orin", base=str(base), known_hosts=str(d / "known_hosts"))
+
+
+@pytest.fixture
+def base(tmp_path: Path) -> Path:
+    return tmp_path / "board base 'q' \"dq\" $(touch PWNED) ;x"
+
+
+@pytest.fixture
+def runner(sshd: dict, base: Path) -> Iterator[SshRunner]:
+    with SshRunner(make_board(sshd, base), "b1") as r:
+        yield r
+
+
+# ---------------------------------------------------------------------------------------- blobs
+
+
+def blob_of(path: Path, data: bytes, executable: bool = False) -> Blob:
+    path.write_bytes(data)
+    return Blob(hashlib.sha256(data).hexdigest(), len(data), path, executable)
+
+
+@pytest.fixture
+def blobs(tmp_path: Path) -> list[Blob]:
+    src = tmp_path / "src"
+    src.mkdir()
+    return [
+        blob_of(src / "model.gguf", os.urandom(3 * MiB + 12345)),
+        blob_of(src / "llama server $(id)", b"#!/bin/sh\necho hi\n", executable=True),
+        blob_of(src / "empty", b""),
+    ]
+
+
+def assert_in_store(base: Path, blobs: list[Blob]) -> None:
+    store = base / "store"
+    for b in blobs:
+        final = store / b.sha256
+        assert final.read_bytes() == b.path.read_bytes()
+        assert final.stat().st_mode & 0o777 == (0o755 if b.executable else 0o644)
+    assert not list(store.glob("*.part"))
+
+
+# ---------------------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("verify", ["stream", "after"])
+def test_fresh_push_then_noop(runner: SshRunner, base: Path, blobs: list[Blob], verify: str) -> None:
+    out = io.StringIO()
+    with TransferProgress(Console(file=out, width=120)) as progress:
+        report = push_blobs(runner, str(base), [*blobs, blobs[0]], progress, verify=verify)
+    total = sum(b.size for b in blobs)
+    assert (report.sent_bytes, report.sent_blobs, report.skipped_blobs, report.resumed_bytes) == (total, 3, 0, 0)
+    assert progress.counts("b1") == (total, total)
+    assert runner.conn.client.get_transport().local_cipher in fastsftp.GCM_CIPHERS  # switched by a rekey
+    assert_in_store(base, blobs)
+    assert not (base.parent / "PWNED").exists() and not Path("PWNED").exists()
+    assert store_path(str(base), blobs[0].sha256) == str(base / "store" / blobs[0].sha256)
+
+    again = push_blobs(runner, str(base), blobs, verify=verify)
+    assert (again.sent_bytes, again.sent_blobs, again.skipped_blobs) == (0, 0, 3)
+    assert set(again.to_dict()) == {"sent_bytes", "sent_blobs", "skipped_blobs", "resumed_bytes", "seconds"}
+
+
+@pytest.mark.parametrize("fraction", [0.5, 1.0])
+def test_resume_from_part(runner: SshRunner, base: Path, blobs: list[Blob], fraction: float) -> None:
+    big = blobs[0]
+    have = int(big.size * fraction)  # 1.0: cut after the upload, before the rename
+    (base / "store").mkdir(parents=True)
+    (base / "store" / f"{big.sha256}.part").write_bytes(big.path.read_bytes()[:have])
+    report = push_blobs(runner, str(base), [big])
+    assert (report.resumed_bytes, report.sent_bytes, report.sent_blobs) == (have, big.size - have, 1)
+    assert_in_store(base, [big])
+
+
+_KILLED_PUSH = """
+import json, sys, time
+from edgekit.config.boardfile import Board
+from edgekit.remote.runner import SshRunner
+from edgekit.remote.transfer import Blob, TransferProgress, push_blobs
+from pathlib import Path
+
+class Slow(TransferProgress):  # slow enough that the kill lands mid-upload
+    def advance(self, board, n):
+        super().advance(board, n)
+        time.sleep(0.02)
+
+args = json.loads(sys.argv[1])
+runner = SshRunner(Board(**args["board"]), "b1")
+push_blobs(runner, args["board"]["base"], [Blob(args["sha"], args["size"], Path(args["path"]))],
+           Slow(disable=True))
+"""
+
+
+def test_resume_after_sigkill(sshd: dict, runner: SshRunner, base: Path, tmp_path: Path) -> None:
+    big = blob_of(tmp_path / "big.bin", os.urandom(48 * MiB))
+    part = base / "store" / f"{big.sha256}.part"
+    args = {"board": make_board(sshd, base).model_dump(), "sha": big.sha256, "size": big.size, "path": str(big.path)}
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_PUSH, json.dumps(args)])
+    try:
+        deadline = time.monotonic() + 30
+        while not (part.exists() and part.stat().st_size >= 8 * MiB):
+            assert proc.poll() is None and time.monotonic() < deadline, "the push ended before the cut"
+            time.sleep(0.01)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    # The server side writes what it had received, then sees the connection gone: wait for that.
+    cut, stable_since = -1, time.monotonic()
+    while time.monotonic() - stable_since < 0.3:
+        if part.stat().st_size != cut:
+            cut, stable_since = part.stat().st_size, time.monotonic()
+        time.sleep(0.02)
+    assert 8 * MiB <= cut < big.size
+    report = push_blobs(runner, str(base), [big])
+    assert report.resumed_bytes == cut and report.sent_bytes == big.size - cut
+    assert_in_store(base, [big])
+
+
+@pytest.mark.parametrize("verify", ["stream", "after"])
+def test_corrupted_part_is_sent_again(runner: SshRunner, base: Path, blobs: list[Blob], verify: str) -> None:
+    big = blobs[0]
+    (base / "store").mkdir(parents=True)
+    (base / "store" / f"{big.sha256}.part").write_bytes(os.urandom(big.size // 2))  # wrong bytes
+    with TransferProgress(disable=True) as progress:
+        report = push_blobs(runner, str(base), [big], progress, verify=verify)
+    sent = big.size - big.size // 2 + big.size
+    assert progress.counts("b1") == (sent, sent)
+    # The bad prefix was found by the board-side hash, deleted, and the whole blob sent again.
+    assert report.sent_blobs == 1 and report.resumed_bytes == 0
+    assert report.sent_bytes == sent
+    assert_in_store(base, [big])
+
+
+def test_a_verifier_that_dies_falls_back_to_hashing_after(
+    runner: SshRunner, base: Path, blobs: list[Blob], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A board whose python3 cannot run the streaming verifier (broken, too old) still gets verified pushes.
+    monkeypatch.setattr(transfer, "VERIFY_PY", "import sys; sys.exit('no hashlib here')")
+    report = push_blobs(runner, str(base), blobs, verify="stream")
+    assert report.sent_blobs == 3
+    assert_in_store(base, blobs)
+
+
+def test_part_longer_than_blob_starts_over(runner: SshRunner, base: Path, blobs: list[Blob]) -> None:
+    big = blobs[0]
+    (base / "store").mkdir(parents=True)
+    (base / "store" / f"{big.sha256}.part").write_bytes(os.urandom(big.size + 10))
+    report = push_blobs(runner, str(base), [big])
+    assert (report.sent_bytes, report.resumed_bytes) == (big.size, 0)
+    assert_in_store(base, [big])
+
+
+@pytest.mark.parametrize("verify", ["stream", "after"])
+def test_content_not_matching_its_hash_is_refused(runner: SshRunner, base: Path, tmp_path: Path, verify: str) -> None:
+    liar = Blob(hashlib.sha256(b"what the manifest says").hexdigest(), 5 * MiB, tmp_path / "changed")
+    liar.path.write_bytes(os.urandom(5 * MiB))
+    with pytest.raises(EdgekitError, match=r"arrived on board .b1. with sha256 .*, not sha256 .*rebuild the artifact"):
+        push_blobs(runner, str(base), [liar], verify=verify)
+    assert list((base / "store").iterdir()) == []  # neither the final name nor a .part
+
+
+def test_local_file_must_match_its_size(runner: SshRunner, base: Path, tmp_path: Path) -> None:
+    b = blob_of(tmp_path / "f", b"12345")
+    with pytest.raises(EdgekitError, match="is 5 bytes but its manifest says 6"):
+        push_blobs(runner, str(base), [Blob(b.sha256, 6, b.path)])
+    with pytest.raises(EdgekitError, match="is missing"):
+        push_blobs(runner, str(base), [Blob(b.sha256, 5, tmp_path / "nope")])
+
+
+@pytest.fixture
+def tiny_fs(tmp_path: Path) -> Iterator[Path]:
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a 1 MiB tmpfs needs root")
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True,
+                         check=False)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_tiny_filesystem_gets_the_free_space_error(sshd: dict, tiny_fs: Path, blobs: list[Blob]) -> None:
+    with SshRunner(make_board(sshd, tiny_fs), "tiny") as r, pytest.raises(EdgekitError) as err:
+        push_blobs(r, str(tiny_fs), blobs)
+    assert re.fullmatch(r"Board 'tiny' has 1\.0 MB free in .* but the push needs 20\.\d MB "
+                        r"\(3\.2 MB of blobs \+ margin\); nothing was sent\.", str(err.value))
+    assert list((tiny_fs / "store").iterdir()) == []
+
+
+def test_a_write_failure_mid_upload_is_raised(runner: SshRunner, tiny_fs: Path, tmp_path: Path) -> None:
+    # paramiko ignores the replies of pipelined writes still in flight at close(); we must not.
+    big = blob_of(tmp_path / "big", os.urandom(3 * MiB))
+    with pytest.raises(OSError):
+        fastsftp.upload(runner.sftp(), big.path, str(tiny_fs / "x.part"), big.size)
+
+
+def test_gcm_transport_factory_for_the_connection_code(sshd: dict, tmp_path: Path) -> None:
+    conn = connection(make_board(sshd, tmp_path), "b1")
+    conn.connect_kwargs["transport_factory"] = fastsftp.gcm_transport
+    with conn:
+        conn.open()
+        transport = conn.client.get_transport()
+        assert transport.local_cipher == "aes128-gcm@openssh.com"
+        assert fastsftp.prefer_gcm(transport) == "aes128-gcm@openssh.com"  # no rekey needed
+
+
+def test_remote_names_are_hashes_only(tmp_path: Path) -> None:
+    good = hashlib.sha256(b"x").hexdigest()
+    assert check_sha256(good) == good
+    for bad in ["../../etc/passwd", good.upper(), good[:-1], good + "0", f"{good[:-1]}\n", "", f"$({good})", None]:
+        with pytest.raises(EdgekitError, match="is not a sha256"):
+            Blob(bad, 1, tmp_path / "f")  # type: ignore[arg-type]
+        with pytest.raises(EdgekitError):
+            store_path("/base", bad)  # type: ignore[arg-type]
+    with pytest.raises(EdgekitError, match="invalid size"):
+        Blob(good, -1, tmp_path / "f")
+
+
+def test_resolve_base_expands_home_once(runner: SshRunner) -> None:
+    home = pwd.getpwuid(os.geteuid()).pw_dir.rstrip("/")
+    assert resolve_base(runner, "~/edge kit $(x)") == f"{home}/edge kit $(x)"
+    assert resolve_base(runner, "~") == home
+    assert resolve_base(runner, "/srv/edgekit/") == "/srv/edgekit"
+
+
+def test_push_many_reports_each_board(sshd: dict, tmp_path: Path, blobs: list[Blob]) -> None:
+    (tmp_path / "not a dir").write_text("a file where the base should be")
+    bases = {f"b{i}": tmp_path / f"fleet {i}" for i in range(3)} | {"broken": tmp_path / "not a dir"}
+    runners = [SshRunner(make_board(sshd, b), name) for name, b in bases.items()]
+    try:
+        with TransferProgress(disable=True) as progress:
+            results = push_many([(r, str(bases[r.name])) for r in runners], blobs, progress)
+    finally:
+        for r in runners:
+            r.close()
+    assert set(results) == set(bases)
+    assert set(results.succeeded) == {"b0", "b1", "b2"} and set(results.failed) == {"broken"}
+    assert all(isinstance(r, PushReport) and r.sent_blobs == 3 for r in results.succeeded.values())
+    assert "Cannot prepare the store" in str(results["broken"]) and "'broken'" in str(results["broken"])
+    for i in range(3):
+        assert_in_store(bases[f"b{i}"], blobs)
+
