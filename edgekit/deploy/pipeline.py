@@ -164,7 +164,7 @@ def deploy(name: str, board: Board, recipe: Recipe, options: DeployOptions, cons
         stages["build"] = time.monotonic() - t
         t = time.monotonic()
         say("models")
-        models = resolve_models(recipe, console)
+        models = resolve_models(recipe, console, llama_src(options))
         stages["models"] = time.monotonic() - t
         help_text = server_help(bin_dir, target, built.artifact.key)
         plan = compose(recipe, board, base, bin_dir, built.artifact.key, help_text, models, target)
