@@ -11,7 +11,9 @@ asking for N boards of a profile gets the first N of that profile, so tests shar
 for ``fresh=True`` when a test changes a board in ways others would notice. While a test that
 uses ``sim_boards`` runs, EDGEKIT_CONFIG_DIR, EDGEKIT_CACHE and EDGEKIT_CONFIG point into the
 session's temp dir, so `edgekit` commands (CliRunner or subprocess) see these boards in their
-board file and known_hosts, and nothing touches the user's own files.
+board file and known_hosts, and nothing touches the user's own files. A module- or
+session-scoped fixture of your own can use ``sim_session`` instead: ``sim_session.boards(...)``
+(same signature) and ``sim_session.env`` (set those variables yourself).
 """
 
 from __future__ import annotations

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from test_agent_support import (
+    AGENT,
     RAMP_UNTIL,
     TraceWriter,
+    agent_env,
     ina238,
     ina3221,
     run_agent,
@@ -159,6 +163,24 @@ def test_sigint_stops_too_and_the_file_is_complete(tmp_path: Path) -> None:
     lines = out.read_text().splitlines()
     assert json.loads(lines[-1])["end"]["reason"] == "SIGINT"
     assert all(json.loads(ln) for ln in lines)  # every line whole
+
+
+def test_nohup_sampler_outlives_sighup(tmp_path: Path) -> None:
+    # Started with `nohup ... &` over SSH, the sampler must survive the session's hang-up.
+    root = tmp_path / "root"
+    set_ina238(_thor(root), 20.0)
+    out = tmp_path / "s.jsonl"
+    proc = subprocess.Popen(["nohup", sys.executable, str(AGENT), "sample", "--out", str(out)],
+                            env=agent_env(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_samples(out, time.monotonic() + 0.2, proc)
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(0.3)
+        assert proc.poll() is None
+    finally:
+        rc, _, err = stop_agent(proc, signal.SIGTERM)
+    assert rc == 0, err
+    assert json.loads(out.read_text().splitlines()[-1])["end"]["reason"] == "SIGTERM"
 
 
 def test_bad_arguments_exit_2(tmp_path: Path) -> None:

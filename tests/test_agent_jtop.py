@@ -149,7 +149,7 @@ def test_sampler_uses_jtop_and_integrates_power_not_avg(tmp_path: Path, standin)
         rc, stdout, stderr = stop_agent(proc)
     assert rc == 0, stderr
     assert json.loads(stdout)["source"] == "jtop"
-    meta, samples, end = energy.read_samples(str(out))
+    meta, samples, _ = energy.read_samples(str(out))
     assert meta["source"] == "jtop" and meta["jtop_interval_s"] == pytest.approx(0.05)
     assert meta["total_rail"] == "VIN_SYS_5V0" and meta["total_is_sum"] is False
     assert set(samples[-1]["rails"]) == {"VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0"}

@@ -114,3 +114,22 @@ def test_aarch64_cross_pipeline_runs_under_qemu(env: Path) -> None:
     assert "version: 20261001" in verify["version_output"]
     assert read_header(result.bin_dir / "llama-cli").machine == "aarch64"
     assert tuple(map(int, verify["glibc_needed"].split("."))) <= (2, 35)
+
+
+def test_on_board_build_through_a_runner(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--on-board: the same flags run through the board runner; here the board is this machine."""
+    from edgekit.remote.runner import LocalRunner
+
+    monkeypatch.setenv("HOME", str(env / "board-home"))
+    (env / "board-home").mkdir()
+    src = fake_tree(env / "src")
+    result = build(BuildOptions(target="host", src=str(src), on_board=True), runner=LocalRunner("local"))
+    manifest = result.artifact.manifest
+    assert manifest["where"] == "board" and manifest["board"] == "local"
+    assert manifest["cmake"]["configure"][2] == str(env / "board-home/edgekit/build/src") + "/" + (
+        Path(manifest["cmake"]["configure"][2]).name)
+    assert manifest["verify"]["version_output"].startswith("version: 20261001")
+    assert (env / "board-home/edgekit/build/host-cpu/bin/llama-server").is_file()
+    assert set(BINARIES) <= set(manifest["shipped"])
+    again = build(BuildOptions(target="host", src=str(src), on_board=True), runner=LocalRunner("local"))
+    assert again.cached

@@ -102,9 +102,12 @@ def test_boards_do_not_share_files(sim_boards):
         with sftp.open(f"{a.base}/only-on-a.txt", "w") as fh:
             fh.write("a")
         sftp.stat(f"{a.base}/only-on-a.txt")
-    res = b.run('ls -A "$(dirname "$EDGEKIT_BOARD_ROOT")/base"; echo "root=$EDGEKIT_BOARD_ROOT"')
-    assert "only-on-a.txt" not in res.stdout
-    assert f"root={b.root}" in res.stdout and a.root != b.root and a.base != b.base
+    try:
+        res = b.run('ls -A "$(dirname "$EDGEKIT_BOARD_ROOT")/base"; echo "root=$EDGEKIT_BOARD_ROOT"')
+        assert "only-on-a.txt" not in res.stdout
+        assert f"root={b.root}" in res.stdout and a.root != b.root and a.base != b.base
+    finally:
+        (a.base / "only-on-a.txt").unlink()  # the boards are shared with other tests
 
 
 def test_power_follows_each_boards_own_load(sim_boards):
@@ -156,6 +159,15 @@ def test_systemctl_stand_in_runs_units(sim_boards):
         "[Install]\nWantedBy=multi-user.target\n")
     (units / "edgekit-fails.service").write_text("[Service]\nExecStart=/bin/sh -c 'exit 3'\n")
     (units / "edgekit-noexec.service").write_text("[Service]\nExecStart=/nonexistent/server\n")
+    try:
+        _exercise_systemctl(a)
+    finally:
+        a.run("systemctl stop edgekit-web edgekit-fails; systemctl reset-failed")
+        for name in ("edgekit-web", "edgekit-fails", "edgekit-noexec"):
+            (units / f"{name}.service").unlink()
+
+
+def _exercise_systemctl(a: SimBoard) -> None:
     with a.connect() as client:
         def sh(cmd: str) -> tuple[int, str]:
             _, out, _ = client.exec_command(cmd)
@@ -198,11 +210,15 @@ def test_a_services_cpu_load_counts_for_its_board(sim_boards):
     (a.base / "burn.sh").write_text(BURN.format(s=1.6) + "\n")
     (a.root / "etc/systemd/system/edgekit-burn.service").write_text(
         f"[Service]\nExecStart=/bin/sh {a.base}/burn.sh\n")
-    idle_a = statistics.median(_sample([a], 0.4)[0])
-    assert a.run("systemctl start edgekit-burn").rc == 0  # the unit runs detached from the session
-    time.sleep(0.5)
-    busy_a = statistics.mean(_sample([a], 0.8)[0])
-    a.run("systemctl stop edgekit-burn")
+    try:
+        idle_a = statistics.median(_sample([a], 0.4)[0])
+        assert a.run("systemctl start edgekit-burn").rc == 0  # the unit runs detached from the session
+        time.sleep(0.5)
+        busy_a = statistics.mean(_sample([a], 0.8)[0])
+    finally:
+        a.run("systemctl stop edgekit-burn")
+        (a.root / "etc/systemd/system/edgekit-burn.service").unlink()
+        (a.base / "burn.sh").unlink()
     assert busy_a > idle_a + 0.15, (idle_a, busy_a)
 
 

@@ -211,3 +211,27 @@ def test_systemctl_lifecycle_and_exit_codes(tmp_path):
     finally:
         _sc(tmp_path, "stop", "s")
         _sc(tmp_path, "stop", "flaky")
+
+
+@pytest.mark.skipif(not shutil.which("sshd", path="/usr/sbin:/usr/local/sbin:" + os.environ.get("PATH", "")),
+                    reason="needs OpenSSH's sshd")
+def test_sshd_moves_to_another_port_when_its_port_is_taken(tmp_path):
+    import socket
+
+    from edgekit.sim import procs
+
+    b = _board(tmp_path)
+    sshd.prepare_privsep()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        b.port = taken.getsockname()[1]
+        (tmp_path / "authorized_keys").write_text("")
+        sshd.write_config(b, tmp_path / "authorized_keys", {"EDGEKIT_BOARD_ROOT": str(b.root)})
+        try:
+            sshd.start(sshd.find_sshd(), b)
+            assert b.port != taken.getsockname()[1] and procs.alive(b.sshd_pid)
+            assert f"ListenAddress 127.0.0.1:{b.port}" in b.sshd_config.read_text()
+        finally:
+            if b.sshd_pid:
+                assert procs.stop(procs.tree(b.sshd_pid)) == []

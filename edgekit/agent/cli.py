@@ -30,7 +30,10 @@ class AgentError(Exception):
 
 
 class _StopFlag:
-    """SIGTERM / SIGINT / SIGHUP → stop at the next sample, and say which signal it was."""
+    """SIGTERM / SIGINT / SIGHUP → stop at the next sample, and say which signal it was.
+
+    A SIGHUP that is already ignored stays ignored: ``nohup ... &`` over SSH must outlive the session.
+    """
 
     def __init__(self) -> None:
         self.reason: str | None = None
@@ -43,7 +46,9 @@ class _StopFlag:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[_StopFlag]:
-        sigs = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
+        sigs = [signal.SIGTERM, signal.SIGINT]
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+            sigs.append(signal.SIGHUP)
         old = {s: signal.signal(s, self._handle) for s in sigs}
         try:
             yield self

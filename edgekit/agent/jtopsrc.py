@@ -74,7 +74,12 @@ class JtopStream:
         """(receipt time, mW per rail), or None once the service stopped answering."""
         if not self.client.ok():
             return None
-        return time.monotonic(), rails_from_power(self.client.power or {})
+        t = time.monotonic()
+        try:
+            power = self.client.power or {}
+        except Exception:  # a service without power data this tick: an empty sample, not a crash
+            power = {}
+        return t, rails_from_power(power)
 
     def stop(self) -> None:
         if self.client is not None:

@@ -87,3 +87,31 @@ def repack(app: App, source: Path, out: Path, ref: Path | None, fallback: str, s
 
 def _mb(n: int | None) -> str:
     return "?" if n is None else f"{n / 1e6:.2f} MB"
+
+
+@click.command()
+@click.option("--recipe", "-r", required=True, help="Recipe name or path.")
+@click.option("--ctx", default=128, show_default=True, help="Context of each scored window (tokens).")
+@click.option("--threads", "-t", default=2, show_default=True)
+@click.option("--src", default=None, metavar="PATH", help=_SRC_HELP)
+@click.option("--llama-bin", default=None, metavar="DIR",
+              help="Directory with llama-perplexity (default: edgekit's host build).")
+@json_option
+@click.pass_obj
+def verify(app: App, recipe: str, ctx: int, threads: int, src: str | None, llama_bin: str | None) -> None:
+    """What the recipe's conversion costs: KL divergence and top-1 agreement against the F32 model."""
+    from edgekit.config.recipes import load_recipe
+    from edgekit.convert.pipeline import verify_recipe
+
+    data = verify_recipe(load_recipe(recipe), src=src, bin_dir=llama_bin, ctx=ctx, threads=threads, say=app.info)
+
+    def human() -> None:
+        t = data["target"]
+        app.out.print(f"target {t['quant']} vs F32: mean KL divergence {t['mean_kld']:.6f} ± {t['mean_kld_err']:.6f}, "
+                      f"top-1 agreement {100 * t['same_top1']:.2f}% ({t['chunks']} windows of {t['ctx']} tokens)")
+        if t.get("ppl") is not None:
+            app.out.print(f"  perplexity {t['ppl']:.4f} vs {t['ppl_base']:.4f}")
+        for s in data["skipped"]:
+            app.out.print(f"  {s['role']} not measured: {s['why']}")
+
+    app.emit(data, human)

@@ -85,13 +85,16 @@ def down(app: App, purge: bool, directory: Path | None) -> None:
 
 def _table(app: App, data: dict) -> None:
     updater = data.get("updater") or {}
-    table = Table(title=f"{data['dir']}  (power updater: {'running' if updater.get('alive') else 'stopped'})")
-    for col in ("board", "profile", "ssh", "service port", "sshd", "services", "power"):
-        table.add_column(col)
+    user = data["boards"][0]["user"] if data["boards"] else ""
+    table = Table(title=f"{data['dir']}\nssh {user}@127.0.0.1, power updater "
+                        f"{'running' if updater.get('alive') else '[red]stopped[/red]'}")
+    with_services = any(b["services"] for b in data["boards"])
+    cols = ["board", "profile", "ssh", "service", "sshd", "power", *(["units"] if with_services else [])]
+    for col in cols:
+        table.add_column(col, no_wrap=col != "units")
     for b in data["boards"]:
-        table.add_row(
-            b["name"], b["profile"], f"{b['user']}@{b['host']}:{b['port']}", str(b["service_port"]),
-            f"pid {b['sshd_pid']}" if b["alive"] else "[red]down[/red]", ", ".join(b["services"]) or "-",
-            f"{b['total_rail']} {b['total_watts']:.2f} W",
-        )
+        row = [b["name"], b["profile"], str(b["port"]), str(b["service_port"]),
+               str(b["sshd_pid"]) if b["alive"] else "[red]down[/red]",
+               f"{b['total_watts']:.2f} W {b['total_rail']}"]
+        table.add_row(*row, *([", ".join(b["services"]) or "-"] if with_services else []))
     app.out.print(table)

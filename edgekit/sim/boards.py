@@ -128,7 +128,7 @@ def _create_board(st: SimState, name: str, profile: str, user: str) -> BoardStat
 def _start_board(st: SimState, board: BoardState, sshd_bin: str) -> None:
     sshd.write_config(board, st.authorized_keys, board_env(board, st.token, st.path))
     sshd.check_config(sshd_bin, board)
-    sshd.start(sshd_bin, board, avoid=_ports_in_use(st) - {board.port})
+    sshd.start(sshd_bin, board, avoid=(_ports_in_use(st) | {board.service_port}) - {board.port})
 
 
 def _ensure_updater(st: SimState) -> None:
@@ -192,6 +192,9 @@ def up(sim_dir: Path, count: int, profile: str, targets: Targets, add: bool = Fa
                     _start_board(st, board, sshd_bin)
                 except EdgekitError:
                     shutil.rmtree(board.path, ignore_errors=True)
+                    volatile = _board_volatile(st, name)
+                    if volatile is not None:
+                        shutil.rmtree(volatile, ignore_errors=True)
                     raise
                 st.boards[name] = board
                 started.append(name)
@@ -260,10 +263,12 @@ def down(sim_dir: Path, purge: bool = False) -> dict[str, Any]:
         if st.updater_pid:
             victims += procs.tree(st.updater_pid, st.updater_ctime)
         left = procs.stop(victims)
-        _unpublish(st)
-        state_mod.remove(sim_dir)
-        if st.volatile_dir:
-            shutil.rmtree(st.volatile_dir, ignore_errors=True)
+        try:
+            _unpublish(st)  # may fail on a board file the user broke: the boards are down anyway
+        finally:
+            state_mod.remove(sim_dir)
+            if st.volatile_dir:
+                shutil.rmtree(st.volatile_dir, ignore_errors=True)
     if purge:
         shutil.rmtree(sim_dir, ignore_errors=True)
     if left:

@@ -112,17 +112,26 @@ def free_port(avoid: Iterable[int] = ()) -> int:
     raise RuntimeError("no free TCP port found on 127.0.0.1")
 
 
-def wait_ssh_banner(port: int, pid: int, timeout: float = 10.0) -> bool:
-    """Wait until ``pid`` is alive and 127.0.0.1:port answers with an SSH banner."""
+def wait_ssh_banner(port: int, pid: int, pidfile: Path, timeout: float = 10.0) -> bool:
+    """Wait until sshd ``pid`` listens on 127.0.0.1:port and answers with an SSH banner.
+
+    sshd writes its PidFile only once it has bound its address, so our pid in it proves the
+    banner comes from our sshd and not from whatever else may hold the port.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not alive(pid):
             return False
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1.0) as s:
-                if s.recv(64).startswith(b"SSH-2.0-"):
-                    return True
-        except OSError:
-            pass
+            ours = int(pidfile.read_text().split()[0]) == pid
+        except (OSError, ValueError, IndexError):
+            ours = False
+        if ours:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1.0) as s:
+                    if s.recv(64).startswith(b"SSH-2.0-"):
+                        return True
+            except OSError:
+                pass
         time.sleep(0.01)
     return False

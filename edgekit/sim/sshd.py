@@ -66,7 +66,10 @@ def write_config(board: BoardState, authorized_keys: Path, env: Mapping[str, str
 def prepare_privsep() -> None:
     """As root, Debian's sshd wants its privilege-separation dir /run/sshd."""
     if os.geteuid() == 0:
-        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+        try:
+            Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+        except OSError as exc:
+            raise EdgekitError(f"Cannot create /run/sshd, which sshd needs as root ({exc.strerror}).") from None
 
 
 def check_config(sshd: str, board: BoardState) -> None:
@@ -83,7 +86,7 @@ def start(sshd: str, board: BoardState, tries: int = 3, avoid: set[int] | None =
     avoid = set(avoid or ())
     for attempt in range(tries):
         pid, ctime = procs.spawn_detached([sshd, "-f", str(board.sshd_config), "-D", "-e"], board.sshd_log)
-        if procs.wait_ssh_banner(board.port, pid):
+        if procs.wait_ssh_banner(board.port, pid, board.sshd_pidfile):
             board.sshd_pid, board.sshd_ctime = pid, ctime
             return
         procs.stop(procs.tree(pid))

@@ -1,0 +1,112 @@
+"""``edgekit verify``: what a conversion costs in quality, as llama.cpp measures it.
+
+The reference is the unconverted model run by the same llama.cpp: its F32 GGUF holds the
+checkpoint's weights exactly (bf16 and f16 widen to f32 without rounding), so any difference is
+the quantization's. ``llama-perplexity --kl-divergence`` compares the next-token distributions on
+a fixed text: mean KL divergence and how often the top-1 token agrees. A drafter cannot run
+without its target, so only targets are measured.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgekit.errors import EdgekitError
+
+# A fixed, plain English text: the same tokens on every run and for every quant type.
+_TEXT = """
+The history of computing is a story of machines that became smaller, faster and cheaper at once.
+Early computers filled rooms and needed teams of engineers to keep them running. Each new
+generation of hardware brought more memory and more arithmetic per watt, and software grew to use
+all of it. Today a board the size of a paperback book can run a language model that answers
+questions, writes code and translates between languages, as long as the model is small enough
+and its weights are stored in a compact form.
+
+Quantization is the craft of storing those weights with fewer bits. A weight that took sixteen
+bits can often be kept in four or eight bits with little loss, because the model cares about the
+overall shape of its weights more than about the last digits of each one. Some models are even
+trained with the low precision in mind, so that their weights already sit on a coarse grid of
+values. For such a model, a careful conversion loses nothing at all.
+
+Speculative decoding is another way to save time. A small drafter guesses the next few tokens,
+and the large model checks the guesses in a single pass. When the guesses are good, the large
+model produces several tokens for the price of one. When they are bad, nothing is lost but a
+little work, because the output is always the large model's own.
+
+A good measurement tells a person what a choice costs. The size of a file, the speed of a reply,
+the energy drawn from the wall and the quality of the answers all belong in the same table, so
+that nobody has to guess which trade was made.
+"""
+
+
+@dataclass(frozen=True)
+class KldResult:
+    model: str
+    reference: str
+    mean_kld: float
+    mean_kld_err: float
+    same_top1: float  # fraction of positions where the top-1 token agrees
+    ppl: float | None
+    ppl_base: float | None
+    chunks: int  # windows of ctx tokens; each scores its second half
+    ctx: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+def prompt_text(repeats: int = 4) -> str:
+    return (_TEXT.strip() + "\n\n") * repeats
+
+
+_FLOAT = r"([-+0-9.eE]+|nan|inf)"
+
+
+def parse_kld(output: str) -> dict[str, float]:
+    """Mean KLD, same-top-p and perplexities from llama-perplexity's --kl-divergence report."""
+    found: dict[str, float] = {}
+    patterns = {"mean_kld": rf"Mean\s+KLD:\s+{_FLOAT}\s+±\s+{_FLOAT}", "same_top1": rf"Same top p:\s+{_FLOAT}",
+                "ppl": rf"Mean\s+PPL\(Q\)\s*:\s+{_FLOAT}", "ppl_base": rf"Mean\s+PPL\(base\)\s*:\s+{_FLOAT}"}
+    for key, pat in patterns.items():
+        m = re.search(pat, output)
+        if m:
+            found[key] = float(m.group(1))
+            if key == "mean_kld":
+                found["mean_kld_err"] = float(m.group(2))
+    if "mean_kld" not in found or "same_top1" not in found:
+        raise EdgekitError("llama-perplexity printed no KL divergence summary (is the text long enough for "
+                           "two contexts?).")
+    found["same_top1"] /= 100.0
+    return found
+
+
+def _perplexity(bin_dir: Path, args: list[str], log: Path) -> str:
+    argv = [str(bin_dir / "llama-perplexity"), *args]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    log.write_text("$ " + " ".join(argv) + "\n" + proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise EdgekitError(f"llama-perplexity failed (exit {proc.returncode}): {tail[:300]} (log: {log}).")
+    return proc.stdout + proc.stderr
+
+
+def kl_divergence(bin_dir: Path, reference: Path, model: Path, workdir: Path, ctx: int = 128,
+                  threads: int = 2, text: str | None = None) -> KldResult:
+    """KL divergence and top-1 agreement of ``model`` against ``reference`` (both GGUF)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    text_file = workdir / "verify.txt"
+    text_file.write_text(text or prompt_text())
+    base = workdir / "reference.kld"
+    common = ["-f", str(text_file), "-c", str(ctx), "-b", str(ctx), "-t", str(threads), "-ngl", "0"]
+    _perplexity(bin_dir, ["-m", str(reference), *common, "--kl-divergence-base", str(base)],
+                workdir / "reference.log")
+    out = _perplexity(bin_dir, ["-m", str(model), *common, "--kl-divergence-base", str(base),
+                                "--kl-divergence"], workdir / "model.log")
+    r = parse_kld(out)
+    m = re.search(r"computing over (\d+) chunks", out)
+    return KldResult(str(model), str(reference), r["mean_kld"], r.get("mean_kld_err", 0.0), r["same_top1"],
+                     r.get("ppl"), r.get("ppl_base"), int(m.group(1)) if m else 0, ctx)
