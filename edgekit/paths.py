@@ -38,4 +38,7 @@ def known_hosts_file() -> Path:
 
 
 def sim_dir() -> Path:
+    """Simulated boards' state (env EDGEKIT_SIM_DIR overrides: tests keep theirs apart)."""
+    if os.environ.get("EDGEKIT_SIM_DIR"):
+        return Path(os.environ["EDGEKIT_SIM_DIR"])
     return cache_dir() / "sim"

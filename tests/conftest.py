@@ -9,7 +9,7 @@
 Boards start on first use and stay up for the whole session (`sim down` at its end); a test
 asking for N boards of a profile gets the first N of that profile, so tests share them — ask
 for ``fresh=True`` when a test changes a board in ways others would notice. While a test that
-uses ``sim_boards`` runs, EDGEKIT_CONFIG_DIR, EDGEKIT_CACHE and EDGEKIT_CONFIG point into the
+uses ``sim_boards`` runs, EDGEKIT_CONFIG_DIR, EDGEKIT_SIM_DIR and EDGEKIT_CONFIG point into the
 session's temp dir, so `edgekit` commands (CliRunner or subprocess) see these boards in their
 board file and known_hosts, and nothing touches the user's own files. A module- or
 session-scoped fixture of your own can use ``sim_session`` instead: ``sim_session.boards(...)``
@@ -37,13 +37,14 @@ class SimSession:
     def env(self) -> dict[str, str]:
         return {
             "EDGEKIT_CONFIG_DIR": str(self.root / "config"),
-            "EDGEKIT_CACHE": str(self.root / "cache"),
+            # Not EDGEKIT_CACHE: llama.cpp builds and converted models stay in the shared cache.
+            "EDGEKIT_SIM_DIR": str(self.root / "sim"),
             "EDGEKIT_CONFIG": str(self.root / "config" / "edgekit.yaml"),
         }
 
     @property
     def sim_dir(self) -> Path:
-        return self.root / "cache" / "sim"  # = edgekit.paths.sim_dir() under self.env
+        return self.root / "sim"  # = edgekit.paths.sim_dir() under self.env
 
     @property
     def targets(self) -> sim.Targets:

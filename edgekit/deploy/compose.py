@@ -14,15 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgekit.remote.transfer import Blob
 from edgekit.store import canonical_json, sha256_file
-
-
-@dataclass(frozen=True)
-class Blob:
-    sha256: str
-    size: int
-    path: Path
-    executable: bool = False
 
 
 @dataclass
