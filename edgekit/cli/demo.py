@@ -1,0 +1,64 @@
+"""`edgekit demo`: the whole job on a simulated board, with no Jetson and no download.
+
+Starts (or reuses) a simulated Orin, probes it, deploys the real Gemma 3 270M from PyPI with
+n-gram speculative decoding, and prints a completion request a person can paste.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+
+import click
+
+from edgekit.cli import json_option
+from edgekit.cli.app import App
+from edgekit.config.recipes import load_recipe
+from edgekit.paths import known_hosts_file, sim_dir
+from edgekit.remote.probe import probe
+from edgekit.remote.runner import runner_for
+from edgekit.sim import boards as sim_boards
+
+
+@click.command()
+@click.option("--recipe", "recipe_name", default="sim-gemma3-270m", show_default=True)
+@click.option("--profile", default="orin", show_default=True, help="Profile of the simulated board.")
+@json_option
+@click.pass_obj
+def demo(app: App, recipe_name: str, profile: str) -> None:
+    """Simulated board up → probe → deploy → a completion you can paste."""
+    from edgekit.build import fetch_sdist
+    from edgekit.deploy.pipeline import DeployOptions, deploy
+    from edgekit.remote.transfer import TransferProgress
+
+    targets = sim_boards.Targets(app.board_file, known_hosts_file())
+    st, _started = sim_boards.up(sim_dir(), 1, profile, targets)
+    canonical = next(b for b in sim_boards.sorted_boards(st))
+    name = canonical.name
+    board = app.board(name)
+    app.info(f"[bold]1/3[/] simulated board {name} on 127.0.0.1:{board.port} (board file {app.board_file})")
+    with runner_for(board, name) as runner:
+        facts = probe(runner, board.base)
+    app.info(f"[bold]2/3[/] probed: {facts.model}, L4T {facts.l4t} (JetPack {facts.jetpack}), CUDA {facts.cuda}, "
+             f"power rails {', '.join(r.label for r in facts.power_rails)}")
+    recipe = load_recipe(recipe_name)
+    # Offline by default: the pinned llama.cpp comes from the llama-cpp-python sdist on PyPI.
+    src = os.environ.get("EDGEKIT_LLAMA_SRC") or str(fetch_sdist())
+    app.info(f"[bold]3/3[/] deploying {recipe.name} (the first run builds llama.cpp: ≈ 5 min on 2 cores)")
+    with TransferProgress(console=app.console) as progress:
+        report = deploy(name, board, recipe, DeployOptions(src=src), app.console, progress=progress)
+    port = board.service_port or recipe.runtime.port
+    body = json.dumps({"prompt": "The capital of France is", "n_predict": 32, "temperature": 0})
+    curl = shlex.join(["curl", "-s", f"http://127.0.0.1:{port}/completion", "-H",
+                       "Content-Type: application/json", "-d", body])
+    data = {"board": name, "probe": facts.to_dict(), "deploy": report.to_dict(), "try": curl}
+
+    def human() -> None:
+        app.out.print(report.headline())
+        app.out.print(f"answer: {report.health.get('text', '').strip()[:200]!r}")
+        app.out.print("Ask the board yourself:")
+        app.out.print(curl, markup=False, highlight=False)
+        app.out.print(f"Then: edgekit status --board {name}   |   edgekit sim down")
+
+    app.emit(data, human)
