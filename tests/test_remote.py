@@ -1,0 +1,92 @@
+"""SSH policy and probe against real sshd boards: pinned keys only, clear refusals, isolation."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import paramiko
+
+from edgekit.remote import hostkeys
+
+
+def edgekit(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True,
+                          input=stdin, timeout=120, check=False)
+
+
+def test_probe_reads_each_boards_own_jetson_files(sim_boards) -> None:
+    a, b = sim_boards(2)
+    (thor,) = sim_boards(1, "thor")
+    facts = {x.name: json.loads(edgekit("board", "probe", "--board", x.name, "--json").stdout) for x in (a, b, thor)}
+    fa, ft = facts[a.name], facts[thor.name]
+    for key in ("board", "model", "l4t", "cuda", "arch", "mem_total_mb", "disk_free_mb", "python", "jtop",
+                "power_rails"):
+        assert key in fa
+    assert fa["model"] == "NVIDIA Jetson AGX Orin Developer Kit" and fa["l4t"].startswith("36.")
+    assert fa["jetpack"].startswith("6") and fa["cuda"].startswith("12.6")
+    assert "VIN_SYS_5V0" in fa["power_rails"] and ft["power_rails"] == ["VIN"]
+    assert ft["l4t"].startswith("38.") and ft["cuda"].startswith("13.0") and ft["mem_total_mb"] > 100_000
+    assert fa["base"] == str(a.base) and facts[b.name]["base"] == str(b.base) and a.base != b.base
+    # A file written on one board is not on the other.
+    assert a.run(f"mkdir -p {a.base} && echo only-a > {a.base}/marker").rc == 0
+    assert b.run(f"test -e {b.base}/marker").rc != 0
+
+
+def test_unknown_host_key_is_refused_then_trusted(sim_boards, tmp_path: Path) -> None:
+    (board,) = sim_boards(1, fresh=True)
+    pinned = hostkeys.known_key(board.known_hosts, board.host, board.port)
+    assert pinned is not None
+    hostkeys.forget(board.known_hosts, board.host, board.port)
+    try:
+        res = edgekit("board", "probe", "--board", board.name)
+        assert res.returncode == 2 and "Traceback" not in res.stderr
+        assert "not trusted yet" in res.stderr and hostkeys.fingerprint(pinned) in res.stderr
+        assert f"edgekit board trust --board {board.name}" in res.stderr
+        # No terminal and no --yes: nothing is trusted.
+        res = edgekit("board", "trust", "--board", board.name)
+        assert res.returncode == 2 and "--yes" in res.stderr
+        assert hostkeys.known_key(board.known_hosts, board.host, board.port) is None
+        # A wrong expected fingerprint is refused.
+        res = edgekit("board", "trust", "--board", board.name, "--fingerprint", "SHA256:wrong")
+        assert res.returncode == 2 and "not the expected" in res.stderr
+        res = edgekit("board", "trust", "--board", board.name, "--fingerprint", hostkeys.fingerprint(pinned),
+                      "--json")
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout)["status"] == "new"
+    finally:
+        hostkeys.record(board.known_hosts, board.host, board.port, pinned)
+    assert edgekit("board", "probe", "--board", board.name).returncode == 0
+
+
+def test_changed_host_key_is_refused_naming_the_file(sim_boards) -> None:
+    (board,) = sim_boards(1, fresh=True)
+    real = hostkeys.known_key(board.known_hosts, board.host, board.port)
+    impostor = paramiko.Ed25519Key.from_private_key_file(str(board.key))  # any other ed25519 key
+    hostkeys.record(board.known_hosts, board.host, board.port, impostor)
+    try:
+        res = edgekit("board", "probe", "--board", board.name)
+        assert res.returncode == 2 and "CHANGED" in res.stderr and str(board.known_hosts) in res.stderr
+        res = edgekit("board", "trust", "--board", board.name, "--yes")
+        assert res.returncode == 2 and "--replace" in res.stderr
+    finally:
+        hostkeys.record(board.known_hosts, board.host, board.port, real)
+
+
+def test_unreachable_and_bad_key_are_one_line(sim_boards, tmp_path: Path) -> None:
+    import yaml
+
+    (board,) = sim_boards(1)
+    cfg = Path(__import__("os").environ["EDGEKIT_CONFIG"])
+    data = yaml.safe_load(cfg.read_text())
+    entry = dict(data["boards"][board.name])
+    alt = tmp_path / "alt.yaml"
+    dead = dict(entry, port=1)
+    nokey = dict(entry, key=str(tmp_path / "missing_key"))
+    alt.write_text(yaml.safe_dump({"boards": {"dead": dead, "nokey": nokey}}))
+    res = edgekit("--config", str(alt), "board", "probe", "--board", "dead")
+    assert res.returncode == 2 and "Cannot reach" in res.stderr and res.stderr.count("\n") == 1
+    res = edgekit("--config", str(alt), "board", "probe", "--board", "nokey")
+    assert res.returncode == 2 and "does not exist" in res.stderr
