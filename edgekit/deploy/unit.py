@@ -15,6 +15,13 @@ def systemd_quote(arg: str) -> str:
     return f'"{escaped}"'
 
 
+def systemd_path(path: str) -> str:
+    """A path setting (WorkingDirectory=, append:): taken literally except for %specifiers."""
+    if any(c in path for c in "\n\0"):
+        raise ValueError(f"{path!r} contains a control character")
+    return path.replace("%", "%%")
+
+
 def render_unit(
     release_dir: str,
     argv: Sequence[str],
@@ -37,13 +44,13 @@ def render_unit(
         "",
         "[Service]",
         "Type=simple",
-        f"WorkingDirectory={systemd_quote(release_dir)}",
+        f"WorkingDirectory={systemd_path(release_dir)}",
         *(f"Environment={systemd_quote(f'{k}={v}')}" for k, v in env.items()),
         "ExecStart=" + " ".join(systemd_quote(a) for a in argv),
         "Restart=on-failure",
         "RestartSec=3",
-        f"StandardOutput=append:{log_file}",
-        f"StandardError=append:{log_file}",
+        f"StandardOutput=append:{systemd_path(log_file)}",
+        f"StandardError=append:{systemd_path(log_file)}",
     ]
     if user:
         lines.append(f"User={user}")
