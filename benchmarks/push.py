@@ -3,9 +3,9 @@
     python benchmarks/push.py                    # 1 GiB, 3 repeats, 8 boards (a few minutes)
     python benchmarks/push.py --size-mib 128 --repeat 1   # a quick look
 
-Prints JSON first, then a table. Every board is a real sshd on 127.0.0.1 (own host key, pinned),
-so both ends of every connection share this machine's CPUs: fan-out to several boards is
-bounded by the cores here, not by a network.
+Prints JSON first, then a table. Every board is a simulated board (edgekit.sim: a real sshd on
+127.0.0.1 with its own pinned host key), so both ends of every connection share this machine's
+CPUs: fan-out to several boards is bounded by the cores here, not by a network.
 """
 
 from __future__ import annotations
@@ -14,15 +14,12 @@ import argparse
 import hashlib
 import json
 import os
-import pwd
 import shlex
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -32,71 +29,36 @@ from typing import Any
 from edgekit.config.boardfile import Board
 from edgekit.remote.runner import SshRunner
 from edgekit.remote.transfer import Blob, PushReport, push_blobs, push_many
+from edgekit.sim import boards as sim
+from edgekit.sim.testing import SimBoard
 
 MiB = 1 << 20
 
 
-class LoopbackBoard:
-    """One sshd on 127.0.0.1 with its own host key, the current user, a base directory."""
+class BenchBoard:
+    """A simulated board (edgekit.sim: real sshd on 127.0.0.1, pinned host key) as the benchmark uses it."""
 
-    def __init__(self, root: Path, name: str, user_key: Path) -> None:
-        self.name, self.dir, self.user_key = name, root / name, user_key
-        self.dir.mkdir(parents=True)
-        self.base = self.dir / "base"
-        self.user = pwd.getpwuid(os.geteuid()).pw_name
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.dir / "host_key")], check=True)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        (self.dir / "sshd_config").write_text(textwrap.dedent(f"""\
-            ListenAddress 127.0.0.1:{self.port}
-            HostKey {self.dir}/host_key
-            PidFile {self.dir}/sshd.pid
-            AuthorizedKeysFile {user_key}.pub
-            AllowUsers {self.user}
-            PasswordAuthentication no
-            PermitRootLogin prohibit-password
-            UsePAM no
-            StrictModes no
-            Subsystem sftp internal-sftp
-            MaxStartups 100:30:200
-            UseDNS no
-            SetEnv SHLVL=1 PATH=/usr/local/bin:/usr/bin:/bin
-            """))  # SHLVL=1: bash skips the workstation user's ~/.bashrc (pyenv: +0.25 s a command)
-        pub = (self.dir / "host_key.pub").read_text().split()
-        self.known_hosts = self.dir / "known_hosts"
-        self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {pub[0]} {pub[1]}\n")
-        sshd = shutil.which("sshd", path="/usr/sbin:/usr/local/sbin:/sbin") or "sshd"
-        self.log = open(self.dir / "sshd.log", "wb")  # noqa: SIM115 - open while sshd runs
-        self.proc = subprocess.Popen([sshd, "-f", str(self.dir / "sshd_config"), "-D", "-e"],
-                                     stdout=self.log, stderr=self.log)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as c:
-                    if c.recv(4).startswith(b"SSH-"):
-                        break
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"sshd for {name} did not start (see {self.dir}/sshd.log)") from None
-                time.sleep(0.02)
+    def __init__(self, sb: SimBoard) -> None:
+        self.name, self.port, self.user, self.base = sb.name, sb.port, sb.user, sb.base
+        self.key, self.known_hosts, self.profile = sb.key, sb.known_hosts, sb.profile
 
     def board(self) -> Board:
-        return Board(host="127.0.0.1", port=self.port, user=self.user, key=str(self.user_key), profile="orin",
+        return Board(host="127.0.0.1", port=self.port, user=self.user, key=str(self.key), profile=self.profile,
                      base=str(self.base), known_hosts=str(self.known_hosts))
 
     def ssh_opts(self) -> list[str]:
-        return ["-i", str(self.user_key), "-o", f"UserKnownHostsFile={self.known_hosts}",
+        return ["-i", str(self.key), "-o", f"UserKnownHostsFile={self.known_hosts}",
                 "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes"]
 
     def clear(self) -> None:
         shutil.rmtree(self.base, ignore_errors=True)
         self.base.mkdir()
 
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
-        self.log.close()
+
+def start_boards(work: Path, n: int) -> list[BenchBoard]:
+    targets = sim.Targets(work / "edgekit.yaml", work / "known_hosts")
+    st, _ = sim.up(work / "sim", n, "orin", targets)
+    return [BenchBoard(SimBoard.from_state(st, b, targets.known_hosts)) for b in sim.sorted_boards(st)[:n]]
 
 
 def make_payload(path: Path, size: int) -> Blob:
@@ -126,13 +88,13 @@ def median_of(repeat: int, prepare: Callable[[], None], fn: Callable[[], Any]) -
     return statistics.median(times), times, out
 
 
-def edgekit_push(board: LoopbackBoard, blobs: list[Blob], verify: str = "auto") -> PushReport:
+def edgekit_push(board: BenchBoard, blobs: list[Blob], verify: str = "auto") -> PushReport:
     """What `edgekit push` does for one board: connect (strict host key), then push."""
     with SshRunner(board.board(), board.name) as runner:
         return push_blobs(runner, str(board.base), blobs, verify=verify)  # type: ignore[arg-type]
 
 
-def fleet_push(boards: list[LoopbackBoard], blobs: list[Blob]) -> dict[str, Any]:
+def fleet_push(boards: list[BenchBoard], blobs: list[Blob]) -> dict[str, Any]:
     with ThreadPoolExecutor(len(boards)) as pool:  # connect in parallel too, as a fleet push would
         runners = list(pool.map(lambda b: SshRunner(b.board(), b.name), boards))
     try:
@@ -146,9 +108,7 @@ def fleet_push(boards: list[LoopbackBoard], blobs: list[Blob]) -> dict[str, Any]
 
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    key = work / "user_key"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    boards = [LoopbackBoard(work / "boards", f"b{i}", key) for i in range(max(args.fleet, 1))]
+    boards = start_boards(work, max(args.fleet, 1))
     one = boards[0]
     try:
         size = args.size_mib * MiB
@@ -227,8 +187,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                         for n, t, ts, note in rows]
         return res
     finally:
-        for b in boards:
-            b.stop()
+        sim.down(work / "sim")
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.convert.gguf_io import logical_shape
+from edgekit.convert.gguf_io import LOSSLESS, GGUFFile
 from edgekit.convert.llamacpp import find_llamacpp
 from edgekit.convert.tiny import write_tokenizer
 from edgekit.models.safetensors import open_model
@@ -73,6 +73,7 @@ def make_checkpoint(out: Path, hidden: int, layers: int, intermediate: int, seed
     with torch.device("meta"):
         model = Gemma4AssistantForCausalLM(cfg)
     shapes = {k: tuple(v.shape) for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    cfg.architectures = ["Gemma4AssistantForCausalLM"]  # what the converter dispatches on
     cfg.save_pretrained(out)
     write_tokenizer(out, VOCAB)
 
@@ -108,18 +109,17 @@ def _timed(argv: list[str], env: dict[str, str] | None = None) -> float:
 
 def identical_fraction(gguf_path: Path, model_dir: Path, mapping: dict[str, str | None]) -> dict:
     """Of the weights stored quantized (not F32/F16/BF16), the share that dequantize bit-identically."""
-    from gguf import GGMLQuantizationType, GGUFReader, quants
+    from gguf import quants
 
     files = open_model(model_dir)
     by_gguf = {g: h for h, g in mapping.items() if g}
+    f = GGUFFile(gguf_path)
     same = total = 0
-    lossless = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
-    for t in GGUFReader(gguf_path).tensors:
-        if t.tensor_type in lossless or t.name not in by_gguf:
+    for t in f.tensors:
+        if t.type in LOSSLESS or t.name not in by_gguf:
             continue
-        src = files[by_gguf[t.name]].float32(by_gguf[t.name])
-        src = src[: logical_shape(t)[0]]
-        deq = quants.dequantize(np.asarray(t.data), GGMLQuantizationType(t.tensor_type)).reshape(src.shape)
+        src = files[by_gguf[t.name]].float32(by_gguf[t.name])[: t.shape[0]]
+        deq = quants.dequantize(f.data(t).reshape(*t.shape[:-1], -1), t.type).reshape(src.shape)
         same += int(np.count_nonzero((deq + np.float32(0)).view(np.uint32) == (src + np.float32(0)).view(np.uint32)))
         total += src.size
     return {"weights": total, "identical": same, "fraction": round(same / total, 6) if total else None}

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 from build_helpers import sdist_or_skip
+from click.testing import CliRunner
 
+from edgekit.cli import cli
 from edgekit.config.recipes import Recipe, load_recipe
 from edgekit.convert.pipeline import ConvertResult, convert_recipe
 from edgekit.store import Store
@@ -35,7 +37,8 @@ def llama_bin() -> Path:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
-    return Store(tmp_path_factory.mktemp("store"))
+    # One store for the session's convert tests: a conversion another module already made is reused.
+    return Store(tmp_path_factory.getbasetemp() / "edgekit-store")
 
 
 def _recipe(name: str, target: dict, drafter: dict) -> Recipe:
@@ -73,6 +76,16 @@ def test_sim_recipe_converts_checks_and_stores(f32_pair: ConvertResult, store: S
     again = convert_recipe(load_recipe("sim-tiny-mtp"), store, src=str(sdist_or_skip()))
     assert all(m.cached for m in again.models) and time.monotonic() - start < 5
     assert [m.artifact.key for m in again.models] == [m.artifact.key for m in f32_pair.models]
+
+
+def test_cli_convert_json_reports_the_cached_artifacts(f32_pair: ConvertResult, store: Store) -> None:
+    res = CliRunner().invoke(cli, ["convert", "--recipe", "sim-tiny-mtp", "--src", str(sdist_or_skip()), "--json"],
+                             env={"EDGEKIT_STORE": str(store.root)})
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert [(m["role"], m["cached"]) for m in data["models"]] == [("target", True), ("drafter", True)]
+    assert [m["key"] for m in data["models"]] == [m.artifact.key for m in f32_pair.models]
+    assert data["models"][1]["arch"] == "gemma4-assistant" and len(data["models"][1]["sha256"]) == 64
 
 
 def test_q4_0_exact_recipe_repacks_every_weight(exact_pair: ConvertResult) -> None:

@@ -13,16 +13,21 @@ from click.testing import CliRunner
 from gguf import GGMLQuantizationType, GGUFReader, quants
 
 from edgekit.cli import cli
-from edgekit.convert.gguf_io import tensor_f32
 from edgekit.convert.llamacpp import LlamaCpp, find_llamacpp
 from edgekit.convert.pipeline import repack_any
-from edgekit.convert.qat import BLOCK, bits_equal, exact_q4_0, pack_q4_0
+from edgekit.convert.qat import BLOCK, exact_q4_0, pack_q4_0, widen
 from edgekit.convert.tiny import ensure_tiny_pair
 from edgekit.errors import EdgekitError
 from edgekit.models.safetensors import open_model
 
 Q4_0 = GGMLQuantizationType.Q4_0
 Q8_0 = GGMLQuantizationType.Q8_0
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """float32 bit patterns equal, −0.0 taken as +0.0 (independent of edgekit's own comparison)."""
+    a32, b32 = np.asarray(a, np.float32) + np.float32(0), np.asarray(b, np.float32) + np.float32(0)
+    return a32.shape == b32.shape and np.array_equal(a32.view(np.uint32), b32.view(np.uint32))
 
 
 def on_grid(rows: int, cols: int, seed: int = 0) -> np.ndarray:
@@ -44,7 +49,15 @@ def test_on_grid_tensor_is_exact_and_dequantizes_bit_for_bit() -> None:
     res = exact_q4_0(w)
     assert res.exact and res.blocks == 64 * 256 // BLOCK and res.packed is not None
     assert res.packed.shape == (64, 256 // BLOCK * 18)
-    assert bits_equal(quants.dequantize(res.packed, Q4_0), w)
+    assert same_bits(quants.dequantize(res.packed, Q4_0), w)
+
+
+def test_bf16_bits_input_gives_the_same_blocks() -> None:
+    w = on_grid(16, 64)
+    bits = (w.view(np.uint32) >> 16).astype(np.uint16)  # on-grid values are exact in bf16
+    assert np.array_equal(widen(bits), w)
+    a, b = exact_q4_0(w), exact_q4_0(bits)
+    assert a.exact and b.exact and np.array_equal(a.packed, b.packed)
 
 
 def test_one_value_off_the_grid_makes_the_tensor_inexact_and_counts_blocks() -> None:
@@ -111,7 +124,16 @@ def _source_values(model_dir: Path, llama: LlamaCpp) -> dict[str, np.ndarray]:
     config = json.loads((model_dir / "config.json").read_text())
     files = open_model(model_dir)
     _arch, mapping = llama.gguf_names(config, sorted(files))
-    return {g: files[h].float32(h) for h, g in mapping.items() if g}
+    return {g: files[h].float32(h) for h, g in mapping.items() if g}  # float32() widens bf16 exactly
+
+
+def test_light_name_map_agrees_with_the_converter_classes(llama: LlamaCpp, qat_pair: tuple[Path, Path]) -> None:
+    for model in qat_pair:
+        config = json.loads((model / "config.json").read_text())
+        names = sorted(open_model(model))
+        names += ["model.vision_tower.encoder.layers.0.mlp.fc1.weight", "model.embed_audio.embedding_projection.weight",
+                  "masked_embedding.centroids.weight"]  # what real E2B checkpoints also hold
+        assert llama.gguf_names(config, names, light=True) == llama.gguf_names(config, names)
 
 
 def test_repack_of_qat_drafter_is_exact_and_proven(llama: LlamaCpp, qat_pair: tuple[Path, Path],
@@ -137,7 +159,7 @@ def test_repack_of_qat_drafter_is_exact_and_proven(llama: LlamaCpp, qat_pair: tu
     assert len(q4) == s["tensors_exact"]
     source = _source_values(drafter, llama)
     for t in q4:
-        assert bits_equal(quants.dequantize(np.asarray(t.data), Q4_0), source[t.name])
+        assert same_bits(quants.dequantize(np.asarray(t.data), Q4_0), source[t.name])
 
 
 def test_repack_without_reference_converts_losslessly_first(qat_pair: tuple[Path, Path], tmp_path: Path) -> None:
@@ -182,7 +204,7 @@ def test_off_grid_tensor_falls_back_whole(llama: LlamaCpp, qat_pair: tuple[Path,
             assert np.array_equal(np.asarray(t.data), quants.quantize(src, Q8_0))
             assert not np.array_equal(np.asarray(t.data), np.asarray(ref.data))  # ref has the unbent values
         else:
-            assert np.array_equal(tensor_f32(t), src.astype(np.float16).astype(np.float32))
+            assert np.array_equal(np.asarray(t.data), src.astype(np.float16))
 
 
 def test_cli_repack_json_and_errors(qat_pair: tuple[Path, Path], qat_q8: dict[str, Path], tmp_path: Path) -> None:

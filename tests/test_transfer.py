@@ -1,4 +1,4 @@
-"""Pushing blobs into a board's content-addressed store, against a real sshd on 127.0.0.1."""
+"""Pushing blobs into a board's content-addressed store, against a simulated board (real sshd, loopback)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,12 @@ import pwd
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from rich.console import Console
@@ -36,6 +35,10 @@ from edgekit.remote.transfer import (
     resolve_base,
     store_path,
 )
+from edgekit.sim.testing import SimBoard
+
+if TYPE_CHECKING:
+    from conftest import SimSession
 
 MiB = 1 << 20
 
@@ -43,73 +46,16 @@ MiB = 1 << 20
 # ------------------------------------------------------------------------------------ the board
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_banner(port: int, proc: subprocess.Popen, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"sshd exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                if s.recv(4).startswith(b"SSH-"):
-                    return
-        except OSError:
-            time.sleep(0.02)
-    raise RuntimeError("sshd did not answer")
-
-
 @pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """One sshd on loopback, host key pinned in its own known_hosts, a key for the current user."""
-    sshd_bin = shutil.which("sshd", path="/usr/sbin:/usr/local/sbin:/sbin:" + os.environ.get("PATH", ""))
-    if not sshd_bin or not shutil.which("ssh-keygen"):
-        pytest.skip("OpenSSH server (sshd, ssh-keygen) is not installed")
-    d = tmp_path_factory.mktemp("sshd")
-    for name in ("host_key", "user_key"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True)
-    shutil.copy(d / "user_key.pub", d / "authorized_keys")
-    port = _free_port()
-    user = pwd.getpwuid(os.geteuid()).pw_name
-    (d / "sshd_config").write_text(textwrap.dedent(f"""\
-        ListenAddress 127.0.0.1:{port}
-        HostKey {d}/host_key
-        PidFile {d}/sshd.pid
-        AuthorizedKeysFile {d}/authorized_keys
-        AllowUsers {user}
-        PasswordAuthentication no
-        PermitRootLogin prohibit-password
-        UsePAM no
-        StrictModes no
-        Subsystem sftp internal-sftp
-        MaxStartups 100:30:200
-        MaxSessions 100
-        UseDNS no
-        SetEnv SHLVL=1 PATH=/usr/local/bin:/usr/bin:/bin
-        """))
-    if os.geteuid() == 0:
-        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-    log = open(d / "sshd.log", "wb")  # noqa: SIM115 - open for the fixture's lifetime
-    proc = subprocess.Popen([sshd_bin, "-f", str(d / "sshd_config"), "-D", "-e"], stdout=log, stderr=log)
-    try:
-        _wait_banner(port, proc)
-        pub = (d / "host_key.pub").read_text().split()
-        (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {pub[0]} {pub[1]}\n")
-        yield {"port": port, "user": user, "dir": d}
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
+def sim_board(sim_session: SimSession) -> SimBoard:
+    """A simulated board (real sshd on 127.0.0.1, host key pinned); each test pushes to its own base."""
+    (board,) = sim_session.boards(1)
+    return board
 
 
-def make_board(sshd: dict, base: Path | str) -> Board:
-    d = sshd["dir"]
-    return Board(host="127.0.0.1", port=sshd["port"], user=sshd["user"], key=str(d / "user_key"),
-                 profile="orin", base=str(base), known_hosts=str(d / "known_hosts"))
+def make_board(sim_board: SimBoard, base: Path | str) -> Board:
+    return Board(host=sim_board.host, port=sim_board.port, user=sim_board.user, key=str(sim_board.key),
+                 profile=sim_board.profile, base=str(base), known_hosts=str(sim_board.known_hosts))
 
 
 @pytest.fixture
@@ -118,8 +64,8 @@ def base(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def runner(sshd: dict, base: Path) -> Iterator[SshRunner]:
-    with SshRunner(make_board(sshd, base), "b1") as r:
+def runner(sim_board: SimBoard, base: Path) -> Iterator[SshRunner]:
+    with SshRunner(make_board(sim_board, base), "b1") as r:
         yield r
 
 
@@ -202,10 +148,11 @@ push_blobs(runner, args["board"]["base"], [Blob(args["sha"], args["size"], Path(
 """
 
 
-def test_resume_after_sigkill(sshd: dict, runner: SshRunner, base: Path, tmp_path: Path) -> None:
+def test_resume_after_sigkill(sim_board: SimBoard, runner: SshRunner, base: Path, tmp_path: Path) -> None:
     big = blob_of(tmp_path / "big.bin", os.urandom(48 * MiB))
     part = base / "store" / f"{big.sha256}.part"
-    args = {"board": make_board(sshd, base).model_dump(), "sha": big.sha256, "size": big.size, "path": str(big.path)}
+    args = {"board": make_board(sim_board, base).model_dump(), "sha": big.sha256, "size": big.size,
+            "path": str(big.path)}
     proc = subprocess.Popen([sys.executable, "-c", _KILLED_PUSH, json.dumps(args)])
     try:
         deadline = time.monotonic() + 30
@@ -294,8 +241,8 @@ def tiny_fs(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", str(mnt)], check=True)
 
 
-def test_tiny_filesystem_gets_the_free_space_error(sshd: dict, tiny_fs: Path, blobs: list[Blob]) -> None:
-    with SshRunner(make_board(sshd, tiny_fs), "tiny") as r, pytest.raises(EdgekitError) as err:
+def test_tiny_filesystem_gets_the_free_space_error(sim_board: SimBoard, tiny_fs: Path, blobs: list[Blob]) -> None:
+    with SshRunner(make_board(sim_board, tiny_fs), "tiny") as r, pytest.raises(EdgekitError) as err:
         push_blobs(r, str(tiny_fs), blobs)
     assert re.fullmatch(r"Board 'tiny' has 1\.0 MB free in .* but the push needs 20\.\d MB "
                         r"\(3\.2 MB of blobs \+ margin\); nothing was sent\.", str(err.value))
@@ -309,8 +256,8 @@ def test_a_write_failure_mid_upload_is_raised(runner: SshRunner, tiny_fs: Path, 
         fastsftp.upload(runner.sftp(), big.path, str(tiny_fs / "x.part"), big.size)
 
 
-def test_gcm_transport_factory_for_the_connection_code(sshd: dict, tmp_path: Path) -> None:
-    conn = connection(make_board(sshd, tmp_path), "b1")
+def test_gcm_transport_factory_for_the_connection_code(sim_board: SimBoard, tmp_path: Path) -> None:
+    conn = connection(make_board(sim_board, tmp_path), "b1")
     conn.connect_kwargs["transport_factory"] = fastsftp.gcm_transport
     with conn:
         conn.open()
@@ -338,10 +285,10 @@ def test_resolve_base_expands_home_once(runner: SshRunner) -> None:
     assert resolve_base(runner, "/srv/edgekit/") == "/srv/edgekit"
 
 
-def test_push_many_reports_each_board(sshd: dict, tmp_path: Path, blobs: list[Blob]) -> None:
+def test_push_many_reports_each_board(sim_board: SimBoard, tmp_path: Path, blobs: list[Blob]) -> None:
     (tmp_path / "not a dir").write_text("a file where the base should be")
     bases = {f"b{i}": tmp_path / f"fleet {i}" for i in range(3)} | {"broken": tmp_path / "not a dir"}
-    runners = [SshRunner(make_board(sshd, b), name) for name, b in bases.items()]
+    runners = [SshRunner(make_board(sim_board, b), name) for name, b in bases.items()]
     try:
         with TransferProgress(disable=True) as progress:
             results = push_many([(r, str(bases[r.name])) for r in runners], blobs, progress)

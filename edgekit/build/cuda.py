@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.build.downloads import pip_download
+from edgekit.build.memo import remember
 from edgekit.build.targets import Target, host_machine
 from edgekit.errors import EdgekitError
 from edgekit.paths import cache_dir
@@ -70,11 +71,14 @@ class CudaChoice:
 
 
 def nvcc_version(nvcc: Path) -> str:
-    proc = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=False)
-    match = re.search(r"V(\d+\.\d+\.\d+)", proc.stdout)
-    if proc.returncode != 0 or not match:
-        raise EdgekitError(f"{nvcc} --version did not say its version.")
-    return match.group(1)
+    def ask() -> str:
+        proc = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=False)
+        match = re.search(r"V(\d+\.\d+\.\d+)", proc.stdout)
+        if proc.returncode != 0 or not match:
+            raise EdgekitError(f"{nvcc} --version did not say its version.")
+        return match.group(1)
+
+    return remember("nvcc-version", nvcc, ask)
 
 
 def host_nvcc() -> Path | None:

@@ -10,6 +10,7 @@ from functools import cache
 from pathlib import Path
 
 from edgekit.build.cuda import CudaChoice, CudaToolkit
+from edgekit.build.memo import remember
 from edgekit.build.source import LLAMA_BUILD_NUMBER, LLAMA_CPP_COMMIT, LLAMA_CPP_SHORT, Source
 from edgekit.build.targets import AARCH64_TRIPLE, BINARIES, Target, host_machine
 from edgekit.paths import cache_dir
@@ -58,9 +59,13 @@ def tool_version(tool: str) -> str:
     path = shutil.which(tool)
     if path is None:
         return "missing"
-    proc = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
-    lines = [ln for ln in (proc.stdout or proc.stderr).splitlines() if ln.strip()]
-    return lines[0].strip() if lines else "unknown"
+
+    def ask() -> str:
+        proc = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
+        lines = [ln for ln in (proc.stdout or proc.stderr).splitlines() if ln.strip()]
+        return lines[0].strip() if lines else "unknown"
+
+    return remember("version", Path(path), ask)
 
 
 @dataclass

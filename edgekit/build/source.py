@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.build.downloads import pip_download
+from edgekit.build.memo import remember
 from edgekit.errors import EdgekitError
 from edgekit.paths import cache_dir
 
@@ -122,11 +123,14 @@ def _from_marker(tree_dir: Path) -> Source | None:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+    def compute() -> str:
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+        return digest.hexdigest()
+
+    return remember("sha256", path, compute)
 
 
 def _publish(tmp: Path, final: Path) -> None:

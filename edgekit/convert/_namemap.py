@@ -1,7 +1,12 @@
 """Worker run with the pinned llama.cpp tree on sys.path: HF tensor names → the GGUF names its
-converter writes. Uses the converter's own class (its ``filter_tensors`` skips and renames) and its
-gguf-py tensor map, so edgekit never keeps a second copy of those rules. Reads JSON on stdin
-``{"config": {...}, "names": [...]}``; writes ``{"arch": ..., "map": {hf: gguf|null}}``.
+converter writes. Reads JSON on stdin ``{"config": {...}, "names": [...], "light": bool}``;
+writes ``{"arch": ..., "map": {hf: gguf|null}}``.
+
+Default: the converter's own model class (its ``filter_tensors`` skips and renames) and its
+gguf-py tensor map, so edgekit keeps no second copy of those rules; importing the converter costs
+≈ 3 s (torch, transformers). ``light``: gguf-py's tensor map plus the few Gemma 4 rules of that
+class written out below, ≈ 0.2 s, for ``repack --from-gguf``, whose output names come from the
+converter's file anyway (tests check both modes agree).
 
 Run as a script (``python _namemap.py LLAMA_CPP_ROOT``), never imported: the vendored gguf-py
 must shadow any installed ``gguf``.
@@ -12,26 +17,60 @@ import logging
 import sys
 from pathlib import Path
 
+LIGHT_ARCHS = {"Gemma4ForConditionalGeneration": "GEMMA4", "Gemma4ForCausalLM": "GEMMA4",
+               "Gemma4AssistantForCausalLM": "GEMMA4_ASSISTANT"}
+# TextModel.filter_tensors at the pinned commit: multimodal towers are not part of a text GGUF.
+_MM_PREFIXES = ("mlp", "vit.", "vpm.", "siglip2.", "conformer.", "merger.", "resampler.", "sound_encoder.",
+                "sound_projection.", "speech_embeddings.")
+_MM_PARTS = ("visual.", "vision.", "audio.", "talker.", "vision_", "audio_", "token2wav.", "code2wav.",
+             "projector.", "pre_mm_projector_norm", "image_newline", "view_seperator", "patch_embed",
+             "patch_embedding", "patch_merger.", "patch_merge_mlp.", "model.connector.")
+
+
+def light_filter(name: str) -> str | None:
+    if "masked_embedding" in name:  # Gemma4AssistantModel
+        return None
+    if name.startswith(_MM_PREFIXES) or any(p in name for p in _MM_PARTS):
+        return None
+    if name.endswith(("per_dim_scale", "layer_scalar")):  # Gemma4Model
+        name += ".weight"
+    return name.replace("language_model.", "")  # ModelBase
+
 
 def main() -> None:
     root = Path(sys.argv[1])
     sys.path[:0] = [str(root / "gguf-py"), str(root)]
     logging.disable(logging.WARNING)
     import gguf
-    from conversion import ModelType, get_model_architecture, get_model_class
 
     req = json.load(sys.stdin)
     config = req["config"]
-    hf_arch = get_model_architecture(config, ModelType.TEXT)
-    cls = get_model_class(hf_arch)
     text = config.get("text_config") or config
     n_blocks = next(text[k] for k in ("n_layers", "num_hidden_layers", "n_layer", "num_layers") if k in text)
-    tmap = gguf.get_tensor_name_map(cls.model_arch, n_blocks)
+    if req.get("light"):
+        hf_arch = (config.get("architectures") or [None])[0]
+        if hf_arch not in LIGHT_ARCHS:
+            raise SystemExit(f"no light name map for {hf_arch}")
+        model_arch = gguf.MODEL_ARCH[LIGHT_ARCHS[hf_arch]]
+
+        def keep(name: str) -> str | None:
+            return light_filter(name)
+    else:
+        from conversion import ModelType, get_model_architecture, get_model_class
+
+        cls = get_model_class(get_model_architecture(config, ModelType.TEXT))
+        model_arch = cls.model_arch
+
+        def keep(name: str) -> str | None:
+            item = cls.filter_tensors((name, lambda: None))
+            return None if item is None else item[0]
+
+    tmap = gguf.get_tensor_name_map(model_arch, n_blocks)
     out = {}
     for name in req["names"]:
-        item = cls.filter_tensors((name, lambda: None))
-        out[name] = None if item is None else tmap.get_name(key=item[0], try_suffixes=(".weight", ".bias"))
-    json.dump({"arch": gguf.MODEL_ARCH_NAMES[cls.model_arch], "map": out}, sys.stdout)
+        kept = keep(name)
+        out[name] = None if kept is None else tmap.get_name(key=kept, try_suffixes=(".weight", ".bias"))
+    json.dump({"arch": gguf.MODEL_ARCH_NAMES[model_arch], "map": out}, sys.stdout)
 
 
 if __name__ == "__main__":

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gguf import GGUFReader
-
 from edgekit import __version__
-from edgekit.convert.gguf_io import GGUFInfo, check_gguf
+from edgekit.convert.gguf_io import GGUFFile, GGUFInfo, check_gguf
 from edgekit.convert.llamacpp import CONVERTER_OUTTYPES, LlamaCpp
 from edgekit.convert.repack import GGUFValues, repack_gguf, write_report
 from edgekit.errors import EdgekitError
@@ -75,8 +74,6 @@ def expected_tensors(llama: LlamaCpp, info: ModelInfo) -> tuple[str, set[str]]:
 
 def convert_model(model: ModelInput, info: ModelInfo, quant: str, fallback: str, llama: LlamaCpp,
                   store: Store, force: bool = False) -> Converted:
-    import time
-
     t0 = time.perf_counter()
     key = store_key(model, quant, fallback, llama)
     if not force and (art := store.get(KIND, key)) is not None:
@@ -102,7 +99,8 @@ def convert_model(model: ModelInput, info: ModelInfo, quant: str, fallback: str,
             template = work / "template.gguf"
             llama.convert(info.path, template, lossless_outtype(info), log)
             check_gguf(template, arch, names)
-            report = repack_gguf(template, GGUFValues(GGUFReader(template), template), out, fallback)
+            tfile = GGUFFile(template)
+            report = repack_gguf(tfile, GGUFValues(tfile), out, fallback)
             write_report(report, staging / f"{model.role}-repack.json")
             manifest["repack"] = report.summary()
         else:
@@ -113,7 +111,7 @@ def convert_model(model: ModelInput, info: ModelInfo, quant: str, fallback: str,
         manifest.update({
             "stage": "convert", "role": model.role, "gguf_file": out_name, "quant": quant,
             "fallback": fallback if quant == "q4_0-exact" else None, "source": model.identity,
-            "architecture": info.architecture, "gguf": checked.to_dict() | {"path": None},
+            "architecture": info.architecture, "gguf": checked.to_dict(),
             "converter": {"identity": llama.identity, "commit": llama.commit},
             "tools": {"edgekit": __version__, "gguf": _gguf_version()},
         })

@@ -67,9 +67,14 @@ class LlamaCpp:
             argv.append(str(threads))
         _run(argv, None, log, f"llama-quantize to {qtype}")
 
-    def gguf_names(self, config: dict[str, Any], names: list[str]) -> tuple[str, dict[str, str | None]]:
-        """(GGUF arch, HF name → GGUF name or None) exactly as this tree's converter maps them."""
-        request = json.dumps({"config": config, "names": names}, sort_keys=True)
+    def gguf_names(self, config: dict[str, Any], names: list[str],
+                   light: bool = False) -> tuple[str, dict[str, str | None]]:
+        """(GGUF arch, HF name → GGUF name or None) as this tree's converter maps them.
+
+        ``light`` skips importing the converter (torch, transformers: ≈ 3 s) and applies its Gemma 4
+        rules with the tree's gguf-py tensor map; see ``_namemap.py``.
+        """
+        request = json.dumps({"config": config, "names": names, "light": light}, sort_keys=True)
         arch, mapping = _names_cached(str(self.root), request)
         return arch, dict(mapping)
 

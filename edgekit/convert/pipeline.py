@@ -12,7 +12,7 @@ from typing import Any
 from gguf import LlamaFileType
 
 from edgekit.config.recipes import ModelSource, Recipe
-from edgekit.convert.gguf_io import gguf_info, open_gguf
+from edgekit.convert.gguf_io import GGUFFile
 from edgekit.convert.gguf_stage import QUANTIZE_TYPES, Converted, convert_model, lossless_outtype
 from edgekit.convert.llamacpp import LlamaCpp, find_llamacpp
 from edgekit.convert.repack import GGUFValues, RepackReport, SafetensorsValues, repack_gguf
@@ -95,28 +95,37 @@ def repack_any(src: Path, out: Path, ref: Path | None = None, fallback: str = "Q
         raise EdgekitError(f"The reference GGUF {ref} does not exist.")
     if out.resolve() in {src.resolve(), Path(ref).resolve() if ref else None}:
         raise EdgekitError("OUT must be a new file, not the source or the reference.")
-    q8_ref = ref if ref is not None and _is_q8_0(Path(ref)) else None
+    ref_file = GGUFFile(Path(ref)) if ref is not None else None
+    q8_ref = Path(ref) if ref_file is not None and ref_file.get("general.file_type") == LlamaFileType.MOSTLY_Q8_0 \
+        else None
     if src.is_file():
-        values = GGUFValues(open_gguf(src), src)
-        return repack_gguf(Path(ref) if ref else src, values, out, fallback, q8_reference=q8_ref)
+        src_file = GGUFFile(src)
+        if src_file.get("general.file_type") not in _LOSSLESS_FILE_TYPES:
+            raise EdgekitError(f"{src.name} is quantized already; repack needs the checkpoint dir or a "
+                               "F32/F16/BF16 GGUF as its source.")
+        return repack_gguf(ref_file or src_file, GGUFValues(src_file), out, fallback, q8_reference=q8_ref)
     info = _inspect_any(src)
     llama = find_llamacpp(llama_src)
-    if ref is not None:
+    if ref_file is not None:
         config = json.loads((src / "config.json").read_text())
-        arch, names = llama.gguf_names(config, sorted(open_model(src)))
-        ref_arch = gguf_info(Path(ref)).arch
-        if ref_arch != arch:
-            raise EdgekitError(f"{ref} is a {ref_arch} file but {src.name} converts to {arch}.")
-        return repack_gguf(Path(ref), SafetensorsValues(src, names), out, fallback, q8_reference=q8_ref)
+        # light: the output's names come from REF; a weight with no source shows in the report.
+        arch, names = llama.gguf_names(config, sorted(open_model(src)), light=True)
+        if ref_file.arch != arch:
+            raise EdgekitError(f"{ref} is a {ref_file.arch} file but {src.name} converts to {arch}.")
+        return repack_gguf(ref_file, SafetensorsValues(src, names), out, fallback, q8_reference=q8_ref)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".repack-", dir=out.parent) as tmp:
         template = Path(tmp) / "template.gguf"
         say(f"converting {src.name} to a lossless GGUF ({lossless_outtype(info)}) for its metadata")
         llama.convert(src, template, lossless_outtype(info), Path(tmp) / "convert.log")
-        report = repack_gguf(template, GGUFValues(open_gguf(template), template), out, fallback)
+        tfile = GGUFFile(template)
+        report = repack_gguf(tfile, GGUFValues(tfile), out, fallback)
         report.template = f"converter --outtype {lossless_outtype(info)} (temporary)"
         report.source = f"{src} (via the lossless GGUF)"
         return report
+
+
+_LOSSLESS_FILE_TYPES = (int(LlamaFileType.ALL_F32), int(LlamaFileType.MOSTLY_F16), int(LlamaFileType.MOSTLY_BF16))
 
 
 def _inspect_any(path: Path) -> ModelInfo:
@@ -127,32 +136,3 @@ def _inspect_any(path: Path) -> ModelInfo:
         if "architecture" not in str(exc):
             raise
     return inspect_model(path, "target")
-
-
-def _is_q8_0(path: Path) -> bool:
-    return gguf_info(path).file_type == int(LlamaFileType.MOSTLY_Q8_0)
-
-
-def verify_recipe(recipe: Recipe, store: Store | None = None, src: str | None = None, bin_dir: str | None = None,
-                  ctx: int = 128, threads: int = 2, say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
-    """KL divergence + top-1 agreement of the recipe's converted target against its F32 conversion."""
-    from edgekit.convert.verify import kl_divergence
-
-    store = store or Store()
-    converted = convert_recipe(recipe, store, src, bin_dir, say=say)
-    target = next((m for m in converted.models if m.role == "target"), None)
-    if target is None:
-        raise EdgekitError(f"Recipe {recipe.name}'s target is not converted by edgekit; nothing to verify.")
-    ready, _ = prepare_inputs(recipe)
-    model, info, _source = next(r for r in ready if r[0].role == "target")
-    llama = find_llamacpp(src, bin_dir, need_tools=True)
-    say("target: F32 reference (the checkpoint's weights, unrounded)")
-    reference = convert_model(model, info, "F32", "Q8_0", llama, store)
-    assert llama.bin_dir is not None
-    with tempfile.TemporaryDirectory(prefix="edgekit-verify-") as tmp:
-        say(f"target: llama-perplexity --kl-divergence, ctx {ctx}")
-        kld = kl_divergence(llama.bin_dir, reference.file, target.file, Path(tmp), ctx=ctx, threads=threads)
-    skipped = [{"role": m.role, "why": "an MTP drafter runs only inside its target"}
-               for m in converted.models if m.role != "target"]
-    return {"recipe": recipe.name, "target": {"quant": target.artifact.manifest["quant"], **kld.to_dict()},
-            "skipped": skipped}

@@ -10,9 +10,13 @@ Python loops are over the 16 candidate steps and over memory-sized chunks, never
 
 from __future__ import annotations
 
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+from gguf import GGMLQuantizationType, quants
 
 BLOCK = 32
 Q4_0_BYTES = 2 + BLOCK // 2  # fp16 d + 16 bytes of nibbles
@@ -90,11 +94,21 @@ def pack_q4_0(d: np.ndarray, q: np.ndarray) -> np.ndarray:
     return out
 
 
-def exact_q4_0(values: np.ndarray) -> ExactQ4:
-    """Try to store a float tensor (numpy order, last axis = rows of the matrix) as exact Q4_0.
+def widen(values: np.ndarray) -> np.ndarray:
+    """float32 from float32/float16, or from bf16 given as its uint16 bit patterns (exact either way)."""
+    if values.dtype == np.uint16:
+        return (values.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    return np.asarray(values, dtype=np.float32)
 
-    Once a chunk has an inexact block the tensor falls back whole, so later chunks are only
-    searched (to count exact blocks for the report), not packed.
+
+def exact_q4_0(values: np.ndarray, prove: bool = True, threads: int | None = None) -> ExactQ4:
+    """Try to store a tensor (numpy order, rows last) as exact Q4_0; ``values`` may be bf16 bits (uint16).
+
+    Works chunk by chunk (widen, search, pack, prove), so memory stays near a few chunks beyond the
+    output, and chunks run on ``threads`` threads (numpy releases the GIL in its loops; default:
+    one per CPU, at most 4). A tensor with any inexact block falls back whole; every block is
+    still searched, to count exact blocks for the report. With ``prove``, every packed chunk is
+    dequantized again by ``gguf.quants`` and must equal the source: an internal error otherwise.
     """
     if not eligible_shape(values.shape):
         raise ValueError(f"shape {values.shape} cannot be stored as Q4_0")
@@ -102,28 +116,50 @@ def exact_q4_0(values: np.ndarray) -> ExactQ4:
     flat = values.reshape(-1, BLOCK)
     total = flat.shape[0]
     packed = np.empty((total, Q4_0_BYTES), dtype=np.uint8)
-    exact = 0
-    all_exact = True
-    for start in range(0, total, _CHUNK_BLOCKS):
-        chunk = np.asarray(flat[start : start + _CHUNK_BLOCKS], dtype=np.float32)
+
+    def one_chunk(start: int) -> int:
+        chunk = widen(flat[start : start + _CHUNK_BLOCKS])
         d, q, ok = _search(chunk)
         n_ok = int(ok.sum())
-        exact += n_ok
-        if n_ok != chunk.shape[0]:
-            all_exact = False
-        if all_exact:
-            packed[start : start + chunk.shape[0]] = pack_q4_0(d, q)
-    if not all_exact:
+        if n_ok == chunk.shape[0]:
+            part = packed[start : start + chunk.shape[0]]
+            part[:] = pack_q4_0(d, q)
+            if prove and not values_equal(_dequantize(part), chunk):
+                raise AssertionError("Q4_0 blocks do not dequantize to their source")
+        return n_ok
+
+    starts = range(0, total, _CHUNK_BLOCKS)
+    workers = min(threads or _default_threads(), len(starts))
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            exact = sum(pool.map(one_chunk, starts))
+    else:
+        exact = sum(map(one_chunk, starts))
+    if exact != total:
         return ExactQ4(total, exact, None)
     return ExactQ4(total, exact, packed.reshape(*values.shape[:-1], cols // BLOCK * Q4_0_BYTES))
 
 
-def bits_equal(a: np.ndarray, b: np.ndarray) -> bool:
-    """Bitwise equality of two f32 arrays, with −0.0 counted as +0.0 (the same number in every op).
+def _default_threads() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
 
-    Q4_0 cannot write a negative zero for a block whose step is positive, so a checkpoint's −0.0
-    compares by value; everything else (including NaN payloads) must match bit for bit.
+
+def _dequantize(packed: np.ndarray) -> np.ndarray:
+    """gguf.quants' Q4_0 dequantization of (n, 18) blocks, as (n, 32) float32.
+
+    gguf.quants works in groups of 16 rows, so blocks are handed over as wide rows (up to 256
+    blocks each): one numpy call per 4096 blocks instead of per 16.
     """
-    a32 = np.ascontiguousarray(a, dtype=np.float32) + np.float32(0.0)
-    b32 = np.ascontiguousarray(b, dtype=np.float32) + np.float32(0.0)
-    return a32.shape == b32.shape and bool(np.array_equal(a32.view(np.uint32), b32.view(np.uint32)))
+    n = packed.shape[0]
+    per_row = math.gcd(n, 256)
+    out = quants.dequantize(packed.reshape(n // per_row, per_row * Q4_0_BYTES), GGMLQuantizationType.Q4_0)
+    return out.reshape(n, BLOCK)
+
+
+def values_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    """Every element equal as a number (−0.0 == +0.0; any NaN makes it False).
+
+    For finite floats this is bit-for-bit equality up to the sign of zero, which no arithmetic
+    on the weights can tell apart; a dequantized Q4_0 block is always finite.
+    """
+    return a.shape == b.shape and bool(np.array_equal(a, b))

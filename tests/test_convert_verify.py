@@ -1,0 +1,58 @@
+"""`edgekit verify`: KL divergence and top-1 agreement of a converted target against its F32 model."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from build_helpers import sdist_or_skip
+
+from edgekit.config.recipes import Recipe
+from edgekit.convert.pipeline import verify_recipe
+from edgekit.convert.verify import parse_kld
+from edgekit.errors import EdgekitError
+from edgekit.store import Store
+
+SAMPLE = """
+====== Perplexity statistics ======
+Mean PPL(Q)                   : 407.328125 ±   8.1
+Mean PPL(base)                : 407.025052 ±   8.0
+====== KL divergence statistics ======
+Mean    KLD:   0.000105 ±   0.000005
+Maximum KLD:   0.001201
+====== Token probability statistics ======
+Same top p: 88.121 ± 0.590 %
+"""
+
+
+def test_parse_kld_reads_llama_perplexity_summary() -> None:
+    r = parse_kld(SAMPLE)
+    assert r == {"ppl": 407.328125, "ppl_base": 407.025052, "mean_kld": 0.000105, "mean_kld_err": 0.000005,
+                 "same_top1": pytest.approx(0.88121)}
+    with pytest.raises(EdgekitError, match="no KL divergence"):
+        parse_kld("main: too few tokens")
+
+
+@pytest.fixture(scope="module")
+def llama_bin() -> str:
+    if os.environ.get("EDGEKIT_LLAMA_BIN"):
+        return os.environ["EDGEKIT_LLAMA_BIN"]
+    sdist_or_skip()
+    from edgekit.build import host_build_for_tests
+
+    return str(host_build_for_tests().bin_dir)
+
+
+def test_verify_exact_q4_0_target(tmp_path_factory: pytest.TempPathFactory, llama_bin: str) -> None:
+    recipe = Recipe.model_validate({
+        "name": "v", "runtime": {"spec_type": "draft-mtp"},
+        "target": {"synthetic": "tiny-gemma4-qat", "quant": "q4_0-exact"},
+        "drafter": {"synthetic": "tiny-gemma4-assistant-qat", "quant": "q4_0-exact"},
+    })
+    store = Store(tmp_path_factory.getbasetemp() / "edgekit-store")  # shared with test_convert_gguf
+    data = verify_recipe(recipe, store, src=str(sdist_or_skip()), bin_dir=llama_bin, ctx=64)
+    t = data["target"]
+    assert t["quant"] == "q4_0-exact" and t["chunks"] > 1
+    # The weights are identical; only llama.cpp's Q8 activations in Q4_0 matmuls differ from F32.
+    assert 0 <= t["mean_kld"] < 0.01 and t["same_top1"] > 0.5
+    assert data["skipped"] == [{"role": "drafter", "why": "an MTP drafter runs only inside its target"}]
