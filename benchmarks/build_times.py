@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from edgekit.build import BuildOptions, build, fetch_sdist
+from edgekit.paths import cache_dir
 from edgekit.store import Store
 
 MODES = ("cold", "ccache", "cached")
@@ -50,10 +51,12 @@ def measure(target: str, cuda: bool, modes: list[str], src: str) -> dict[str, ob
             build(base)  # make sure the real store has it, then time the skip
             seconds, cached = timed(base, Store(), {})
         else:
-            with tempfile.TemporaryDirectory(prefix=f"edgekit-bench-{mode}-") as tmp:
-                options = BuildOptions(**{**base.__dict__, "build_root": Path(tmp) / "build"})
+            # Beside the real build root, at the same depth: ccache (base_dir = the cache) then sees
+            # the same relative paths as in a normal build and can hit.
+            with tempfile.TemporaryDirectory(prefix=f"bench-{mode}-", dir=cache_dir()) as tmp:
+                options = BuildOptions(**{**base.__dict__, "build_root": Path(tmp)})
                 env = {"CCACHE_DISABLE": "1"} if mode == "cold" else {}
-                seconds, cached = timed(options, Store(Path(tmp) / "store"), env)
+                seconds, cached = timed(options, Store(Path(tmp) / ".store"), env)
         row[mode] = round(seconds, 2)
         row[f"{mode}_skipped"] = cached
         print(f"{target}{' cuda' if cuda else ''} {mode}: {seconds:.1f} s", file=sys.stderr)

@@ -27,7 +27,7 @@ from edgekit.build.source import (
     LLAMA_CPP_DATE,
     LLAMA_CPP_SHORT,
     Source,
-    _from_marker,
+    cached_tree,
     resolve_source,
     sources_dir,
 )
@@ -80,7 +80,7 @@ def _source_for(src: str | None, dry_run: bool) -> tuple[Source | None, Path]:
         return source, source.path
     # A dry run fetches nothing: show where the pinned clone is, or will be.
     tree = sources_dir() / f"llama.cpp-{LLAMA_CPP_SHORT}"
-    cached = _from_marker(tree)
+    cached = cached_tree(tree)
     return (cached, cached.path) if cached else (None, tree)
 
 
@@ -99,9 +99,10 @@ def build_key(plan: BuildPlan) -> str:
 
 
 @contextlib.contextmanager
-def build_lock(console: Console | None) -> Iterator[None]:
-    """One heavy build at a time on this machine (2 cores do not get faster by sharing)."""
-    path = cache_dir() / "build" / ".lock"
+def build_lock(console: Console | None, name: str = ".lock") -> Iterator[None]:
+    """One heavy build at a time on this machine (2 cores do not get faster by sharing);
+    on-board builds take a lock per board instead, as they load the board, not this machine."""
+    path = cache_dir() / "build" / name
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
         try:
@@ -136,7 +137,8 @@ def build(options: BuildOptions, console: Console | None = None, runner: Any = N
     found = store.get(KIND, key)
     if found is not None and not options.force:
         return BuildResult(found, True, time.monotonic() - start, plan)
-    with build_lock(console):
+    lock = f".lock-board-{getattr(runner, 'name', 'board')}" if plan.where == "board" else ".lock"
+    with build_lock(console, lock):
         found = store.get(KIND, key)  # another process may have built it while we waited
         if found is not None and not options.force:
             return BuildResult(found, True, time.monotonic() - start, plan)

@@ -37,7 +37,7 @@ class BoardRunner(Protocol):
     def run(self, argv: list[str], *, check: bool = True, timeout: float | None = None) -> Any: ...
 
 
-def put_file(runner: Any, local: Path, remote: str) -> None:
+def put_file(runner: BoardRunner, local: Path, remote: str) -> None:
     """Upload over the runner's SFTP, or copy when the board is this machine."""
     if hasattr(runner, "sftp"):
         sftp = runner.sftp()
@@ -47,14 +47,14 @@ def put_file(runner: Any, local: Path, remote: str) -> None:
         shutil.copyfile(local, remote)
 
 
-def get_file(runner: Any, remote: str, local: Path) -> None:
+def get_file(runner: BoardRunner, remote: str, local: Path) -> None:
     if hasattr(runner, "sftp"):
         runner.sftp().get(remote, str(local))
     else:
         shutil.copyfile(remote, local)
 
 
-def _remote_base(runner: Any) -> str:
+def _remote_base(runner: BoardRunner) -> str:
     home = runner.run(["sh", "-c", 'printf %s "$HOME"']).stdout.strip()
     base = getattr(getattr(runner, "board", None), "base", "~/edgekit")
     if base == "~" or base.startswith("~/"):
@@ -62,13 +62,13 @@ def _remote_base(runner: Any) -> str:
     return base
 
 
-def _first_line(runner: Any, argv: list[str]) -> str:
+def _first_line(runner: BoardRunner, argv: list[str]) -> str:
     res = runner.run(argv, check=False)
     lines = [ln for ln in (res.stdout or res.stderr).splitlines() if ln.strip()]
     return lines[0].strip() if res.exit_code == 0 and lines else "missing"
 
 
-def board_plan(plan: BuildPlan, runner: Any | None, base: str = "~/edgekit") -> BuildPlan:
+def board_plan(plan: BuildPlan, runner: BoardRunner | None, base: str = "~/edgekit") -> BuildPlan:
     """The workstation plan rewritten for the board: its paths, its compilers, its CUDA."""
     if runner is not None:
         base = _remote_base(runner)
@@ -133,7 +133,7 @@ def _source_tarball(plan: BuildPlan) -> Path:
     return out
 
 
-def build_on_board(plan: BuildPlan, options: Any, runner: Any, staging: Path,
+def build_on_board(plan: BuildPlan, options: Any, runner: BoardRunner, staging: Path,
                    console: Console | None) -> dict[str, Any]:
     """Upload the source, configure + build there, fetch bin/ back, verify, return the manifest."""
     from edgekit.build.builder import base_manifest

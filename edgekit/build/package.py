@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import json
 import os
 import re
@@ -108,10 +107,3 @@ def tree_digest(contents: list[dict[str, Any]]) -> str:
     """One hash over the shipped files (names, links and sha256s): equal builds, equal digest."""
     return hashlib.sha256(json.dumps(contents, sort_keys=True).encode()).hexdigest()
 
-
-def read_member(tarball: Path, name: str) -> bytes:
-    with tarfile.open(tarball) as tf:
-        member = tf.extractfile(name)
-        if member is None:
-            raise EdgekitError(f"{tarball} has no file {name}.")
-        return io.BufferedReader(member).read()  # type: ignore[arg-type]

@@ -27,7 +27,6 @@ COMMON_FLAGS = (
     "-DLLAMA_BUILD_TESTS=OFF",
     "-DLLAMA_BUILD_EXAMPLES=OFF",
     f"-DLLAMA_BUILD_NUMBER={LLAMA_BUILD_NUMBER}",
-    f"-DLLAMA_BUILD_COMMIT={LLAMA_CPP_SHORT}",
     # Binaries and shared libraries ship in one directory and find each other there.
     "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",
     "-DCMAKE_INSTALL_RPATH=$ORIGIN",
@@ -164,7 +163,11 @@ def make_plan(target: Target, source: Source | None, source_path: Path, choice: 
     if use_ccache is None:
         use_ccache = shutil.which("ccache") is not None and where == "workstation"
 
-    configure = ["cmake", "-S", str(source_path), "-B", str(build_dir), "-G", "Ninja", *COMMON_FLAGS]
+    # The binaries say which commit they are; a tree git cannot date says "unknown", not the pin.
+    commit = LLAMA_CPP_SHORT if source is None else (source.commit or "unknown")[:7]
+    common = list(COMMON_FLAGS)
+    common.insert(common.index(f"-DLLAMA_BUILD_NUMBER={LLAMA_BUILD_NUMBER}") + 1, f"-DLLAMA_BUILD_COMMIT={commit}")
+    configure = ["cmake", "-S", str(source_path), "-B", str(build_dir), "-G", "Ninja", *common]
     toolchain_file = toolchain = None
     compilers: dict[str, str] = {"cmake": tool_version("cmake"), "ninja": tool_version("ninja")}
     if cross:
@@ -195,6 +198,8 @@ def make_plan(target: Target, source: Source | None, source_path: Path, choice: 
     jobs = jobs or os.cpu_count() or 2
     build = ["cmake", "--build", str(build_dir), "-j", str(jobs), "--target", *binaries]
     notes = [choice.reason] if choice else []
+    if source is not None and not source.pinned:
+        notes.append(f"the source is at commit {commit}, not edgekit's pinned {LLAMA_CPP_SHORT}")
     return BuildPlan(target, source, source_path, build_dir, where, cuda, configure, build,
                      ccache_env() if use_ccache else {}, toolchain_file, toolchain, compilers, notes,
                      binaries)

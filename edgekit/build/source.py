@@ -112,7 +112,8 @@ def _read_marker(root: Path) -> dict[str, str] | None:
         return None
 
 
-def _from_marker(tree_dir: Path) -> Source | None:
+def cached_tree(tree_dir: Path) -> Source | None:
+    """The tree edgekit unpacked or cloned into ``tree_dir`` earlier, if it is there and whole."""
     info = _read_marker(tree_dir)
     if not info:
         return None
@@ -146,7 +147,7 @@ def _publish(tmp: Path, final: Path) -> None:
 def _from_tarball(tarball: Path) -> Source:
     sha = _sha256(tarball)
     tree_dir = sources_dir() / f"tar-{sha[:16]}"
-    cached = _from_marker(tree_dir)
+    cached = cached_tree(tree_dir)
     if cached:
         return cached
     sources_dir().mkdir(parents=True, exist_ok=True)
@@ -169,13 +170,13 @@ def _from_tarball(tarball: Path) -> Source:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    source = _from_marker(tree_dir)
+    source = cached_tree(tree_dir)
     assert source is not None
     return source
 
 
 def _from_dir(path: Path) -> Source:
-    marked = _from_marker(path)
+    marked = cached_tree(path)
     if marked:
         return marked
     root = find_llama_root(path)
@@ -194,7 +195,7 @@ def _git(args: list[str], cwd: Path | None = None) -> None:
 
 def _from_git() -> Source:
     tree_dir = sources_dir() / f"llama.cpp-{LLAMA_CPP_SHORT}"
-    cached = _from_marker(tree_dir)
+    cached = cached_tree(tree_dir)
     if cached:
         return cached
     if shutil.which("git") is None:
@@ -213,7 +214,7 @@ def _from_git() -> Source:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    source = _from_marker(tree_dir)
+    source = cached_tree(tree_dir)
     assert source is not None
     return source
 

@@ -136,3 +136,28 @@ def _inspect_any(path: Path) -> ModelInfo:
         if "architecture" not in str(exc):
             raise
     return inspect_model(path, "target")
+
+
+def verify_recipe(recipe: Recipe, store: Store | None = None, src: str | None = None, bin_dir: str | None = None,
+                  ctx: int = 128, threads: int = 2, say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+    """KL divergence + top-1 agreement of the recipe's converted target against its F32 conversion."""
+    from edgekit.convert.verify import kl_divergence
+
+    store = store or Store()
+    converted = convert_recipe(recipe, store, src, bin_dir, say=say)
+    target = next((m for m in converted.models if m.role == "target"), None)
+    if target is None:
+        raise EdgekitError(f"Recipe {recipe.name}'s target is not converted by edgekit; nothing to verify.")
+    ready, _ = prepare_inputs(recipe)
+    model, info, _source = next(r for r in ready if r[0].role == "target")
+    llama = find_llamacpp(src, bin_dir, need_tools=True)
+    say("target: F32 reference (the checkpoint's weights, unrounded)")
+    reference = convert_model(model, info, "F32", "Q8_0", llama, store)
+    assert llama.bin_dir is not None
+    with tempfile.TemporaryDirectory(prefix="edgekit-verify-") as tmp:
+        say(f"target: llama-perplexity --kl-divergence, ctx {ctx}")
+        kld = kl_divergence(llama.bin_dir, reference.file, target.file, Path(tmp), ctx=ctx, threads=threads)
+    skipped = [{"role": m.role, "why": "an MTP drafter runs only inside its target"}
+               for m in converted.models if m.role != "target"]
+    return {"recipe": recipe.name, "target": {"quant": target.artifact.manifest["quant"], **kld.to_dict()},
+            "skipped": skipped}
