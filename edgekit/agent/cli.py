@@ -6,6 +6,7 @@
     snapshot  [--source auto]                       clocks, temperatures, nvpmodel, one power reading
     wait-cool --below C --timeout S [--zone NAME]   exit 0 once below C, 1 on timeout
     clock                                           this board's monotonic and wall clocks
+    load      --port P --prompts FILE ...           streaming load against llama-server (see load.py)
 
 Every subcommand prints one JSON object on stdout. Errors: one sentence on stderr, exit 2.
 """
@@ -22,6 +23,7 @@ import time
 from typing import Any, Iterator
 
 from . import energy, extras, sources
+from . import load as load_cmd
 from .sampler import Sampler
 
 
@@ -213,6 +215,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_wait_cool)
     p = sub.add_parser("clock", help="this board's monotonic and wall clocks")
     p.set_defaults(fn=cmd_clock)
+    load_cmd.add_parser(sub)
     return ap
 
 

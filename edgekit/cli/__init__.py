@@ -27,6 +27,8 @@ COMMANDS = {
     "status": "deploy",
     "push": "push",
     "demo": "demo",
+    "bench": "bench",
+    "tune": "bench",
 }
 
 

@@ -1,0 +1,126 @@
+"""Action `edgekit_blobs`: make `<store>/<sha256>` exist on the board for every blob of a release.
+
+Like edgekit's push (edgekit.remote.transfer): one command lists what the board has, only missing
+blobs are sent, each to `<sha>.part`, the board hashes the uploads, and a verified `.part` is
+renamed into place with its mode; a mismatch is deleted and fails the task. Runs no Python module
+on the board (the scripts are sh), so it costs a few round trips, not one module run per file.
+Supports check mode: reports what would be sent and sends nothing.
+
+Options:
+  store:    the board's store directory (absolute)
+  blobs:    list of {sha256, src (local path), size, executable}
+  scripts:  {inventory, inventory_ro, hash, place} board-side sh programs (edgekit's, via the plan)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from typing import Any
+
+from ansible.errors import AnsibleError
+from ansible.plugins.action import ActionBase
+
+_SHA = re.compile(r"^[0-9a-f]{64}$")
+FREE_MARGIN_BYTES = 16 << 20  # as edgekit's push: plus 1 % of the payload
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = True
+    _supports_check_mode = True
+    _requires_connection = True
+
+    def _sh(self, script: str, *args: str) -> dict[str, Any]:
+        cmd = shlex.join(["sh", "-c", script, "sh", *args])
+        return self._low_level_execute_command(cmd, sudoable=False)
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        store = str(args.get("store") or "")
+        scripts = args.get("scripts") or {}
+        blobs = self._blobs(args.get("blobs") or [])
+        if not store.startswith("/"):
+            raise AnsibleError(f"edgekit_blobs: store {store!r} is not an absolute path")
+        check = bool(self._task.check_mode)
+        listing = self._sh(scripts["inventory_ro" if check else "inventory"], store, *blobs)
+        if listing.get("rc") != 0:
+            why = (listing.get("stderr") or "").strip().splitlines()[-1:] or [f"exit {listing.get('rc')}"]
+            return {**result, "failed": True, "msg": f"Cannot prepare the store {store}: {why[0]}."}
+        have: dict[str, bool] = {}
+        free_kb: int | None = None
+        for line in listing.get("stdout", "").splitlines():
+            word, _, rest = line.partition(" ")
+            parts = rest.split()
+            if word == "have" and len(parts) == 2:
+                have[parts[0]] = parts[1] == "x"
+            elif word == "free" and parts and parts[0].isdigit():
+                free_kb = int(parts[0])
+        missing = [s for s in blobs if s not in have]
+        to_send = sum(blobs[s]["size"] for s in missing)
+        needed = to_send + FREE_MARGIN_BYTES + to_send // 100 if missing else 0
+        relink = [s for s, b in blobs.items() if have.get(s) is False and b["executable"]]
+        report = {"sent_blobs": 0, "sent_bytes": 0, "skipped_blobs": len(blobs) - len(missing),
+                  "missing_blobs": len(missing), "missing_bytes": to_send}
+        result.update(report)
+        result["changed"] = bool(missing or relink)
+        if free_kb is not None and free_kb * 1024 < needed:
+            return {**result, "failed": True, "changed": False,
+                    "msg": f"The board has {free_kb * 1024 / 1e6:.1f} MB free in {store} but the push needs "
+                           f"{needed / 1e6:.1f} MB ({to_send / 1e6:.1f} MB of blobs + margin); nothing was sent."}
+        if check or not result["changed"]:
+            return result
+        for sha in relink:  # same content, now needed executable (edgekit's push does the same)
+            self._sh('chmod 0755 "$1/$2"', store, sha)
+        for sha in missing:
+            src = blobs[sha]["src"]
+            if not os.path.isfile(src) or os.path.getsize(src) != blobs[sha]["size"]:
+                return {**result, "failed": True,
+                        "msg": f"The local file {src} for blob {sha[:12]} is missing or not {blobs[sha]['size']} bytes; "
+                               "rebuild the artifact."}
+            self._connection.put_file(src, f"{store}/{sha}.part")
+        return self._place(result, store, scripts, blobs, missing)
+
+    def _place(self, result: dict[str, Any], store: str, scripts: dict[str, str], blobs: dict[str, Any],
+               missing: list[str]) -> dict[str, Any]:
+        """Hash the uploads on the board, rename the good ones into place, delete the bad ones."""
+        hashed = self._sh(scripts["hash"], store, *missing)
+        if hashed.get("rc") != 0:
+            why = (hashed.get("stderr") or "").strip().splitlines()[-1:] or [f"exit {hashed.get('rc')}"]
+            return {**result, "failed": True, "msg": f"Hashing the uploads on the board failed: {why[0]}."}
+        digests = dict(line.split()[:2] for line in hashed.get("stdout", "").splitlines() if len(line.split()) >= 2)
+        place: list[str] = []
+        bad = []
+        for sha in missing:
+            ok = digests.get(sha) == sha
+            place += [sha, "0755" if blobs[sha]["executable"] else "0644", "1" if ok else "0"]
+            if not ok:
+                bad.append(sha)
+        placed = self._sh(scripts["place"], store, *place)
+        if placed.get("rc") != 0:
+            why = (placed.get("stderr") or "").strip().splitlines()[-1:] or [f"exit {placed.get('rc')}"]
+            return {**result, "failed": True, "msg": f"Placing the uploads in {store} failed: {why[0]}."}
+        good = [s for s in missing if s not in bad]
+        result["sent_blobs"] = len(good)
+        result["sent_bytes"] = sum(blobs[s]["size"] for s in good)
+        if bad:
+            first = blobs[bad[0]]["src"]
+            return {**result, "failed": True,
+                    "msg": f"{os.path.basename(first)} arrived with sha256 {digests.get(bad[0], 'missing')[:16]}…, "
+                           f"not {bad[0][:16]}…; the upload was deleted."}
+        return result
+
+    @staticmethod
+    def _blobs(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for item in items:
+            sha = str(item.get("sha256", ""))
+            if not _SHA.match(sha):
+                raise AnsibleError(f"edgekit_blobs: {sha!r} is not a sha256")
+            prev = out.get(sha)
+            entry = {"src": str(item["src"]), "size": int(item["size"]), "executable": bool(item.get("executable"))}
+            # One file per content on the board: executable if any user needs it executable.
+            if prev is None or entry["executable"]:
+                out[sha] = entry
+        return out

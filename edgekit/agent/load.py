@@ -1,0 +1,343 @@
+"""`load`: a closed-loop load against llama-server, run on the board itself.
+
+    load --port P --prompts FILE --concurrency C --requests N --n-gen G [--context-length L]
+         [--warmup K] [--offset O] [--ignore-eos] [--out FILE]
+
+C worker threads send N streaming ``/completion`` requests (``"stream": true``) from the prompt
+set, category after category, so every run covers every category. Per request: TTFT (first
+token streamed), latency, prompt and generated tokens, and ``timings.draft_n`` /
+``draft_n_accepted``. The measured window is board-monotonic time from the first request sent to
+the last answer, after K warm-up rounds of C requests; the host integrates power over exactly it.
+
+Prompts are built on the server's own tokenizer: the chat template (``/apply-template``) when the
+model has one, and for ``--context-length L`` a passage of the prompt set's context text put
+before the question until the prompt is about L tokens; they are sent as token ids, so both
+server configurations see exactly the same prompt.
+
+SIGTERM / SIGINT stop the load: in-flight requests are cut, the file is written with
+``"interrupted": true``, exit 3. Standard library only (Python 3.8).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+_STOP_MARK = b'"stop":true'
+
+
+class LoadError(ValueError):
+    """Printed by the agent's main as one sentence, exit 2."""
+
+
+class Server:
+    """llama-server on this board (127.0.0.1 by default)."""
+
+    def __init__(self, host: str, port: int, timeout: float) -> None:
+        self.host, self.port, self.timeout = host, port, timeout
+
+    def connect(self) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+
+    def call(self, method: str, path: str, payload: Any = None) -> tuple[int, Any]:
+        conn = self.connect()
+        try:
+            body = json.dumps(payload).encode() if payload is not None else None
+            conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            raw = resp.read()
+        except OSError as exc:
+            raise LoadError("llama-server on port %d does not answer %s (%s)" % (self.port, path, exc)) from None
+        finally:
+            conn.close()
+        try:
+            return resp.status, json.loads(raw.decode("utf-8") or "null")
+        except ValueError:
+            return resp.status, None
+
+    def tokenize(self, text: str, special: bool) -> list[int]:
+        status, data = self.call("POST", "/tokenize", {"content": text, "add_special": special})
+        if status != 200 or not isinstance(data, dict):
+            raise LoadError("llama-server's /tokenize answered %d" % status)
+        return [t if isinstance(t, int) else t["id"] for t in data.get("tokens", [])]
+
+    def detokenize(self, tokens: list[int]) -> str:
+        status, data = self.call("POST", "/detokenize", {"tokens": tokens})
+        if status != 200 or not isinstance(data, dict):
+            raise LoadError("llama-server's /detokenize answered %d" % status)
+        return str(data.get("content", ""))
+
+    def template(self, content: str) -> str | None:
+        """The chat-formatted prompt, or None when the server has no usable template."""
+        status, data = self.call("POST", "/apply-template", {"messages": [{"role": "user", "content": content}]})
+        if status == 200 and isinstance(data, dict) and isinstance(data.get("prompt"), str):
+            return data["prompt"]
+        return None
+
+    def slot_ctx(self) -> int | None:
+        status, data = self.call("GET", "/props")
+        if status != 200 or not isinstance(data, dict):
+            return None
+        n_ctx = (data.get("default_generation_settings") or {}).get("n_ctx")
+        return int(n_ctx) if n_ctx else None
+
+
+def load_prompts(path: str) -> tuple[list[str], dict[str, list[str]], str]:
+    """(category order, prompts per category, context text) of a prompt-set file."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise LoadError("cannot read the prompt set %s (%s)" % (path, exc)) from None
+    cats = data.get("categories") or {}
+    order = [c for c in cats if cats[c]]
+    if not order:
+        raise LoadError("the prompt set %s has no prompts" % path)
+    return order, {c: [str(p) for p in cats[c]] for c in order}, str(data.get("context") or "")
+
+
+class PromptBuilder:
+    """Token ids for a question at a target context length, on the server's tokenizer."""
+
+    def __init__(self, server: Server, context_text: str) -> None:
+        self.server = server
+        self.context_text = context_text
+        self.has_template: bool | None = None
+        self._ctx_tokens: list[int] | None = None
+        self._prefix: list[int] | None = None
+
+    def _wrap(self, content: str) -> str:
+        if self.has_template is not False:
+            templated = self.server.template(content)
+            self.has_template = templated is not None
+            if templated is not None:
+                return templated
+        return content
+
+    def _encode(self, content: str) -> list[int]:
+        tokens = self.server.tokenize(self._wrap(content), special=True)
+        if self._prefix is None:
+            self._prefix = self.server.tokenize("", special=True)  # the model's BOS, if it adds one
+        k = len(self._prefix)
+        if k and tokens[:2 * k] == self._prefix * 2:
+            tokens = tokens[k:]  # a template that writes <bos> itself, plus the tokenizer's: keep one
+        return tokens
+
+    def _context(self, n: int) -> list[int]:
+        if self._ctx_tokens is None:
+            self._ctx_tokens = self.server.tokenize(self.context_text, special=False) if self.context_text else []
+        if not self._ctx_tokens:
+            raise LoadError("the prompt set has no context text to reach a longer context length")
+        reps = n // len(self._ctx_tokens) + 1
+        return (self._ctx_tokens * reps)[:n]
+
+    def build(self, question: str, length: int | None) -> list[int]:
+        tokens = self._encode(question)
+        if not length or len(tokens) >= length:
+            return tokens
+        want = length - len(tokens)
+        for _ in range(4):  # detokenize → retokenize is not exact at the seam: converge in a few steps
+            passage = self.server.detokenize(self._context(want)) if want > 0 else ""
+            tokens = self._encode(passage.rstrip() + "\n\n" + question if passage else question)
+            diff = len(tokens) - length
+            if abs(diff) <= max(2, length // 100):
+                break
+            want = max(want - diff, 0)
+        return tokens
+
+
+class Request:
+    def __init__(self, index: int, category: str, prompt_index: int, tokens: list[int]) -> None:
+        self.index, self.category, self.prompt_index, self.tokens = index, category, prompt_index, tokens
+        self.record: dict[str, Any] = {}
+
+
+class Load:
+    def __init__(self, server: Server, n_gen: int, ignore_eos: bool) -> None:
+        self.server, self.n_gen, self.ignore_eos = server, n_gen, ignore_eos
+        self.stop = threading.Event()
+        self._lock = threading.Lock()
+        self._open: set[http.client.HTTPConnection] = set()
+
+    def abort(self) -> None:
+        """Stop sending and cut the requests in flight (llama-server cancels a closed stream)."""
+        self.stop.set()
+        with self._lock:
+            conns = list(self._open)
+        for conn in conns:
+            sock = conn.sock
+            if sock is not None:
+                try:
+                    sock.shutdown(2)
+                except OSError:
+                    pass
+
+    def one(self, req: Request) -> dict[str, Any]:
+        payload = {"prompt": req.tokens, "n_predict": self.n_gen, "stream": True, "temperature": 0.0,
+                   "cache_prompt": False, "seed": 0, "ignore_eos": self.ignore_eos}
+        rec: dict[str, Any] = {"i": req.index, "category": req.category, "prompt_index": req.prompt_index,
+                               "prompt_tokens": len(req.tokens)}
+        conn = self.server.connect()
+        with self._lock:
+            self._open.add(conn)
+        t0 = time.monotonic()
+        rec["start"] = round(t0, 6)
+        first = None
+        final: dict[str, Any] | None = None
+        try:
+            conn.request("POST", "/completion", body=json.dumps(payload).encode(),
+                         headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            if resp.status != 200:
+                rec["error"] = "HTTP %d: %s" % (resp.status, resp.read()[:200].decode("utf-8", "replace"))
+            else:
+                while not self.stop.is_set():
+                    line = resp.readline()
+                    if not line:
+                        break
+                    if not line.startswith(b"data: "):
+                        continue
+                    if first is None:
+                        first = time.monotonic()  # the first streamed chunk carries the first token
+                    if _STOP_MARK in line or b'"error"' in line:  # parse only what matters: cheap per token
+                        final = json.loads(line[6:].decode("utf-8"))
+                        break
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            rec["error"] = "%s: %s" % (type(exc).__name__, exc)
+        finally:
+            with self._lock:
+                self._open.discard(conn)
+            conn.close()
+        t1 = time.monotonic()
+        rec["end"] = round(t1, 6)
+        rec["latency_s"] = round(t1 - t0, 6)
+        rec["ttft_s"] = round(first - t0, 6) if first is not None else None
+        if final is not None and "error" in final:
+            rec["error"] = str(final["error"])[:300]
+        elif final is not None:
+            tm = final.get("timings") or {}
+            rec.update(tokens=int(tm.get("predicted_n") or final.get("tokens_predicted") or 0),
+                       prompt_tokens=int(tm.get("prompt_n") or rec["prompt_tokens"]),
+                       decode_tps=tm.get("predicted_per_second"), prompt_ms=tm.get("prompt_ms"),
+                       predicted_ms=tm.get("predicted_ms"), draft_n=tm.get("draft_n"),
+                       draft_n_accepted=tm.get("draft_n_accepted"), stop_type=final.get("stop_type"))
+        elif "error" not in rec:
+            rec["error"] = "interrupted" if self.stop.is_set() else "the stream ended without a final chunk"
+        return rec
+
+    def run(self, requests: list[Request], concurrency: int) -> tuple[float, float]:
+        """Closed loop: C workers take the next request as soon as theirs is answered."""
+        queue = list(requests)
+        qlock = threading.Lock()
+        ready = threading.Barrier(concurrency + 1)
+
+        def worker() -> None:
+            ready.wait()
+            while not self.stop.is_set():
+                with qlock:
+                    if not queue:
+                        return
+                    req = queue.pop(0)
+                req.record = self.one(req)
+
+        threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+        for th in threads:
+            th.start()
+        ready.wait()
+        t0 = time.monotonic()
+        for th in threads:
+            while th.is_alive():
+                th.join(0.2)  # short joins: the main thread must stay free for signal handlers
+        return t0, time.monotonic()
+
+
+def plan(order: list[str], prompts: dict[str, list[str]], n: int, offset: int) -> list[tuple[str, int]]:
+    """(category, prompt index) of request i: categories in turn, prompts within one in turn."""
+    out = []
+    for i in range(n):
+        k = i + offset
+        cat = order[k % len(order)]
+        out.append((cat, (k // len(order)) % len(prompts[cat])))
+    return out
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    if args.concurrency < 1 or args.requests < 1 or args.n_gen < 1 or args.warmup < 0:
+        raise LoadError("--concurrency, --requests and --n-gen must be at least 1, --warmup at least 0")
+    server = Server(args.host, args.port, args.timeout)
+    order, prompts, context = load_prompts(args.prompts)
+    n_ctx = server.slot_ctx()
+    if n_ctx and args.context_length and args.context_length + args.n_gen > n_ctx:
+        raise LoadError("context length %d + %d generated tokens do not fit a server slot of %d tokens"
+                        % (args.context_length, args.n_gen, n_ctx))
+    builder = PromptBuilder(server, context)
+    cache: dict[tuple[str, int], list[int]] = {}
+
+    def requests(n: int, offset: int) -> list[Request]:
+        out = []
+        for i, (cat, k) in enumerate(plan(order, prompts, n, offset)):
+            if (cat, k) not in cache:
+                cache[(cat, k)] = builder.build(prompts[cat][k], args.context_length)
+            out.append(Request(i, cat, k, cache[(cat, k)]))
+        return out
+
+    measured = requests(args.requests, args.offset)
+    warm = requests(args.warmup * args.concurrency, args.offset + 1)
+    load = Load(server, args.n_gen, args.ignore_eos)
+    old = {s: signal.signal(s, lambda _n, _f: load.abort()) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        w0 = time.monotonic()
+        if warm:
+            load.run(warm, args.concurrency)
+        w1 = time.monotonic()
+        t0, t1 = load.run(measured, args.concurrency) if not load.stop.is_set() else (w1, w1)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    recs = [r.record for r in measured if r.record]
+    tokens = sum(r.get("tokens", 0) for r in recs if "error" not in r)
+    result = {
+        "port": args.port, "concurrency": args.concurrency, "context_length": args.context_length,
+        "n_gen": args.n_gen, "ignore_eos": args.ignore_eos, "offset": args.offset, "label": args.label,
+        "chat_template": builder.has_template, "slot_ctx": n_ctx,
+        "warmup": {"requests": len(warm), "start": round(w0, 6), "end": round(w1, 6),
+                   "errors": sum(1 for r in warm if "error" in r.record)},
+        "window": {"start": round(t0, 6), "end": round(t1, 6), "duration_s": round(t1 - t0, 6)},
+        "requests": recs, "tokens": tokens, "errors": sum(1 for r in recs if "error" in r),
+        "tokens_per_second": round(tokens / (t1 - t0), 4) if t1 > t0 else None,
+        "interrupted": load.stop.is_set(),
+    }
+    text = json.dumps(result)
+    if args.out:
+        tmp = args.out + ".part"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+        os.replace(tmp, args.out)  # the host never reads half a file
+    summary = {k: result[k] for k in ("concurrency", "context_length", "tokens", "errors", "tokens_per_second",
+                                       "interrupted")}
+    print(json.dumps(summary if args.out else result), flush=True)
+    return 3 if load.stop.is_set() else 0
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("load", help="streaming load against llama-server on this board (TTFT, tokens, drafts)")
+    p.add_argument("--port", type=int, required=True, help="llama-server's port on this board")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--prompts", required=True, help="prompt-set JSON file ({categories: {name: [...]}, context})")
+    p.add_argument("--concurrency", type=int, default=1, help="requests in flight at once")
+    p.add_argument("--requests", type=int, default=5, help="measured requests")
+    p.add_argument("--n-gen", type=int, default=128, help="tokens to generate per request")
+    p.add_argument("--context-length", type=int, default=None, help="prompt length in tokens (about)")
+    p.add_argument("--warmup", type=int, default=1, help="warm-up rounds of --concurrency requests, not measured")
+    p.add_argument("--offset", type=int, default=0, help="rotate the prompts (e.g. the repetition number)")
+    p.add_argument("--ignore-eos", action="store_true", help="always generate --n-gen tokens")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
+    p.add_argument("--label", default=None, help="copied into the output")
+    p.add_argument("--out", default=None, help="write the full result here (stdout gets a summary)")
+    p.set_defaults(fn=cmd_load)

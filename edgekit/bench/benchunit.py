@@ -1,0 +1,118 @@
+"""The bench's own llama-server unit, and the board's service put back exactly as it was.
+
+The bench never edits the deployed unit: it records whether `edgekit-llama.service` is active and
+enabled and the sha256 of its unit file, stops it when the bench needs the board to itself, runs
+each configuration as `edgekit-llama-bench.service` (rendered with `render_unit` from the same
+release, on the candidate port), and at the end removes the bench unit and starts the deployed
+unit again only if it was running before. `ServiceState.check` proves the result.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from edgekit.bench import boardfs
+from edgekit.deploy.health import wait_ready
+from edgekit.deploy.service import Service, log_tail
+from edgekit.deploy.unit import UNIT_NAME, render_unit
+from edgekit.errors import EdgekitError
+from edgekit.remote.runner import LocalRunner, SshRunner
+
+Runner = SshRunner | LocalRunner
+BENCH_UNIT = "edgekit-llama-bench.service"
+
+_STATE = r"""
+unit="${EDGEKIT_BOARD_ROOT:-}/etc/systemd/system/$1"
+if [ -f "$unit" ]; then echo "sha=$(sha256sum "$unit" | cut -d' ' -f1)"; else echo "sha="; fi
+"""
+
+
+def _systemctl(runner: Runner, need_sudo: bool, *args: str, check: bool = False) -> bool:
+    argv = ["systemctl", *args]
+    res = runner.run(["sudo", "-n", *argv] if need_sudo else argv, check=False, timeout=90)
+    if check and not res.ok:
+        tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise EdgekitError(f"`systemctl {' '.join(args)}` failed on board {runner.name!r}: {tail[0]}")
+    return res.ok
+
+
+@dataclass(frozen=True)
+class ServiceState:
+    active: bool
+    enabled: bool
+    unit_sha256: str | None
+
+    @classmethod
+    def read(cls, runner: Runner, need_sudo: bool, unit: str = UNIT_NAME) -> ServiceState:
+        sha = runner.run(["sh", "-c", _STATE, "edgekit-unit-state", unit], timeout=30).stdout.strip()
+        return cls(active=_systemctl(runner, need_sudo, "is-active", "--quiet", unit),
+                   enabled=_systemctl(runner, need_sudo, "is-enabled", "--quiet", unit),
+                   unit_sha256=sha.partition("=")[2] or None)
+
+    def to_json(self) -> dict[str, object]:
+        return {"active": self.active, "enabled": self.enabled, "unit_sha256": self.unit_sha256}
+
+
+class Board:
+    """Stop / restore the deployed service; start / stop the bench unit."""
+
+    def __init__(self, runner: Runner, base: str, release_dir: str, need_sudo: bool, work: str,
+                 main_port: int) -> None:
+        self.runner, self.base, self.release_dir, self.need_sudo = runner, base, release_dir, need_sudo
+        self.work, self.main_port = work, main_port
+        self.bench = Service(runner, BENCH_UNIT, need_sudo)
+        self.before: ServiceState | None = None
+        self.bench_installed = False
+
+    @property
+    def log(self) -> str:
+        return f"{self.work}/llama-server-bench.log"
+
+    def remember(self) -> ServiceState:
+        self.before = ServiceState.read(self.runner, self.need_sudo)
+        return self.before
+
+    def stop_main(self) -> None:
+        if self.before and self.before.active:
+            _systemctl(self.runner, self.need_sudo, "stop", UNIT_NAME, check=True)
+
+    def start_server(self, argv: list[str], port: int, description: str, timeout: float) -> float:
+        """(Re)start the bench unit with ``argv`` (relative to the release dir); seconds until ready."""
+        unit_file = f"{self.work}/{BENCH_UNIT}"
+        text = render_unit(self.release_dir, [f"{self.release_dir}/bin/llama-server", *argv], self.log, description)
+        boardfs.put_text(self.runner, unit_file, text)
+        self.bench.install(unit_file)
+        self.bench_installed = True
+        self.bench.restart()
+        try:
+            return wait_ready(self.runner, port, timeout, alive=self.bench.is_active)
+        except TimeoutError as exc:
+            logs = log_tail(self.runner, self.log, 15)
+            raise EdgekitError(f"The bench server ({description}) did not start on board {self.runner.name!r}: "
+                               f"{exc}. Last log lines:\n{logs}") from None
+
+    def stop_server(self) -> None:
+        if self.bench_installed:
+            self.bench.stop()
+
+    def restore(self, health_timeout: float = 180.0) -> ServiceState:
+        """Remove the bench unit; start the deployed unit again if it ran before. Returns the state now."""
+        if self.bench_installed:
+            self.bench.remove()
+            self.bench_installed = False
+        before = self.before
+        if before is not None:
+            now_active = _systemctl(self.runner, self.need_sudo, "is-active", "--quiet", UNIT_NAME)
+            if before.active and not now_active:
+                # `start`, not `restart` + `enable`: the enabled state stays what it was.
+                _systemctl(self.runner, self.need_sudo, "start", UNIT_NAME, check=True)
+                deadline = time.monotonic() + health_timeout
+                try:
+                    wait_ready(self.runner, self.main_port, max(deadline - time.monotonic(), 1.0))
+                except TimeoutError as exc:
+                    raise EdgekitError(f"The deployed service on board {self.runner.name!r} was started again but "
+                                       f"is not ready: {exc}.") from None
+            elif not before.active and now_active:
+                _systemctl(self.runner, self.need_sudo, "stop", UNIT_NAME)
+        return ServiceState.read(self.runner, self.need_sudo)

@@ -1,0 +1,63 @@
+"""Files in the bench's work directory on the board: put small files, read them back, clean up.
+
+Each bench gets ``<base>/bench/<session>/`` for the agent it runs, the prompt set, the power
+samples, the bench unit and the jobs' outputs; it is removed when the bench ends.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path, PurePosixPath
+
+from edgekit.remote.runner import LocalRunner, SshRunner
+
+Runner = SshRunner | LocalRunner
+AGENT_DIR = Path(__file__).resolve().parents[1] / "agent"
+
+
+def mkdirs(runner: Runner, path: str) -> None:
+    runner.run(["mkdir", "-p", path], timeout=30)
+
+
+def put_bytes(runner: Runner, path: str, data: bytes, mode: int = 0o644) -> None:
+    """Write a small file on the board, complete or not at all (.part + rename)."""
+    part = f"{path}.part"
+    if isinstance(runner, LocalRunner):
+        Path(part).write_bytes(data)
+        os.chmod(part, mode)
+        os.replace(part, path)
+        return
+    sftp = runner.sftp()
+    with sftp.open(part, "wb") as fh:
+        fh.write(data)
+    sftp.chmod(part, mode)
+    sftp.posix_rename(part, path)
+
+
+def put_text(runner: Runner, path: str, text: str) -> None:
+    put_bytes(runner, path, text.encode("utf-8"))
+
+
+def read_text(runner: Runner, path: str) -> str | None:
+    res = runner.run(["cat", path], check=False, timeout=120)
+    return res.stdout if res.ok else None
+
+
+def push_agent(runner: Runner, dest: str) -> str:
+    """This edgekit's agent into ``dest``; returns the path of its entry script.
+
+    The bench runs the host's agent, not the release's copy: the host parses what this agent
+    writes, and a release deployed by an older edgekit may lack `load`.
+    """
+    mkdirs(runner, dest)
+    for src in sorted(AGENT_DIR.glob("*.py")):
+        put_bytes(runner, str(PurePosixPath(dest) / src.name), src.read_bytes(),
+                  mode=stat.S_IMODE(src.stat().st_mode) | 0o644)
+    return str(PurePosixPath(dest) / "edgekit_agent.py")
+
+
+def remove_tree(runner: Runner, path: str) -> None:
+    if "/bench/" not in path:  # only ever a bench work dir
+        raise ValueError(f"refusing to remove {path!r}")
+    runner.run(["rm", "-rf", "--", path], check=False, timeout=120)

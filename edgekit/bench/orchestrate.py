@@ -1,0 +1,172 @@
+"""`edgekit bench`: the whole measurement on one board, from plan to results document.
+
+    sampler on → deployed service stopped → idle baseline → llama-bench pp / tg →
+    repetitions × [drafter, baseline] × points (cool-down before each run) → everything put back
+    → energy per window → summary, speedup, roofline → results.json, report.md, PNGs
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgekit import __version__
+from edgekit.bench import plots, prompts, report, results, roofline, serverconf
+from edgekit.bench.plan import Overrides, Plan, make_plan
+from edgekit.bench.power import window_power
+from edgekit.bench.session import Run, Session, SessionOptions, check_restored
+from edgekit.config.boardfile import Board
+from edgekit.config.profiles import get_profile
+from edgekit.config.recipes import Recipe
+
+
+@dataclass
+class BenchOptions:
+    out_dir: Path | None = None
+    quick: bool = False
+    overrides: Overrides = field(default_factory=Overrides)
+    session: SessionOptions = field(default_factory=SessionOptions)
+    llama_bench: bool = True
+    ignore_eos: bool = False
+    plots: bool = True
+
+
+def default_out_dir(board: str, recipe: str) -> Path:
+    return Path("bench-results") / f"{board}-{recipe}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _run_line(run: Run, total: int) -> str:
+    m = run.metrics
+    acc = f", acceptance {m['acceptance']:.0%}" if m.get("acceptance") is not None else ""
+    tps = m.get("tokens_per_second")
+    return (f"run {run.index + 1}/{total}: {run.config:<9} {run.point.label():<14} rep {run.repetition + 1}: "
+            f"{tps:.1f} tok/s, TTFT p50 {m.get('ttft_p50_s') or 0:.3f} s{acc}" if tps is not None
+            else f"run {run.index + 1}/{total}: {run.config} {run.point.label()}: no tokens")
+
+
+def measure(name: str, board: Board, recipe: Recipe, opts: BenchOptions,
+            say: Callable[[str], None]) -> dict[str, Any]:
+    """Run the bench and return the results document (nothing written yet)."""
+    prompt_set = prompts.load(recipe.bench.prompt_set)
+    plan = make_plan(recipe, opts.overrides, opts.quick, len(prompts.categories(prompt_set)))
+    sopts = opts.session
+    sopts.cooldown_temp_c = plan.cooldown_temp_c
+    sess = Session(name, board, recipe, sopts, say=say)
+    with sess:
+        configs = serverconf.pair(sess.release_args, sess.bench_port, plan.parallel, plan.slot_ctx)
+        power_on = sess.start_power()
+        sess.take_board()
+        idle = sess.idle(plan.idle_s) if power_on else None
+        lb = sess.llama_bench(plan.llama_bench_pp, plan.n_gen, plan.llama_bench_reps) if opts.llama_bench else []
+        runs = sess.run_matrix([(c, plan.points) for c in configs], plan.repetitions, plan.n_gen, plan.warmup,
+                               plan.requests, opts.ignore_eos, on_run=lambda r, n: say(_run_line(r, n)))
+        gguf = roofline.read_remote_header(sess.runner, f"{sess.release_dir}/models/target.gguf")
+    check_restored(sess)
+    return build_document(sess, plan, configs, runs, lb, idle, gguf, opts)
+
+
+def build_document(sess: Session, plan: Plan, configs: list[serverconf.ServerConfig], runs: list[Run],
+                   llama_bench: list[dict[str, Any]], idle: tuple[float, float] | None,
+                   gguf: roofline.GGUFInfo, opts: BenchOptions) -> dict[str, Any]:
+    profile = get_profile(sess.board.profile)
+    log = sess.power_log
+    if log is not None and idle is not None:
+        log.measure_idle(*idle)
+    available = log is not None and log.available
+    baseline_w = log.baseline_w if log is not None else None
+    run_docs = []
+    for run in runs:
+        doc = run.to_json()
+        if available:
+            t0, t1 = run.window
+            doc["power"] = window_power(log.samples, t0, t1, run.metrics["tokens"], baseline_w)  # type: ignore[union-attr]
+        else:
+            doc["power"] = {"available": False, "reason": "power unavailable"}
+        run_docs.append(doc)
+    for lb in llama_bench:
+        w = lb.get("window") or {}
+        if available and w.get("start") is not None and w.get("end") is not None:
+            p = window_power(log.samples, w["start"], w["end"], None, baseline_w)  # type: ignore[union-attr]
+            tps = lb.get("avg_ts")
+            if p.get("available") and p.get("average_watts") and tps:
+                p["joules_per_token_estimate"] = round(p["average_watts"] / tps, 9)  # window includes model load
+            lb["power"] = p
+    if log is not None:
+        power = log.summary(sess.rail, [d["power"] for d in run_docs])  # type: ignore[arg-type]
+    else:
+        power = {"available": False, "reason": "power sampling was turned off (--no-power)",
+                 "total_rail_method": sess.rail.method if sess.rail else None}
+    summary = results.summarize(run_docs)
+    ups = results.speedups(run_docs)
+    model = sess.recipe.target.repo or sess.recipe.target.synthetic or sess.recipe.target.package or "the model"
+    base_pt = next((p for p in summary if p["config"] == "baseline"), None)
+    spec_pt = next((p for p in summary if p["config"] == "drafter"), None)
+
+    def decode(p: dict[str, Any] | None) -> float | None:
+        e = p and p.get("decode_tokens_per_second")
+        return round(e["mean"], 4) if e else None
+
+    facts = sess.facts
+    doc: dict[str, Any] = {
+        "schema": results.SCHEMA_VERSION,
+        "kind": "bench",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "edgekit_version": __version__,
+        "board": {"name": sess.name, "profile": sess.board.profile, "sim": sess.board.sim,
+                  "model": facts.model if facts else None, "l4t": facts.l4t if facts else None,
+                  "jetpack": facts.jetpack if facts else None, "cuda": facts.cuda if facts else None,
+                  "arch": facts.arch if facts else None, "mem_total_mb": facts.mem_total_mb if facts else None,
+                  "nvpmodel": ((sess.snapshots.get("before") or {}).get("nvpmodel"))},
+        "profile": {"name": profile.name, "mem_bandwidth_gbs": profile.mem_bandwidth_gbs,
+                    "total_power_rail": profile.total_power_rail, "cpu_cores": profile.cpu_cores,
+                    "cuda_arch": profile.cuda_arch},
+        "release": {"id": sess.release, "recipe": sess.manifest.get("recipe"),
+                    "spec_type": sess.manifest.get("spec_type"), "drafter": bool(sess.manifest.get("drafter")),
+                    "server_args": sess.release_args, "build": sess.manifest.get("build") or {}},
+        "llama_cpp": {"ref": _llama_ref(llama_bench, sess), "build_key": (sess.manifest.get("build") or {}).get("key")},
+        "recipe": {"name": sess.recipe.name, "description": sess.recipe.description,
+                   "runtime": sess.recipe.runtime.model_dump(mode="json"),
+                   "bench": sess.recipe.bench.model_dump(mode="json")},
+        "settings": {**plan.to_json(), "quick": opts.quick, "ignore_eos": opts.ignore_eos,
+                     "order": [c.name for c in configs], "exclusive": sess.opts.exclusive,
+                     "sampler_hz": sess.opts.hz if sess.opts.power else None,
+                     "prompt_set": sess.recipe.bench.prompt_set, "bench_port": sess.bench_port},
+        "configurations": [c.to_json() for c in configs],
+        "service": {"before": sess.service_before.to_json() if sess.service_before else None,
+                    "after": sess.service_after.to_json() if sess.service_after else None},
+        "power": power,
+        "llama_bench": llama_bench,
+        "runs": run_docs,
+        "summary": {"points": summary, "speedups": ups,
+                    "headline": results.headline(summary, ups, model)},
+        "roofline": roofline.roofline(gguf, profile.mem_bandwidth_gbs, decode(base_pt), decode(spec_pt)),
+        "phases": [p.to_json() for p in sess.phases],
+        "power_trace": log.trace(0.0) if available else [],  # type: ignore[union-attr]
+        "board_state": sess.snapshots,
+        "notes": plan.notes + sess.cleanup_errors,
+    }
+    return doc
+
+
+def _llama_ref(llama_bench: list[dict[str, Any]], sess: Session) -> str | None:
+    for lb in llama_bench:
+        if lb.get("build_commit"):
+            return f"{lb['build_commit']} (build {lb.get('build_number')})"
+    return (sess.manifest.get("build") or {}).get("ref")
+
+
+def write(doc: dict[str, Any], out_dir: Path, with_plots: bool = True) -> dict[str, str]:
+    """results.json, report.md and the PNGs into ``out_dir``; returns what was written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = {"results": "results.json", "report": "report.md"}
+    if with_plots:
+        for name in plots.write_all(doc, out_dir):
+            files[name.removesuffix(".png")] = name
+    doc["files"] = files
+    (out_dir / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (out_dir / "report.md").write_text(report.render(doc))
+    return {k: str(out_dir / v) for k, v in files.items()}

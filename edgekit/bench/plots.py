@@ -1,0 +1,180 @@
+"""PNG plots of a results document (matplotlib, Agg: no display needed).
+
+    tps_vs_concurrency.png      tok/s vs concurrency, with and without the drafter (CI95 bars)
+    acceptance_by_category.png  drafted tokens accepted, per prompt category
+    power_trace.png             total power over the bench, phases shaded, idle baseline drawn
+    joules_per_token.png        J/token per point and configuration (CI95 bars)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+COLORS = {"drafter": "#1f77b4", "baseline": "#ff7f0e"}
+PHASE_COLORS = {"idle": "#cccccc", "llama-bench": "#c5b0d5"}
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _color(name: str, k: int) -> str:
+    return COLORS.get(name, f"C{k + 2}")
+
+
+def _empty(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=11, color="#555555")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _configs(summary: list[dict[str, Any]]) -> list[str]:
+    seen: list[str] = []
+    for p in summary:
+        if p["config"] not in seen:
+            seen.append(p["config"])
+    return seen
+
+
+def tps_vs_concurrency(doc: dict[str, Any], path: Path) -> None:
+    plt = _plt()
+    summary = doc["summary"]["points"]
+    ctxs = sorted({p["context_length"] or 0 for p in summary})
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    styles = ["-", "--", ":", "-."]
+    for k, cfg in enumerate(_configs(summary)):
+        for j, ctx in enumerate(ctxs):
+            pts = sorted((p for p in summary if p["config"] == cfg and (p["context_length"] or 0) == ctx
+                          and p["tokens_per_second"]), key=lambda p: p["concurrency"])
+            if not pts:
+                continue
+            xs = [p["concurrency"] for p in pts]
+            ys = [p["tokens_per_second"]["mean"] for p in pts]
+            err = [p["tokens_per_second"]["ci95"] or 0.0 for p in pts]
+            label = cfg + (f", ctx {ctx}" if len(ctxs) > 1 else "")
+            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=4, linestyle=styles[j % len(styles)],
+                        color=_color(cfg, k), label=label)
+    ax.set_xscale("log", base=2)
+    concs = sorted({p["concurrency"] for p in summary})
+    ax.set_xticks(concs)
+    ax.set_xticklabels([str(c) for c in concs])
+    ax.set_xlabel("concurrent requests")
+    ax.set_ylabel("generated tokens / s (all requests)")
+    ax.set_title(f"{doc['recipe']['name']} on {doc['board']['name']} ({doc['profile']['name']})")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def acceptance_by_category(doc: dict[str, Any], path: Path) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    spec = [p for p in doc["summary"]["points"] if p["config"] != "baseline" and p["acceptance_by_category"]]
+    cats: dict[str, list[int]] = {}
+    for p in spec:
+        for cat, v in p["acceptance_by_category"].items():
+            c = cats.setdefault(cat, [0, 0])
+            c[0] += v.get("draft_n_accepted") or 0
+            c[1] += v.get("draft_n") or 0
+    if not cats or not any(n for _, n in cats.values()):
+        _empty(ax, "no drafted tokens: no speculative configuration was measured")
+    else:
+        names = sorted(cats)
+        rates = [cats[c][0] / cats[c][1] if cats[c][1] else 0.0 for c in names]
+        bars = ax.bar(names, rates, color=COLORS["drafter"])
+        for bar, c in zip(bars, names, strict=True):
+            ax.annotate(f"{cats[c][0]}/{cats[c][1]}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        ha="center", va="bottom", fontsize=8)
+        ax.set_ylim(0, max(1.0, max(rates) * 1.15))
+        ax.set_ylabel("accepted / drafted tokens")
+        ax.set_xlabel("prompt category")
+    ax.set_title("Draft acceptance by prompt category")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def power_trace(doc: dict[str, Any], path: Path) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 4))
+    power = doc["power"]
+    trace = doc.get("power_trace") or []
+    if not power.get("available") or not trace:
+        _empty(ax, power.get("reason") or "power unavailable")
+    else:
+        t0 = trace[0][0]
+        ax.plot([t - t0 for t, _ in trace], [w for _, w in trace], lw=0.8, color="#333333", label="total")
+        used: set[str] = set()
+        for ph in doc.get("phases", []):
+            key = ph["config"] or ph["name"].split(" ")[0]
+            if ph["name"].startswith("llama-bench"):
+                key = "llama-bench"
+            color = COLORS.get(key) or PHASE_COLORS.get(key, "#dddddd")
+            label = key if key not in used else None
+            used.add(key)
+            ax.axvspan(ph["start"] - t0, ph["end"] - t0, color=color, alpha=0.25, lw=0, label=label)
+        base = power.get("static_power_baseline_watts")
+        if base is not None:
+            ax.axhline(base, color="#888888", ls="--", lw=0.8, label=f"idle {base:.2f} W")
+        ax.set_xlabel("seconds since the sampler started")
+        ax.set_ylabel(f"W ({power.get('total_rail_method')})")
+        ax.legend(loc="upper right", fontsize=8, ncol=2)
+        ax.grid(True, alpha=0.3)
+    ax.set_title(f"Board power during the bench ({power.get('sampling_rate_hz') or '-'} Hz)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def joules_per_token(doc: dict[str, Any], path: Path) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    summary = [p for p in doc["summary"]["points"] if p.get("joules_per_token")]
+    if not summary:
+        _empty(ax, doc["power"].get("reason") or "no energy figures")
+    else:
+        cfgs = _configs(summary)
+        pts = sorted({(p["context_length"] or 0, p["concurrency"]) for p in summary})
+        width = 0.8 / len(cfgs)
+        for k, cfg in enumerate(cfgs):
+            xs, ys, err = [], [], []
+            for i, (ctx, c) in enumerate(pts):
+                p = next((q for q in summary if q["config"] == cfg and q["concurrency"] == c
+                          and (q["context_length"] or 0) == ctx), None)
+                if p:
+                    xs.append(i + k * width)
+                    ys.append(p["joules_per_token"]["mean"])
+                    err.append(p["joules_per_token"]["ci95"] or 0.0)
+            ax.bar(xs, ys, width, yerr=err, capsize=3, color=_color(cfg, k), label=cfg)
+        ax.set_xticks([i + width * (len(cfgs) - 1) / 2 for i in range(len(pts))])
+        ax.set_xticklabels([f"c={c}\nctx={ctx or '-'}" for ctx, c in pts])
+        ax.set_ylabel("J / generated token")
+        ax.legend()
+        ax.grid(True, axis="y", alpha=0.3)
+    ax.set_title("Energy per token")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+PLOTS = {
+    "tps_vs_concurrency.png": tps_vs_concurrency,
+    "acceptance_by_category.png": acceptance_by_category,
+    "power_trace.png": power_trace,
+    "joules_per_token.png": joules_per_token,
+}
+
+
+def write_all(doc: dict[str, Any], out_dir: Path) -> list[str]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, fn in PLOTS.items():
+        fn(doc, out_dir / name)
+    return list(PLOTS)

@@ -1,0 +1,96 @@
+"""The Markdown report of a results document: the headline first, then the tables behind it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _e(e: dict[str, Any] | None, digits: int = 1, unit: str = "") -> str:
+    if not e:
+        return "–"
+    ci = e.get("ci95")
+    return f"{e['mean']:.{digits}f}{unit}" + (f" ± {ci:.{digits}f}" if ci is not None else "")
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{x:.0%}"
+
+
+def _num(x: Any, digits: int = 2) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "|".join(" --- " for _ in head) + "|",
+            *("| " + " | ".join(r) + " |" for r in rows), ""]
+
+
+def render(doc: dict[str, Any]) -> str:
+    b, rel, s, pw = doc["board"], doc["release"], doc["summary"], doc["power"]
+    st = doc["settings"]
+    lines = [f"# {doc['recipe']['name']} on {b['name']} ({doc['profile']['name']})", "",
+             f"**{s['headline']['text']}**", "",
+             f"Release `{rel['id']}` · llama.cpp {doc['llama_cpp'].get('ref') or '?'} · "
+             f"{b.get('model') or 'board'} · L4T {b.get('l4t') or '?'} · nvpmodel "
+             f"{(b.get('nvpmodel') or {}).get('name') or '?'}" + (" · simulated board" if b.get("sim") else ""), "",
+             f"{st['repetitions']} repetitions per point, configurations alternated "
+             f"({' '.join(st['order'])} …), {st['warmup']} warm-up round(s) per run, n_gen {st['n_gen']}, "
+             f"cool-down below {st['cooldown_temp_c']} °C" if st.get("cooldown_temp_c") is not None else
+             f"{st['repetitions']} repetitions per point, configurations alternated ({' '.join(st['order'])} …), "
+             f"{st['warmup']} warm-up round(s) per run, n_gen {st['n_gen']}, no cool-down.", "",
+             "Values are means ± CI95 (Student's t over repetitions)." , ""]
+    if s["speedups"]:
+        lines += ["## The drafter's speedup", ""]
+        lines += _table(["concurrency", "context", "speedup (tok/s ratio)", "energy/token ratio"],
+                        [[str(u["concurrency"]), str(u["context_length"] or "–"), _e(u["speedup"], 2, "×"),
+                          _e(u["energy_ratio"], 2, "×")] for u in s["speedups"]])
+    lines += ["## Throughput, latency, acceptance, energy", ""]
+    lines += _table(
+        ["config", "conc.", "ctx", "prompt tok", "tok/s", "decode tok/s per request", "TTFT p50 s",
+         "latency p95 s", "acceptance", "J/token", "W"],
+        [[p["config"], str(p["concurrency"]), str(p["context_length"] or "–"), _num(p.get("prompt_tokens_mean"), 0),
+          _e(p["tokens_per_second"]), _e(p["decode_tokens_per_second"]), _e(p["ttft_p50_s"], 3),
+          _e(p["latency_p95_s"], 3), _pct(p["acceptance"]), _e(p["joules_per_token"], 4), _e(p["average_watts"], 2)]
+         for p in s["points"]])
+    cats = sorted({c for p in s["points"] for c in (p["acceptance_by_category"] or {})})
+    spec = [p for p in s["points"] if p["config"] != "baseline"]
+    if cats and spec:
+        lines += ["### Acceptance by prompt category", ""]
+        lines += _table(["config", "conc.", "ctx", *cats],
+                        [[p["config"], str(p["concurrency"]), str(p["context_length"] or "–"),
+                          *(_pct((p["acceptance_by_category"].get(c) or {}).get("acceptance")) for c in cats)]
+                         for p in spec])
+    lines += ["## Power", ""]
+    if pw.get("available"):
+        lines += [f"Source **{pw['source']}**, total = **{pw['total_rail_method']}** ({pw.get('total_rail_note')}); "
+                  f"sampled at {pw['sampling_rate_hz']} Hz (asked {pw.get('sampler_hz')} Hz, longest gap "
+                  f"{pw['max_gap_s']} s). Idle baseline **{_num(pw['static_power_baseline_watts'], 3)} W**. "
+                  f"Energy is integrated from the raw samples over each run's exact window (board monotonic "
+                  f"clock); {pw['total_energy_joules']:.3f} J over all measured windows. Per-rail energy is "
+                  "in results.json (`runs[].power.rails_energy_joules`).", ""]
+    else:
+        lines += [f"Power unavailable: {pw.get('reason')}. Throughput and acceptance are still measured.", ""]
+    if doc.get("llama_bench"):
+        lines += ["## llama-bench (target alone)", ""]
+        lines += _table(["test", "tokens", "tok/s", "W (window)", "J/token (est.)"],
+                        [[lb.get("test", "?"), str(lb.get("n_prompt") or lb.get("n_gen") or "–"),
+                          _num(lb.get("avg_ts"), 1) + (f" ± {lb['stddev_ts']:.1f}" if lb.get("stddev_ts") else ""),
+                          _num((lb.get("power") or {}).get("average_watts"), 2),
+                          _num((lb.get("power") or {}).get("joules_per_token_estimate"), 5)]
+                         for lb in doc["llama_bench"] if "error" not in lb])
+    rf = doc.get("roofline") or {}
+    if rf.get("ceiling_tokens_per_second"):
+        lines += ["## Roofline", "",
+                  f"{rf['bytes_per_token'] / 1e6:.1f} MB read per token at {rf['mem_bandwidth_gbs']} GB/s: a decode "
+                  f"ceiling of **{rf['ceiling_tokens_per_second']:.1f} tok/s** for one stream. Measured without the "
+                  f"drafter: {_num(rf.get('measured_tokens_per_second'), 1)} tok/s "
+                  f"({_pct(rf.get('measured_fraction'))} of the ceiling)"
+                  + (f"; with it {_num(rf.get('drafter_tokens_per_second'), 1)} tok/s "
+                     f"({_pct(rf.get('drafter_fraction'))}, drafting can pass the ceiling)"
+                     if rf.get("drafter_tokens_per_second") else "") + ".", ""]
+    plots = {k: v for k, v in (doc.get("files") or {}).items() if v.endswith(".png")}
+    if plots:
+        lines += ["## Plots", ""] + [f"![{k}]({v})" for k, v in plots.items()] + [""]
+    if doc.get("notes"):
+        lines += ["## Notes", ""] + [f"- {n}" for n in doc["notes"]] + [""]
+    return "\n".join(lines)

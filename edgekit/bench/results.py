@@ -1,0 +1,137 @@
+"""From runs to results: per-point estimates, the drafter's speedup, the headline, the document.
+
+Repetitions of a point are independent runs on a freshly started server, alternated between
+configurations (A B A B …), so the speedup is estimated per repetition pair (drafter / baseline
+of the same repetition) and its CI95 comes from those ratios.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from edgekit.bench.stats import Estimate, estimate
+
+SCHEMA_ID = "https://edgekit.dev/schemas/bench-results-1.json"
+SCHEMA_VERSION = "edgekit-bench/1"
+SCHEMA_FILE = Path(__file__).resolve().parents[2] / "docs" / "results-schema.json"
+
+
+def _est(values: Iterable[float | None]) -> dict[str, Any] | None:
+    e = estimate([v for v in values if v is not None])
+    return e.to_json() if e else None
+
+
+def _pooled_acceptance(runs: list[dict[str, Any]]) -> tuple[float | None, dict[str, dict[str, Any]]]:
+    n = sum(r.get("draft_n") or 0 for r in runs)
+    a = sum(r.get("draft_n_accepted") or 0 for r in runs)
+    cats: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        for cat, v in (r.get("acceptance_by_category") or {}).items():
+            c = cats.setdefault(cat, {"draft_n": 0, "draft_n_accepted": 0})
+            c["draft_n"] += v.get("draft_n") or 0
+            c["draft_n_accepted"] += v.get("draft_n_accepted") or 0
+    for c in cats.values():
+        c["acceptance"] = c["draft_n_accepted"] / c["draft_n"] if c["draft_n"] else None
+    return (a / n if n else None), cats
+
+
+def _power(r: dict[str, Any], key: str) -> float | None:
+    p = r.get("power") or {}
+    return p.get(key) if p.get("available") else None
+
+
+def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per (config, concurrency, context length): estimates over its repetitions."""
+    keys = sorted({(r["config"], r["concurrency"], r["context_length"] or 0) for r in runs},
+                  key=lambda k: (k[2], k[1], k[0]))
+    out = []
+    for cfg, c, ctx in keys:
+        rs = [r for r in runs if (r["config"], r["concurrency"], r["context_length"] or 0) == (cfg, c, ctx)]
+        acc, by_cat = _pooled_acceptance(rs)
+        out.append({
+            "config": cfg, "concurrency": c, "context_length": ctx or None, "repetitions": len(rs),
+            "tokens_per_second": _est(r["tokens_per_second"] for r in rs),
+            "decode_tokens_per_second": _est(r["decode_tokens_per_second_mean"] for r in rs),
+            "ttft_p50_s": _est(r["ttft_p50_s"] for r in rs), "latency_p95_s": _est(r["latency_p95_s"] for r in rs),
+            "acceptance": acc, "acceptance_by_category": by_cat,
+            "joules_per_token": _est(_power(r, "joules_per_token") for r in rs),
+            "dynamic_joules_per_token": _est(_power(r, "dynamic_joules_per_token") for r in rs),
+            "average_watts": _est(_power(r, "average_watts") for r in rs),
+            "prompt_tokens_mean": rs[0].get("prompt_tokens_mean"),
+        })
+    return out
+
+
+def _paired(runs: list[dict[str, Any]], a: str, b: str, c: int, ctx: int | None, key: str,
+            power: bool = False) -> Estimate | None:
+    def value(r: dict[str, Any]) -> float | None:
+        return _power(r, key) if power else r.get(key)
+
+    by_rep: dict[int, dict[str, float | None]] = {}
+    for r in runs:
+        if r["concurrency"] == c and r["context_length"] == ctx and r["config"] in (a, b):
+            by_rep.setdefault(r["repetition"], {})[r["config"]] = value(r)
+    ratios = [v[a] / v[b] for v in by_rep.values() if v.get(a) and v.get(b)]
+    return estimate(ratios)
+
+
+def speedups(runs: list[dict[str, Any]], spec: str = "drafter", base: str = "baseline") -> list[dict[str, Any]]:
+    """Per point: drafter tok/s ÷ baseline tok/s and drafter J/token ÷ baseline J/token (paired)."""
+    pts = sorted({(r["concurrency"], r["context_length"]) for r in runs}, key=lambda p: ((p[1] or 0), p[0]))
+    out = []
+    for c, ctx in pts:
+        s = _paired(runs, spec, base, c, ctx, "tokens_per_second")
+        if s is None:
+            continue
+        e = _paired(runs, spec, base, c, ctx, "joules_per_token", power=True)
+        out.append({"concurrency": c, "context_length": ctx, "speedup": s.to_json(),
+                    "energy_ratio": e.to_json() if e else None})
+    return out
+
+
+def _fmt_ci(e: dict[str, Any] | None, unit: str = "×", digits: int = 2) -> str:
+    if not e:
+        return "n/a"
+    ci = e.get("ci95")
+    body = f"{e['mean']:.{digits}f}{unit}"
+    return body + (f" (CI95 ±{ci:.{digits}f})" if ci is not None else f" (n = {e['n']})")
+
+
+def headline(summary: list[dict[str, Any]], ups: list[dict[str, Any]], model: str) -> dict[str, Any]:
+    """The sentence a reader takes away: the drafter's speedup at one request, and how it moves."""
+    if not ups:
+        has_spec = any(p["config"] == "drafter" for p in summary)
+        text = ("No drafter speedup: the release has no speculative decoding to compare." if not has_spec
+                else "No drafter speedup: the runs could not be paired.")
+        return {"text": text, "speedup": None}
+    first = ups[0]
+    s = first["speedup"]
+    where = f"{first['concurrency']} request{'s' if first['concurrency'] > 1 else ''} at a time"
+    if first["context_length"]:
+        where += f", {first['context_length']}-token prompts"
+    text = f"The drafter makes {model} {_fmt_ci(s)} as fast as without it ({where})"
+    last = ups[-1] if len(ups) > 1 else None
+    if last is not None:
+        text += f"; at {last['concurrency']} requests, {last['context_length'] or '-'} tokens: {_fmt_ci(last['speedup'])}"
+    e = first.get("energy_ratio")
+    if e:
+        text += f". Energy per token: {_fmt_ci(e)} of the baseline's"
+    acc = next((p["acceptance"] for p in summary if p["config"] == "drafter" and p["acceptance"] is not None), None)
+    if acc is not None:
+        text += f"; {acc:.0%} of drafted tokens accepted"
+    return {"text": text + ".", "speedup": s, "concurrency": first["concurrency"],
+            "context_length": first["context_length"], "energy_ratio": e, "acceptance": acc}
+
+
+def schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_FILE.read_text())
+
+
+def validate(doc: dict[str, Any]) -> None:
+    """Raise jsonschema.ValidationError when ``doc`` does not follow docs/results-schema.json."""
+    import jsonschema
+
+    jsonschema.validate(doc, schema())

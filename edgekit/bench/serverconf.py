@@ -1,0 +1,135 @@
+"""Server configurations for a bench, derived from the release's own llama-server arguments.
+
+The release manifest (``release.json``) carries the exact ``server_args`` the service runs. The
+bench serves the same release twice: as deployed (with its drafter / speculative settings) and
+with every speculative flag removed (the baseline), each on the bench port, with enough slots
+for the highest concurrency. Tune changes only the speculative values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgekit.deploy.server_args import FLAG_SPELLINGS
+
+# Flags that take no value (everything else in FLAG_SPELLINGS takes one).
+_BOOLEAN = {"no_webui", "metrics"}
+SPEC_FLAGS = ("spec_type", "draft_n_max", "draft_n_min", "draft_p_min", "draft_model", "ngld")
+
+
+def _find(args: list[str], logical: str) -> int | None:
+    spellings = FLAG_SPELLINGS[logical]
+    for i, a in enumerate(args):
+        if a in spellings or any(a.startswith(s + "=") for s in spellings if s.startswith("--")):
+            return i
+    return None
+
+
+def get(args: list[str], logical: str) -> str | None:
+    i = _find(args, logical)
+    if i is None:
+        return None
+    if "=" in args[i]:
+        return args[i].split("=", 1)[1]
+    return args[i + 1] if i + 1 < len(args) else None
+
+
+def drop(args: list[str], logical: str) -> list[str]:
+    out = list(args)
+    while (i := _find(out, logical)) is not None:
+        width = 1 if logical in _BOOLEAN or "=" in out[i] else 2
+        del out[i:i + width]
+    return out
+
+
+def put(args: list[str], logical: str, value: Any) -> list[str]:
+    """Set a flag's value, keeping the spelling the release uses (else the newest one)."""
+    i = _find(args, logical)
+    out = list(args)
+    if i is None:
+        return [*out, FLAG_SPELLINGS[logical][0], str(value)]
+    if "=" in out[i]:
+        out[i] = f"{out[i].split('=', 1)[0]}={value}"
+    else:
+        out[i + 1] = str(value)
+    return out
+
+
+def _drop_other_spec(args: list[str]) -> list[str]:
+    """Extra `--spec-*` flags (from a recipe's extra_args) go with the speculative settings."""
+    out: list[str] = []
+    skip = False
+    for i, a in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if a.startswith("--spec-"):
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            skip = "=" not in a and nxt is not None and not nxt.startswith("--")
+            continue
+        out.append(a)
+    return out
+
+
+def baseline_args(args: list[str]) -> list[str]:
+    """The release's arguments without any speculative decoding."""
+    for logical in SPEC_FLAGS:
+        args = drop(args, logical)
+    return _drop_other_spec(args)
+
+
+def is_speculative(args: list[str]) -> bool:
+    spec = get(args, "spec_type")
+    return (spec is not None and spec != "none") or get(args, "draft_model") is not None
+
+
+@dataclass
+class ServerConfig:
+    """One way to run the release's llama-server during a bench."""
+
+    name: str  # "drafter" | "baseline" | a tune point like "n4-p0.5"
+    args: list[str]
+    speculative: bool
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "server_args": self.args, "speculative": self.speculative, **self.settings}
+
+
+def for_bench(args: list[str], port: int, parallel: int | None, slot_ctx: int | None) -> list[str]:
+    """Move to the bench port; with ``parallel``, that many slots of at least ``slot_ctx`` tokens each."""
+    out = put(args, "port", port)
+    if parallel is not None:
+        out = put(out, "parallel", parallel)
+        ctx = int(get(out, "ctx") or 4096)
+        if slot_ctx is not None and ctx // parallel < slot_ctx:
+            out = put(out, "ctx", slot_ctx * parallel)
+    return out
+
+
+def describe(args: list[str]) -> dict[str, Any]:
+    """The settings a reader compares: spec type, draft lengths, slots, context."""
+    def num(logical: str) -> float | int | None:
+        v = get(args, logical)
+        if v is None:
+            return None
+        try:
+            return int(v)
+        except ValueError:
+            return float(v)
+
+    return {"spec_type": get(args, "spec_type") or "none", "draft_n_max": num("draft_n_max"),
+            "draft_p_min": num("draft_p_min"), "parallel": num("parallel"), "ctx_size": num("ctx"),
+            "drafter_model": get(args, "draft_model")}
+
+
+def pair(release_args: list[str], port: int, parallel: int | None, slot_ctx: int | None) -> list[ServerConfig]:
+    """[drafter, baseline] from the release (only the baseline when it has no speculative decoding)."""
+    base = for_bench(baseline_args(release_args), port, parallel, slot_ctx)
+    configs = []
+    if is_speculative(release_args):
+        spec = for_bench(release_args, port, parallel, slot_ctx)
+        configs.append(ServerConfig("drafter", spec, True, describe(spec)))
+    configs.append(ServerConfig("baseline", base, False, describe(base)))
+    return configs

@@ -1,0 +1,376 @@
+"""A bench session on one board: everything that runs there, and putting the board back.
+
+The session holds the board's deploy lock, pushes the agent and the prompt set into a work
+directory, remembers the deployed service's state, starts the power sampler, and runs a matrix of
+server configurations × load points × repetitions in round-robin order (A B A B …). Whatever
+happens — an error, Ctrl-C — ``close`` stops the load, the bench server and the sampler, reads
+the power samples back, restores the deployed service exactly as it was and removes the work dir.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgekit.agent import energy
+from edgekit.bench import boardfs, prompts, serverconf, workloads
+from edgekit.bench.benchunit import Board as BenchBoard
+from edgekit.bench.benchunit import ServiceState
+from edgekit.bench.jobs import Job, JobFailed
+from edgekit.bench.power import PowerLog, Sampler, TotalRail, total_rail
+from edgekit.bench.workloads import Point
+from edgekit.config.boardfile import Board
+from edgekit.config.profiles import get_profile
+from edgekit.config.recipes import Recipe
+from edgekit.errors import EdgekitError
+from edgekit.remote import releases
+from edgekit.remote.lock import BoardLock
+from edgekit.remote.probe import BoardFacts, probe
+from edgekit.remote.runner import runner_for
+
+PYTHON = "python3"  # the board's own interpreter (JetPack's), as for the agent
+
+
+@dataclass
+class SessionOptions:
+    power: bool = True
+    hz: float = 20.0
+    total_rail: str | None = None  # override: a rail name or "sum"
+    exclusive: bool = True  # stop the deployed service while measuring (board power is board-wide)
+    cooldown_temp_c: float | None = None
+    cooldown_timeout_s: float = 600.0
+    server_timeout_s: float = 180.0
+    run_timeout_s: float = 1800.0
+    lock_wait_s: int = 0
+    keep_board_files: bool = False
+
+
+@dataclass
+class Run:
+    """One measured run of the load."""
+
+    index: int
+    config: str
+    point: Point
+    repetition: int
+    output: dict[str, Any]
+    metrics: dict[str, Any]
+    cooldown: dict[str, Any] | None
+    server_ready_s: float | None
+    power: dict[str, Any] | None = None
+
+    @property
+    def window(self) -> tuple[float, float]:
+        w = self.output["window"]
+        return float(w["start"]), float(w["end"])
+
+    def to_json(self) -> dict[str, Any]:
+        t0, t1 = self.window
+        return {"index": self.index, "config": self.config, "concurrency": self.point.concurrency,
+                "context_length": self.point.context_length, "repetition": self.repetition,
+                "window": {"start": t0, "end": t1, "duration_s": round(t1 - t0, 6)},
+                "cooldown": self.cooldown, "server_ready_s": self.server_ready_s, **self.metrics,
+                "power": self.power, "chat_template": self.output.get("chat_template"),
+                "requests_detail": self.output.get("requests", [])}
+
+
+@dataclass
+class Phase:
+    name: str
+    start: float
+    end: float
+    config: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "start": round(self.start, 6), "end": round(self.end, 6), "config": self.config}
+
+
+@contextlib.contextmanager
+def deferred_sigint() -> Iterator[list[int]]:
+    """While the board is being put back, a second Ctrl-C must not cut that short."""
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    got: list[int] = []
+    old = signal.signal(signal.SIGINT, lambda signum, _frame: got.append(signum))
+    try:
+        yield got
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+@dataclass
+class Session:
+    name: str
+    board: Board
+    recipe: Recipe
+    opts: SessionOptions
+    say: Callable[[str], None] = print
+    facts: BoardFacts | None = None
+    release: str = ""
+    manifest: dict[str, Any] = field(default_factory=dict)
+    work: str = ""
+    phases: list[Phase] = field(default_factory=list)
+    power_log: PowerLog | None = None
+    rail: TotalRail | None = None
+    service_before: ServiceState | None = None
+    service_after: ServiceState | None = None
+    snapshots: dict[str, Any] = field(default_factory=dict)
+    cleanup_errors: list[str] = field(default_factory=list)
+
+    # ---------------------------------------------------------------------------------- open
+
+    def open(self) -> Session:
+        self.runner = runner_for(self.board, self.name)
+        self._stack = contextlib.ExitStack()
+        self._stack.callback(self.runner.close)
+        self.facts = probe(self.runner, self.board.base)
+        base = self.facts.base
+        lay = releases.layout(self.runner, base)
+        if not lay.current:
+            raise EdgekitError(f"Board {self.name!r} has no deployed release; run `edgekit deploy` first.")
+        self.release = lay.current
+        self.manifest = releases.read_manifest(self.runner, base, lay.current)
+        if self.manifest.get("recipe") != self.recipe.name:
+            raise EdgekitError(f"Board {self.name!r} serves recipe {self.manifest.get('recipe')!r}, not "
+                               f"{self.recipe.name!r}; deploy {self.recipe.name} first or bench that recipe.")
+        self._stack.enter_context(BoardLock(self.runner, base, self.opts.lock_wait_s))
+        self.release_dir = f"{base}/releases/{self.release}"
+        self.work = f"{base}/bench/{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+        boardfs.mkdirs(self.runner, f"{self.work}/jobs")
+        self.agent = boardfs.push_agent(self.runner, f"{self.work}/agent")
+        self.prompts = f"{self.work}/prompts.json"
+        boardfs.put_text(self.runner, self.prompts, json.dumps(prompts.load(self.recipe.bench.prompt_set)))
+        self.svc = BenchBoard(self.runner, base, self.release_dir, self.facts.sudo != "root", self.work,
+                              int(self.manifest.get("port") or self.recipe.runtime.port))
+        self.service_before = self.svc.remember()
+        self.bench_port = int(self.manifest.get("candidate_port") or self.svc.main_port + 1)
+        self._jobs: list[Job] = []
+        self._sampler: Sampler | None = None
+        self.snapshots["before"] = self.agent_json(["snapshot"])
+        return self
+
+    @property
+    def release_args(self) -> list[str]:
+        return list(self.manifest.get("server_args") or [])
+
+    def agent_json(self, args: list[str], timeout: float = 60) -> dict[str, Any] | None:
+        res = self.runner.run([PYTHON, self.agent, *args], check=False, timeout=timeout)
+        try:
+            return json.loads(res.stdout) if res.stdout.strip() else None
+        except ValueError:
+            return None
+
+    def clock(self) -> float:
+        data = self.agent_json(["clock"])
+        if not data:
+            raise EdgekitError(f"The agent's clock does not answer on board {self.name!r}.")
+        return float(data["monotonic"])
+
+    # ---------------------------------------------------------------------------------- power
+
+    def start_power(self) -> bool:
+        """Start the sampler; False (and why, in the log) when the board has no power source."""
+        profile = get_profile(self.board.profile)
+        self.rail = total_rail(profile, self.opts.total_rail)
+        if not self.opts.power:
+            return False
+        self._sampler = Sampler(self.runner, PYTHON, self.agent, self.work, self.opts.hz, self.rail)
+        self._sampler.start()
+        meta = self._sampler.first_line()
+        if not meta or meta.get("power") == "unavailable":
+            reasons = (meta or {}).get("reasons") or {}
+            self.say("power unavailable: " + ("; ".join(f"{k}: {v}" for k, v in reasons.items()) or "no samples"))
+            return False
+        self.say(f"power: {meta.get('source')} at {self.opts.hz:g} Hz, total = {self.rail.method}")
+        return True
+
+    def idle(self, seconds: float) -> tuple[float, float]:
+        """An idle window: nothing of ours runs on the board (marked by one sleeping process)."""
+        script = "import sys, time; a = time.monotonic(); time.sleep(float(sys.argv[1])); print(a, time.monotonic())"
+        job = self._job("idle", [PYTHON, "-c", script, str(seconds)], "the idle window")
+        job.wait(seconds + 60, poll_s=min(seconds + 1, 5.0))
+        t0, t1 = (float(x) for x in job.read().split())
+        self.phases.append(Phase("idle", t0, t1))
+        return t0, t1
+
+    def take_board(self) -> None:
+        """Stop the deployed service while measuring: board power is board-wide (unless shared)."""
+        if self.service_before and self.service_before.active and self.opts.exclusive:
+            self.say("stopping the deployed service while measuring (it is started again at the end)")
+            self.svc.stop_main()
+
+    # ---------------------------------------------------------------------------------- jobs
+
+    def _job(self, name: str, argv: list[str], what: str) -> Job:
+        job = Job.start(self.runner, f"{self.work}/jobs/{name}", argv, what)
+        self._jobs.append(job)
+        return job
+
+    def cooldown(self) -> dict[str, Any] | None:
+        below = self.opts.cooldown_temp_c
+        if below is None:
+            return None
+        job = self._job(f"cool-{len(self._jobs)}", [PYTHON, self.agent, "wait-cool", "--below", str(below),
+                                                     "--timeout", str(self.opts.cooldown_timeout_s)], "wait-cool")
+        job.wait(self.opts.cooldown_timeout_s + 60)
+        try:
+            res = json.loads(job.read())
+        except ValueError:
+            return {"cooled": None, "reason": "wait-cool printed nothing"}
+        if res.get("cooled") is False:
+            self.say(f"warning: still {res.get('temp_c')} °C after {self.opts.cooldown_timeout_s:.0f} s of cool-down")
+        return res
+
+    def llama_bench(self, pp: int, tg: int, reps: int) -> list[dict[str, Any]]:
+        rt = self.recipe.runtime
+        out = []
+        for test, (p, n) in (("pp", (pp, 0)), ("tg", (0, tg))):
+            self.cooldown()
+            argv = workloads.llama_bench_argv(self.release_dir, PYTHON, p, n, reps, rt.n_gpu_layers, rt.threads)
+            job = self._job(f"llama-bench-{test}", argv, "llama-bench")
+            rc = job.wait(self.opts.run_timeout_s)
+            t0, t1, recs = workloads.parse_llama_bench(job.read())
+            if rc != 0 or not recs:
+                self.say(f"warning: llama-bench {test} failed (exit {rc}): {job.tail()}")
+                out.append({"test": test, "error": job.tail(), "exit_code": rc})
+                continue
+            for rec in recs:
+                out.append({**workloads.llama_bench_summary(rec), "window": {"start": t0, "end": t1}})
+            if t0 is not None and t1 is not None:
+                self.phases.append(Phase(f"llama-bench {test}", t0, t1))
+            self.say(f"llama-bench {test}{p or n}: {recs[0].get('avg_ts', 0):.1f} tok/s")
+        return out
+
+    # ---------------------------------------------------------------------------------- the matrix
+
+    def run_matrix(self, matrix: list[tuple[serverconf.ServerConfig, list[Point]]], reps: int, n_gen: int,
+                   warmup: int, requests: Callable[[Point], int], ignore_eos: bool,
+                   on_run: Callable[[Run, int], None] | None = None) -> list[Run]:
+        """Each repetition: every configuration in turn (A B A B …), each of its points on one warm server.
+
+        The same repetition number gives the same prompts to every configuration (a fair pair).
+        """
+        runs: list[Run] = []
+        total = reps * sum(len(points) for _, points in matrix)
+        for rep in range(reps):
+            for cfg, points in matrix:
+                ready: float | None = self.svc.start_server(cfg.args, self.bench_port, f"edgekit bench: {cfg.name}",
+                                                            self.opts.server_timeout_s)
+                self.say(f"server {cfg.name} ready in {ready:.1f} s (repetition {rep + 1}/{reps})")
+                for point in points:
+                    runs.append(self._run(len(runs), cfg, point, rep, n_gen, warmup, requests(point), ignore_eos,
+                                          ready))
+                    ready = None  # only the first run after a start carries the server's start-up time
+                    if on_run:
+                        on_run(runs[-1], total)
+                self.svc.stop_server()
+        return runs
+
+    def _run(self, k: int, cfg: serverconf.ServerConfig, point: Point, rep: int, n_gen: int, warmup: int,
+             n_requests: int, ignore_eos: bool, ready: float | None) -> Run:
+        cool = self.cooldown()
+        label = f"{cfg.name} {point.label()} rep {rep + 1}"
+        out_file = f"{self.work}/load-{k}.json"
+        argv = workloads.load_argv(PYTHON, self.agent, self.bench_port, self.prompts, point, n_requests, n_gen,
+                                   warmup, rep, ignore_eos, out_file, label)
+        job = self._job(f"load-{k}", argv, "the load")
+        rc = job.wait(self.opts.run_timeout_s)
+        raw = boardfs.read_text(self.runner, out_file)
+        if rc != 0 or not raw:
+            raise EdgekitError(f"The load ({label}) failed on board {self.name!r} (exit {rc}): {job.tail()}")
+        output = json.loads(raw)
+        run = Run(k, cfg.name, point, rep, output, workloads.load_metrics(output), cool,
+                  round(ready, 3) if ready is not None else None)
+        t0, t1 = run.window
+        self.phases.append(Phase(f"run {k}", t0, t1, cfg.name))
+        if run.metrics["errors"]:
+            self.say(f"warning: {run.metrics['errors']} of {run.metrics['requests']} requests failed in {label}")
+        return run
+
+    # ---------------------------------------------------------------------------------- close
+
+    def close(self) -> None:
+        """Stop everything we started, read the power back, restore the service, remove the work dir."""
+        with deferred_sigint():
+            for step in (self._stop_jobs, self._stop_server, self._stop_sampler, self._read_power,
+                         self._snapshot_after, self._restore, self._remove_work):
+                try:
+                    step()
+                except Exception as exc:  # noqa: BLE001 - every step must get its chance
+                    self.cleanup_errors.append(f"{step.__name__.strip('_')}: {exc}")
+            self._stack.close()
+
+    def _stop_jobs(self) -> None:
+        for job in getattr(self, "_jobs", []):
+            job.stop(grace_s=3.0)
+
+    def _stop_server(self) -> None:
+        if hasattr(self, "svc"):
+            self.svc.stop_server()
+
+    def _stop_sampler(self) -> None:
+        if self._sampler is not None:
+            self._sampler.stop()
+
+    def _read_power(self) -> None:
+        if self._sampler is None:
+            return
+        local = self._local_copy("power.jsonl")
+        meta, samples, end = energy.read_samples(str(local)) if local else ({}, [], None)
+        self.power_log = PowerLog(meta, samples, end)
+
+    def _local_copy(self, name: str) -> Path | None:
+        import tempfile
+
+        text = boardfs.read_text(self.runner, f"{self.work}/{name}")
+        if text is None:
+            return None
+        tmp = Path(tempfile.mkdtemp(prefix="edgekit-bench-")) / name
+        tmp.write_text(text)
+        return tmp
+
+    def _snapshot_after(self) -> None:
+        if self.work:
+            self.snapshots["after"] = self.agent_json(["snapshot"])
+
+    def _restore(self) -> None:
+        if hasattr(self, "svc"):
+            self.service_after = self.svc.restore(self.opts.server_timeout_s)
+
+    def _remove_work(self) -> None:
+        if self.work and not self.opts.keep_board_files:
+            boardfs.remove_tree(self.runner, self.work)
+
+    def __enter__(self) -> Session:
+        try:
+            return self.open()
+        except BaseException:
+            if hasattr(self, "_stack"):
+                self.close()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def check_restored(session: Session) -> None:
+    """An EdgekitError when the deployed service did not end up as it was."""
+    before, after = session.service_before, session.service_after
+    if before is None:
+        return
+    if after is None or (after.active, after.unit_sha256) != (before.active, before.unit_sha256):
+        raise EdgekitError(f"The deployed service on board {session.name!r} is not as it was "
+                           f"(before {before.to_json()}, after {after.to_json() if after else 'unknown'}): "
+                           + "; ".join(session.cleanup_errors))
+
+
+__all__ = ["JobFailed", "Run", "Session", "SessionOptions", "check_restored"]

@@ -1,0 +1,187 @@
+"""`edgekit tune`: sweep the drafter's settings on the board, pick the best, deploy it.
+
+Every grid point is the deployed release's server with ``--spec-draft-n-max`` / ``--spec-draft-p-min``
+(and slots) changed; the baseline without speculative decoding is measured beside them for
+reference. Points run round-robin per repetition (as the bench alternates its two
+configurations), each at as many concurrent requests as it has slots. The best point by the
+objective (mean tok/s, or mean J/token) is reported with its CI95 and the points whose interval
+overlaps it ("tie"); then the recipe's runtime with those values goes through the deploy pipeline
+and becomes a new release on the board. Seed 004: long drafts cost speed on slow cards and the gain
+shrinks with concurrency, so this is worth doing per board.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from edgekit.bench import prompts, serverconf
+from edgekit.bench.power import window_power
+from edgekit.bench.session import Run, Session, SessionOptions, check_restored
+from edgekit.bench.stats import Estimate, estimate
+from edgekit.bench.workloads import Point, requests_per_run
+from edgekit.config.boardfile import Board
+from edgekit.config.recipes import Recipe
+from edgekit.errors import EdgekitError
+
+
+@dataclass
+class Grid:
+    draft_n: list[int]
+    p_min: list[float | None]  # None: the server's default
+    parallel: list[int] | None = None  # None: as deployed
+
+
+@dataclass
+class TuneOptions:
+    objective: str = "speed"  # speed | energy
+    quick: bool = False
+    n_gen: int | None = None
+    repetitions: int | None = None
+    warmup: int | None = None
+    cooldown_temp_c: float | None | str = "recipe"
+    context_length: int | None = None
+    session: SessionOptions = field(default_factory=SessionOptions)
+    ignore_eos: bool = False
+    deploy: bool = True
+    src: str | None = None
+    out_dir: Path | None = None
+
+
+def fmt(e: dict[str, Any] | None, digits: int) -> str:
+    if not e:
+        return "–"
+    return f"{e['mean']:.{digits}f}" + (f" ± {e['ci95']:.{digits}f}" if e.get("ci95") is not None else "")
+
+
+def _pname(p: float | None) -> str:
+    return "pdef" if p is None else f"p{p:g}"
+
+
+def configs(release_args: list[str], port: int, grid: Grid, deployed_parallel: int,
+            slot_ctx: int) -> list[tuple[serverconf.ServerConfig, list[Point]]]:
+    out = []
+    for slots in grid.parallel or [deployed_parallel]:
+        suffix = f"-s{slots}" if grid.parallel else ""
+        base = serverconf.for_bench(release_args, port, slots, slot_ctx)
+        for n in grid.draft_n:
+            for p in grid.p_min:
+                args = serverconf.put(base, "draft_n_max", n)
+                args = serverconf.drop(args, "draft_p_min") if p is None else serverconf.put(args, "draft_p_min", p)
+                if int(serverconf.get(args, "draft_n_min") or 0) > n:
+                    args = serverconf.put(args, "draft_n_min", n)
+                name = f"n{n}-{_pname(p)}{suffix}"
+                out.append(serverconf.ServerConfig(name, args, True, {**serverconf.describe(args), "draft_n_max": n,
+                                                                      "draft_p_min": p, "parallel": slots}))
+        ref = serverconf.for_bench(serverconf.baseline_args(release_args), port, slots, slot_ctx)
+        out.append(serverconf.ServerConfig(f"baseline{suffix}", ref, False,
+                                           {**serverconf.describe(ref), "parallel": slots}))
+    return [(c, [Point(int(c.settings["parallel"]), None)]) for c in out]
+
+
+def _row(cfg: serverconf.ServerConfig, runs: list[Run]) -> dict[str, Any]:
+    mine = [r for r in runs if r.config == cfg.name]
+    tps = estimate([r.metrics["tokens_per_second"] for r in mine if r.metrics.get("tokens_per_second")])
+    jpt = estimate([r.power["joules_per_token"] for r in mine if r.power and r.power.get("joules_per_token")])
+    drafted = sum(r.metrics.get("draft_n") or 0 for r in mine)
+    acc = sum(r.metrics.get("draft_n_accepted") or 0 for r in mine) / drafted if drafted else None
+    return {"name": cfg.name, "speculative": cfg.speculative, "draft_n_max": cfg.settings.get("draft_n_max"),
+            "draft_p_min": cfg.settings.get("draft_p_min"), "parallel": cfg.settings.get("parallel"),
+            "tokens_per_second": tps.to_json() if tps else None,
+            "joules_per_token": jpt.to_json() if jpt else None, "acceptance": acc, "repetitions": len(mine),
+            "_tps": tps, "_jpt": jpt}
+
+
+def choose(rows: list[dict[str, Any]], objective: str) -> tuple[dict[str, Any], list[str]]:
+    """The best speculative row by the objective, and the rows statistically tied with it."""
+    key = "_tps" if objective == "speed" else "_jpt"
+    cands = [r for r in rows if r["speculative"] and r[key] is not None]
+    if not cands:
+        raise EdgekitError("No speculative setting produced a measurement"
+                           + (" with power figures (is power available on this board?)" if objective == "energy"
+                              else "") + ".")
+    best = (max if objective == "speed" else min)(cands, key=lambda r: r[key].mean)
+    b: Estimate = best[key]
+    tied = [r["name"] for r in cands if r is not best and r[key].overlaps(b)]
+    return best, tied
+
+
+def tune(name: str, board: Board, recipe: Recipe, grid: Grid, opts: TuneOptions, console: Console,
+         say: Callable[[str], None]) -> dict[str, Any]:
+    b = recipe.bench
+    prompt_set = prompts.load(b.prompt_set)
+    n_cat = len(prompts.categories(prompt_set))
+    reps = opts.repetitions or (2 if opts.quick else b.repetitions)
+    n_gen = opts.n_gen or (min(b.n_gen, 64) if opts.quick else b.n_gen)
+    warmup = b.warmup if opts.warmup is None else opts.warmup
+    ctx = opts.context_length or min(b.context_lengths)
+    sopts = opts.session
+    sopts.cooldown_temp_c = b.cooldown_temp_c if opts.cooldown_temp_c == "recipe" else opts.cooldown_temp_c  # type: ignore[assignment]
+    if opts.objective == "energy" and not sopts.power:
+        raise EdgekitError("--objective energy needs power sampling (drop --no-power).")
+    sess = Session(name, board, recipe, sopts, say=say)
+    with sess:
+        if not serverconf.is_speculative(sess.release_args):
+            raise EdgekitError(f"Release {sess.release} on board {name!r} has no speculative decoding to tune.")
+        matrix = configs(sess.release_args, sess.bench_port, grid, recipe.runtime.parallel, ctx + n_gen + 256)
+        matrix = [(c, [Point(p.concurrency, ctx) for p in pts]) for c, pts in matrix]
+        power_on = sess.start_power()
+        if opts.objective == "energy" and not power_on:
+            raise EdgekitError(f"Board {name!r} has no power readings: --objective energy can't be measured there.")
+        sess.take_board()
+        runs = sess.run_matrix(matrix, reps, n_gen, warmup, lambda p: requests_per_run(p.concurrency, n_cat),
+                               opts.ignore_eos, on_run=lambda r, n: say(
+                                   f"run {r.index + 1}/{n}: {r.config}: {r.metrics.get('tokens_per_second') or 0:.1f} tok/s"))
+    check_restored(sess)
+    log = sess.power_log
+    if log is not None and log.available:
+        for r in runs:
+            r.power = window_power(log.samples, *r.window, r.metrics["tokens"], None)
+    rows = [_row(c, runs) for c, _ in matrix]
+    best, tied = choose(rows, opts.objective)
+    for r in rows:
+        r["tied"] = r["name"] in tied
+    ref = next((r for r in rows if not r["speculative"] and r["parallel"] == best["parallel"]), None)
+    message = ""
+    if ref and ref["_tps"] and opts.objective == "speed" and ref["_tps"].mean > best["_tps"].mean:
+        message = "Without the drafter this board is faster at this load: consider the recipe without it. "
+    runtime = recipe.runtime.model_copy(update={
+        "draft_n_max": best["draft_n_max"], "draft_p_min": best["draft_p_min"],
+        "draft_n_min": min(recipe.runtime.draft_n_min, best["draft_n_max"]),
+        "parallel": best["parallel"] or recipe.runtime.parallel})
+    tuned = recipe.model_copy(update={"runtime": runtime})
+    deployed = None
+    if opts.deploy:
+        from edgekit.deploy.pipeline import DeployOptions, deploy
+
+        say(f"deploying {best['name']} as a new release")
+        report = deploy(name, board, tuned, DeployOptions(src=opts.src, wait_s=sopts.lock_wait_s), console,
+                        on_step=lambda m: say(m))
+        deployed = report.to_dict()
+        message += (f"Deployed as release {report.release}." if report.changed
+                    else f"Release {report.release} already had these settings.")
+    else:
+        message += "Not deployed (--no-deploy)."
+    clean = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
+    best_clean = next(r for r in clean if r["name"] == best["name"])
+    result = {"kind": "tune", "board": name, "recipe": recipe.name, "release_measured": sess.release,
+              "objective": opts.objective, "repetitions": reps, "n_gen": n_gen, "context_length": ctx,
+              "power": {"available": bool(log and log.available), "total_rail_method": sess.rail.method
+                        if sess.rail else None},
+              "table": clean, "best": best_clean, "tied_with_best": tied,
+              "runtime": runtime.model_dump(mode="json"), "deployed": deployed, "message": message.strip(),
+              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    if opts.out_dir is not None:
+        opts.out_dir.mkdir(parents=True, exist_ok=True)
+        import json
+
+        (opts.out_dir / "tune.json").write_text(json.dumps(result, indent=1) + "\n")
+        data = tuned.model_dump(mode="json", exclude_defaults=True)
+        (opts.out_dir / f"{recipe.name}.tuned.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return result

@@ -1,0 +1,131 @@
+"""The two workloads and what one run of each yields.
+
+* ``load``: the agent's streaming load against the bench server (see edgekit/agent/load.py);
+  a run is one (configuration, concurrency, context length, repetition).
+* ``llama-bench``: the release's own ``bin/llama-bench`` (``-o jsonl``), prompt processing and
+  generation separately, each inside a window marked on the board's monotonic clock.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from edgekit.bench.stats import percentile
+
+# Prints the board's monotonic time; brackets llama-bench so its window is exact on the board.
+_MARK = "import time; print('MARK', repr(time.monotonic()))"
+
+
+@dataclass(frozen=True)
+class Point:
+    concurrency: int
+    context_length: int | None
+
+    def label(self) -> str:
+        return f"c={self.concurrency} ctx={self.context_length or '-'}"
+
+
+def requests_per_run(concurrency: int, categories: int, rounds: int = 1) -> int:
+    """Enough requests that every category is asked, in whole rounds of ``concurrency``."""
+    need = max(concurrency, categories) * rounds
+    return math.ceil(need / concurrency) * concurrency
+
+
+def load_argv(python: str, agent: str, port: int, prompts: str, point: Point, requests: int, n_gen: int,
+              warmup: int, offset: int, ignore_eos: bool, out: str, label: str) -> list[str]:
+    argv = [python, agent, "load", "--port", str(port), "--prompts", prompts, "--concurrency",
+            str(point.concurrency), "--requests", str(requests), "--n-gen", str(n_gen), "--warmup", str(warmup),
+            "--offset", str(offset), "--out", out, "--label", label]
+    if point.context_length:
+        argv += ["--context-length", str(point.context_length)]
+    if ignore_eos:
+        argv.append("--ignore-eos")
+    return argv
+
+
+def _sum(recs: Sequence[dict[str, Any]], key: str) -> int:
+    return sum(int(r.get(key) or 0) for r in recs)
+
+
+def acceptance(recs: Sequence[dict[str, Any]]) -> tuple[float | None, dict[str, dict[str, Any]]]:
+    """Pooled acceptance (accepted / drafted) overall and per prompt category."""
+    ok = [r for r in recs if "error" not in r]
+    drafted = _sum(ok, "draft_n")
+    overall = _sum(ok, "draft_n_accepted") / drafted if drafted else None
+    by_cat: dict[str, dict[str, Any]] = {}
+    for cat in sorted({r["category"] for r in ok}):
+        rs = [r for r in ok if r["category"] == cat]
+        n, a = _sum(rs, "draft_n"), _sum(rs, "draft_n_accepted")
+        by_cat[cat] = {"draft_n": n, "draft_n_accepted": a, "acceptance": a / n if n else None}
+    return overall, by_cat
+
+
+def load_metrics(out: dict[str, Any]) -> dict[str, Any]:
+    """Per-run figures from the agent's load output."""
+    recs = out.get("requests") or []
+    ok = [r for r in recs if "error" not in r]
+    win = out.get("window") or {}
+    dur = float(win.get("duration_s") or 0.0)
+    tokens = _sum(ok, "tokens")
+    acc, by_cat = acceptance(recs)
+    tps = [r["decode_tps"] for r in ok if r.get("decode_tps")]
+    ttft = [r["ttft_s"] for r in ok if r.get("ttft_s") is not None]
+    lat = [r["latency_s"] for r in ok]
+
+    def pct(vals: list[float], q: float) -> float | None:
+        v = percentile(vals, q)
+        return round(v, 6) if v is not None else None
+
+    return {
+        "requests": len(recs), "errors": len(recs) - len(ok), "tokens": tokens,
+        "prompt_tokens_mean": round(sum(r.get("prompt_tokens", 0) for r in ok) / len(ok), 1) if ok else None,
+        "duration_s": round(dur, 6), "tokens_per_second": round(tokens / dur, 4) if dur > 0 else None,
+        "decode_tokens_per_second_mean": round(sum(tps) / len(tps), 4) if tps else None,
+        "ttft_p50_s": pct(ttft, 50), "ttft_p95_s": pct(ttft, 95),
+        "latency_p50_s": pct(lat, 50), "latency_p95_s": pct(lat, 95),
+        "draft_n": _sum(ok, "draft_n"), "draft_n_accepted": _sum(ok, "draft_n_accepted"),
+        "acceptance": round(acc, 6) if acc is not None else None, "acceptance_by_category": by_cat,
+    }
+
+
+def llama_bench_argv(release_dir: str, python: str, pp: int, tg: int, reps: int, ngl: int,
+                     threads: int | None) -> list[str]:
+    """llama-bench for one test (pp: -p N -n 0, tg: -p 0 -n N), bracketed by monotonic marks."""
+    lib = f"{release_dir}/bin:{release_dir}/lib"
+    bench = ["env", f"LD_LIBRARY_PATH={lib}", f"{release_dir}/bin/llama-bench", "-m",
+             f"{release_dir}/models/target.gguf", "-p", str(pp), "-n", str(tg), "-r", str(reps), "-o", "jsonl",
+             "-ngl", str(ngl)]
+    if threads:
+        bench += ["-t", str(threads)]
+    script = 'python3 -c "$0"; "$@"; rc=$?; python3 -c "$0"; exit $rc'
+    return ["sh", "-c", script.replace("python3", python), _MARK, *bench]
+
+
+def parse_llama_bench(stdout: str) -> tuple[float | None, float | None, list[dict[str, Any]]]:
+    """(window start, window end, jsonl records) from a bracketed llama-bench run."""
+    marks: list[float] = []
+    recs: list[dict[str, Any]] = []
+    for line in stdout.splitlines():
+        if line.startswith("MARK "):
+            marks.append(float(line.split()[1]))
+        elif line.startswith("{"):
+            try:
+                recs.append(json.loads(line))
+            except ValueError:
+                continue
+    t0 = marks[0] if marks else None
+    t1 = marks[1] if len(marks) > 1 else None
+    return t0, t1, recs
+
+
+def llama_bench_summary(rec: dict[str, Any]) -> dict[str, Any]:
+    keys = ("n_prompt", "n_gen", "n_depth", "avg_ts", "stddev_ts", "avg_ns", "samples_ts", "n_threads",
+            "n_gpu_layers", "model_type", "model_size", "model_n_params", "backends", "build_commit",
+            "build_number", "gpu_info", "cpu_info")
+    out = {k: rec.get(k) for k in keys}
+    out["test"] = "pp" if rec.get("n_gen", 0) == 0 else "tg"
+    return out

@@ -1,0 +1,204 @@
+"""`edgekit bench` and `edgekit tune`: measure a board's deployed release, with and without its drafter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from edgekit.cli import json_option
+from edgekit.cli.app import App
+from edgekit.config.recipes import load_recipe
+from edgekit.errors import EdgekitError
+
+
+def _ints(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        values = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a comma-separated list of integers") from None
+    if not values or any(v < 1 for v in values):
+        raise click.BadParameter("values must be positive integers")
+    return values
+
+
+def _p_mins(text: str | None) -> list[float | None] | None:
+    """"0,0.5,default" → [0.0, 0.5, None] (None: the server's own default)."""
+    if not text:
+        return None
+    out: list[float | None] = []
+    for x in text.replace(" ", "").split(","):
+        if x in ("default", "-"):
+            out.append(None)
+            continue
+        try:
+            value = float(x)
+        except ValueError:
+            raise click.BadParameter(f"{x!r} is not a number or 'default'") from None
+        if not 0.0 <= value <= 1.0:
+            raise click.BadParameter("p-min values lie between 0 and 1")
+        out.append(value)
+    return out
+
+
+def _cooldown(text: str | None) -> float | None | str:
+    if text is None:
+        return "recipe"
+    if text.lower() in ("off", "none", "no"):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise click.BadParameter("--cooldown takes °C or 'off'") from None
+
+
+def _common(f: Any) -> Any:
+    options = [
+        click.option("--board", "board_name", required=True, metavar="NAME", help="A board from the board file."),
+        click.option("--recipe", "recipe_name", required=True, metavar="RECIPE",
+                     help="The recipe the board serves (name or path)."),
+        click.option("--quick", is_flag=True, help="Fewer points and repetitions: a smoke test, not a result."),
+        click.option("--n-gen", type=click.IntRange(1, 8192), help="Tokens per request (default: recipe)."),
+        click.option("--repetitions", type=click.IntRange(1, 100), help="Repetitions (default: recipe)."),
+        click.option("--warmup", type=click.IntRange(0, 20), help="Warm-up rounds per run (default: recipe)."),
+        click.option("--cooldown", metavar="C|off", help="Cool below C °C before each run (default: recipe)."),
+        click.option("--cooldown-timeout", type=float, default=600.0, show_default=True,
+                     help="Seconds to wait for the cool-down before running anyway."),
+        click.option("--no-power", is_flag=True, help="Don't sample power (throughput only)."),
+        click.option("--hz", type=click.FloatRange(1, 200), default=20.0, show_default=True,
+                     help="Power samples per second."),
+        click.option("--total-rail", metavar="NAME|sum", help="Override the total rail (default: per profile)."),
+        click.option("--shared", is_flag=True,
+                     help="Keep the deployed service running while measuring (needs memory for two servers; "
+                          "its traffic shows in the power figures)."),
+        click.option("--ignore-eos", is_flag=True, help="Always generate --n-gen tokens."),
+        click.option("--wait", "wait_s", type=click.IntRange(0, 3600), default=0, show_default=True,
+                     help="Seconds to wait for a deploy holding the board."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _session_opts(kw: dict[str, Any]) -> Any:
+    from edgekit.bench.session import SessionOptions
+
+    return SessionOptions(power=not kw["no_power"], hz=kw["hz"], total_rail=kw["total_rail"],
+                          exclusive=not kw["shared"], cooldown_timeout_s=kw["cooldown_timeout"],
+                          lock_wait_s=kw["wait_s"])
+
+
+@click.command()
+@_common
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Directory for results.json, report.md and plots (default: ./bench-results/<board>-<recipe>-<time>).")
+@click.option("--concurrency", help="Concurrency levels, e.g. 1,2,4,8 (default: recipe).")
+@click.option("--context-lengths", help="Prompt lengths in tokens, e.g. 128,2048 (default: recipe).")
+@click.option("--slots", default="auto", show_default=True,
+              help="Server slots while benching: auto (the highest concurrency), deployed, or a number.")
+@click.option("--idle", "idle_s", type=click.FloatRange(0.5, 600), help="Seconds of idle baseline (default 5, quick 2).")
+@click.option("--no-llama-bench", is_flag=True, help="Skip llama-bench (pp/tg of the target alone).")
+@click.option("--no-plots", is_flag=True, help="Write results.json and report.md only.")
+@json_option
+@click.pass_obj
+def bench(app: App, board_name: str, recipe_name: str, out_dir: Path | None, concurrency: str | None,
+          context_lengths: str | None, slots: str, idle_s: float | None, no_llama_bench: bool, no_plots: bool,
+          **kw: Any) -> None:
+    """Measure the deployed release on a board with and without its drafter: tok/s, TTFT, acceptance, J/token.
+
+    The board's service is stopped while measuring (unless --shared) and started again afterwards,
+    also after Ctrl-C. Results: JSON first (docs/results-schema.json), then Markdown and PNGs.
+    """
+    from edgekit.bench import orchestrate
+    from edgekit.bench.plan import Overrides
+
+    board = app.board(board_name)
+    recipe = load_recipe(recipe_name)
+    ov = Overrides(concurrency=_ints(concurrency), context_lengths=_ints(context_lengths), n_gen=kw["n_gen"],
+                   repetitions=kw["repetitions"], warmup=kw["warmup"], cooldown_temp_c=_cooldown(kw["cooldown"]),
+                   slots=slots, idle_s=idle_s)
+    opts = orchestrate.BenchOptions(out_dir=out_dir, quick=kw["quick"], overrides=ov, session=_session_opts(kw),
+                                    llama_bench=not no_llama_bench, ignore_eos=kw["ignore_eos"], plots=not no_plots)
+    try:
+        doc = orchestrate.measure(board_name, board, recipe, opts, say=lambda m: app.info(f"[dim]{board_name}:[/] {m}"))
+    except KeyboardInterrupt:
+        raise EdgekitError(f"Interrupted; the load was stopped and board {board_name!r}'s service is as it "
+                           "was.") from None
+    target = out_dir or orchestrate.default_out_dir(board_name, recipe.name)
+    files = orchestrate.write(doc, target, with_plots=not no_plots)
+
+    def human() -> None:
+        app.out.print(f"[bold]{doc['summary']['headline']['text']}[/bold]")
+        pw = doc["power"]
+        if not pw.get("available"):
+            app.out.print(f"Power unavailable: {pw.get('reason')}")
+        app.out.print(f"Results: {files['results']}  report: {files['report']}")
+
+    app.emit(doc, human)
+
+
+@click.command()
+@_common
+@click.option("--objective", type=click.Choice(["speed", "energy"]), default="speed", show_default=True,
+              help="Maximise tok/s, or minimise J/token.")
+@click.option("--draft-n", "draft_n", default="1,2,3,4,5,6,7,8", show_default=True,
+              help="--spec-draft-n-max values to try.")
+@click.option("--p-min", "p_min", default=None,
+              help="--spec-draft-p-min values to try; 'default' = the server's (default: default,0.5,0.8; quick: "
+                   "default).")
+@click.option("--parallel", "parallel", default=None,
+              help="Server slots to try, e.g. 1,2,4 (each measured at that many concurrent requests).")
+@click.option("--context-length", type=click.IntRange(1, 1 << 20), help="Prompt length (default: recipe's first).")
+@click.option("--no-deploy", is_flag=True, help="Show the table only; don't write the best setting to the board.")
+@click.option("--src", metavar="PATH", help="llama.cpp source for the deploy (as for `edgekit deploy`).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Also write tune.json and the tuned recipe (<recipe>.tuned.yaml) here.")
+@json_option
+@click.pass_obj
+def tune(app: App, board_name: str, recipe_name: str, objective: str, draft_n: str, p_min: str | None,
+         parallel: str | None, context_length: int | None, no_deploy: bool, src: str | None, out_dir: Path | None,
+         **kw: Any) -> None:
+    """Sweep draft length and p-min (and slots) on a board, pick the best, deploy it as a new release."""
+    from rich.table import Table
+
+    from edgekit.bench import tune as tune_mod
+
+    board = app.board(board_name)
+    recipe = load_recipe(recipe_name)
+    if kw["quick"] and draft_n == "1,2,3,4,5,6,7,8":
+        draft_n = "1,3"
+    grid = tune_mod.Grid(draft_n=_ints(draft_n) or [recipe.runtime.draft_n_max],
+                         p_min=_p_mins(p_min) or ([None] if kw["quick"] else [None, 0.5, 0.8]),
+                         parallel=_ints(parallel))
+    opts = tune_mod.TuneOptions(objective=objective, quick=kw["quick"], n_gen=kw["n_gen"],
+                                repetitions=kw["repetitions"], warmup=kw["warmup"],
+                                cooldown_temp_c=_cooldown(kw["cooldown"]), context_length=context_length,
+                                session=_session_opts(kw), ignore_eos=kw["ignore_eos"], deploy=not no_deploy, src=src,
+                                out_dir=out_dir)
+    try:
+        result = tune_mod.tune(board_name, board, recipe, grid, opts, app.console,
+                               say=lambda m: app.info(f"[dim]{board_name}:[/] {m}"))
+    except KeyboardInterrupt:
+        raise EdgekitError(f"Interrupted; the load was stopped and board {board_name!r}'s service is as it "
+                           "was.") from None
+
+    def human() -> None:
+        unit = "tok/s" if objective == "speed" else "J/token"
+        table = Table(title=f"tune {recipe.name} on {board_name} (objective: {objective})")
+        for col in ("setting", "draft_n_max", "p_min", "slots", "tok/s", "J/token", "acceptance", ""):
+            table.add_column(col)
+        for row in result["table"]:
+            p = row.get("draft_p_min")
+            table.add_row(row["name"], str(row.get("draft_n_max") or "–"),
+                          "default" if p is None and row["speculative"] else str(p if p is not None else "–"),
+                          str(row["parallel"]), tune_mod.fmt(row["tokens_per_second"], 1),
+                          tune_mod.fmt(row["joules_per_token"], 4),
+                          "–" if row["acceptance"] is None else f"{row['acceptance']:.0%}",
+                          "best" if row["name"] == result["best"]["name"] else ("tie" if row.get("tied") else ""))
+        app.out.print(table)
+        app.out.print(f"Best by {unit}: {result['best']['name']}. " + result["message"])
+
+    app.emit(result, human)

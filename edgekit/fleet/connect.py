@@ -1,0 +1,81 @@
+"""Before a fleet run: connect to every selected board at once, probe it, and take its deploy lock.
+
+The probe is the run's only fact gathering (the plays gather none). The lock is edgekit's own
+(edgekit.remote.lock): held by this process for the whole playbook, so `edgekit deploy` and a
+fleet run never work on one board together, and a killed run frees every board. A board that
+cannot be reached, probed or locked is reported with its reason and left out of the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from types import TracebackType
+
+from edgekit.config.boardfile import Board
+from edgekit.errors import EdgekitError
+from edgekit.remote.lock import BoardLock
+from edgekit.remote.probe import BoardFacts, probe
+from edgekit.remote.runner import LocalRunner, SshRunner, runner_for
+
+Runner = SshRunner | LocalRunner
+
+
+@dataclass
+class Target:
+    name: str
+    board: Board
+    runner: Runner
+    facts: BoardFacts
+    lock: BoardLock | None = None
+
+
+@dataclass
+class Fleet:
+    """The boards of one run: ``targets`` (connected, probed, locked) and ``failed`` (name → reason)."""
+
+    boards: dict[str, Board]
+    lock: bool = True
+    wait_s: int = 0
+    max_workers: int = 16
+    targets: dict[str, Target] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def _open(self, name: str) -> Target:
+        board = self.boards[name]
+        runner = runner_for(board, name)
+        try:
+            facts = probe(runner, board.base)
+            target = Target(name, board, runner, facts)
+            if self.lock:
+                target.lock = BoardLock(runner, facts.base, self.wait_s).__enter__()
+            return target
+        except BaseException:
+            runner.close()
+            raise
+
+    def __enter__(self) -> Fleet:
+        names = list(self.boards)
+        if not names:
+            return self
+        with ThreadPoolExecutor(max_workers=min(self.max_workers, len(names)), thread_name_prefix="fleet") as pool:
+            futures = {n: pool.submit(self._open, n) for n in names}
+            for name, fut in futures.items():
+                try:
+                    self.targets[name] = fut.result()
+                except EdgekitError as exc:
+                    self.failed[name] = exc.message
+                except Exception as exc:  # one board's surprise is that board's failure, not the run's
+                    self.failed[name] = f"{type(exc).__name__}: {exc}"
+        self.targets = {n: self.targets[n] for n in names if n in self.targets}  # board-file order
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        for target in self.targets.values():
+            with contextlib.suppress(Exception):
+                if target.lock is not None:
+                    target.lock.__exit__(None, None, None)
+            with contextlib.suppress(Exception):
+                target.runner.close()

@@ -1,0 +1,116 @@
+"""The fleet's release plans, computed once on the workstation and handed to the playbook.
+
+llama.cpp is built once per build target (the boards' profile, or "host" for simulated boards),
+the models are converted once per recipe, and `edgekit deploy`'s own `compose()` makes the
+release for each distinct (build, base directory, service port): boards that share those share
+one release id and one plan. The result is the playbook's extra vars: the blobs (local paths),
+each board's release (files, ports, drafter, strategy) and edgekit's board-side scripts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from edgekit.config.recipes import Recipe
+from edgekit.deploy.activate import CANDIDATE_UNIT
+from edgekit.deploy.compose import ReleasePlan
+from edgekit.deploy.health import HEALTH_PROMPT
+from edgekit.deploy.pipeline import DeployOptions, build_target, choose_strategy, compose, llama_src, server_help
+from edgekit.deploy.unit import UNIT_NAME
+from edgekit.fleet.connect import Target
+from edgekit.fleet.scripts import scripts
+
+HEALTH_N_PREDICT = 24  # edgekit.deploy.health.check's default
+
+
+@dataclass
+class BoardPlan:
+    name: str
+    base: str  # absolute, as probed
+    plan: ReleasePlan
+    strategy: str
+    keep: int
+
+    def to_vars(self) -> dict[str, Any]:
+        m = self.plan.manifest
+        files: list[str] = []
+        for rel, sha in sorted(self.plan.file_shas().items()):  # releases.create's order
+            files += [rel, sha]
+        return {
+            "release": self.plan.release_id, "base": self.base, "port": m["port"],
+            "candidate_port": m["candidate_port"], "drafter": bool(m["drafter"]), "strategy": self.strategy,
+            "keep": self.keep, "files": files, "blobs": [b.sha256 for b in self.plan.blobs],
+        }
+
+
+@dataclass
+class FleetPlan:
+    recipe: str
+    boards: dict[str, BoardPlan] = field(default_factory=dict)
+    builds: dict[str, str] = field(default_factory=dict)  # build target → artifact key
+
+    def releases(self) -> dict[str, str]:
+        return {n: bp.plan.release_id for n, bp in self.boards.items()}
+
+    def blobs(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for bp in self.boards.values():
+            for blob in bp.plan.files.values():
+                prev = out.get(blob.sha256)
+                out[blob.sha256] = {"sha256": blob.sha256, "src": str(blob.path), "size": blob.size,
+                                    "executable": blob.executable or bool(prev and prev["executable"])}
+        return out
+
+    def payload_bytes(self) -> int:
+        return sum(b["size"] for b in self.blobs().values())
+
+
+def fleet_vars(health_timeout: float) -> dict[str, Any]:
+    """What every playbook needs: edgekit's board-side scripts, unit names, health-check settings."""
+    return {
+        "scripts": scripts(),
+        "units": {"main": UNIT_NAME, "candidate": CANDIDATE_UNIT},
+        "health": {"timeout": health_timeout, "n_predict": HEALTH_N_PREDICT, "prompt": HEALTH_PROMPT},
+    }
+
+
+def plan_fleet(recipe: Recipe, targets: dict[str, Target], options: DeployOptions, console: Console) -> FleetPlan:
+    """Build, convert and compose once per distinct board kind; one BoardPlan per target."""
+    from edgekit.build import BuildOptions, build
+    from edgekit.deploy.models import resolve_models
+
+    src = llama_src(options)
+    result = FleetPlan(recipe.name)
+    built: dict[str, tuple[Path, str, str]] = {}  # build target → (bin dir, key, --help)
+    composed: dict[tuple[str, str, int | None], ReleasePlan] = {}
+    models: dict[str, Path] | None = None
+    for name, t in targets.items():
+        target = build_target(t.board, t.facts)
+        if target not in built:
+            console.print(f"[dim]fleet: build llama.cpp for {target}[/dim]")
+            art = build(BuildOptions(target=target, cpu_only=target == "host", src=src), console=console,
+                        runner=t.runner)
+            built[target] = (art.bin_dir, art.artifact.key, server_help(art.bin_dir, target, art.artifact.key))
+            result.builds[target] = art.artifact.key
+        if models is None:
+            console.print("[dim]fleet: models[/dim]")
+            models = resolve_models(recipe, console, src)
+        bin_dir, key, help_text = built[target]
+        kind = (target, t.facts.base, t.board.service_port)
+        if kind not in composed:
+            composed[kind] = compose(recipe, t.board, t.facts.base, bin_dir, key, help_text, models, target)
+        plan = composed[kind]
+        result.boards[name] = BoardPlan(name, t.facts.base, plan, choose_strategy(options, t.facts, plan),
+                                        options.keep or recipe.keep_releases)
+    return result
+
+
+def rollout_vars(fp: FleetPlan, health_timeout: float) -> dict[str, Any]:
+    fleet = fleet_vars(health_timeout)
+    fleet["blobs"] = fp.blobs()
+    fleet["recipe"] = fp.recipe
+    return {"edgekit_fleet": fleet, "edgekit_plans": {n: bp.to_vars() for n, bp in fp.boards.items()}}

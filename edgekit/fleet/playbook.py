@@ -1,0 +1,185 @@
+"""Run one of edgekit's playbooks (ansible/playbooks/*.yml) with ansible-playbook, and read its report.
+
+Each run gets its own directory: the rendered inventory, the plan (extra vars), the report the
+`edgekit_report` callback writes, and the SSH control sockets (ControlMaster/ControlPersist):
+the masters are told to exit and the directory is deleted when the run ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from edgekit.errors import EdgekitError
+from edgekit.paths import cache_dir
+
+SUPPORTED_SERIES = "2.19"  # serves JetPack 5 (Python 3.8) and JetPack 6/7 boards; 2.20+ refuses 3.8
+Batch = int | str
+
+
+def ansible_dir() -> Path:
+    """edgekit's ansible/ directory (the repository's; $EDGEKIT_ANSIBLE_DIR overrides)."""
+    env = os.environ.get("EDGEKIT_ANSIBLE_DIR")
+    path = Path(env) if env else Path(__file__).resolve().parents[2] / "ansible"
+    if not (path / "playbooks").is_dir():
+        raise EdgekitError(f"edgekit's Ansible playbooks are not in {path}; set EDGEKIT_ANSIBLE_DIR to the "
+                           "ansible/ directory of an edgekit checkout.")
+    return path
+
+
+def ansible_version() -> str:
+    try:
+        from ansible.release import __version__
+    except ImportError:
+        raise EdgekitError("ansible-core is not installed; run: pip install 'ansible-core==2.19.*'") from None
+    return str(__version__)
+
+
+def playbook_command() -> str:
+    beside = Path(sys.executable).with_name("ansible-playbook")  # the venv edgekit runs in
+    found = str(beside) if beside.is_file() else shutil.which("ansible-playbook")
+    if not found:
+        raise EdgekitError("ansible-playbook was not found; run: pip install 'ansible-core==2.19.*'")
+    return found
+
+
+def parse_batches(text: str) -> list[Batch]:
+    """'1,25%,100%' → [1, '25%', '100%'] (Ansible's `serial` list)."""
+    out: list[Batch] = []
+    for part in (p.strip() for p in text.split(",")):
+        if part.endswith("%") and part[:-1].isdigit() and 0 < int(part[:-1]) <= 100:
+            out.append(part)
+        elif part.isdigit() and int(part) > 0:
+            out.append(int(part))
+        else:
+            raise EdgekitError(f"Batch {part!r} is not a board count (e.g. 2) or a percentage (e.g. 25%).")
+    if not out:
+        raise EdgekitError("--batch needs at least one size, e.g. 1,25%,100%.")
+    return out
+
+
+def largest_batch(batches: Sequence[Batch], hosts: int) -> int:
+    """The most boards one batch holds (as Ansible computes it), so forks can cover a whole batch."""
+    sizes = []
+    for b in batches:
+        n = (math.floor(int(b[:-1]) / 100 * hosts) or 1) if isinstance(b, str) else b
+        sizes.append(min(max(n, 1), max(hosts, 1)))
+    return max(sizes or [1])
+
+
+# --------------------------------------------------------------------------------- plan file
+
+
+def _node(dumper: yaml.SafeDumper, value: Any) -> yaml.Node:
+    """Every string value tagged !unsafe: Ansible must never template a path, id or script."""
+    if isinstance(value, dict):
+        return yaml.MappingNode("tag:yaml.org,2002:map", [
+            (yaml.ScalarNode("tag:yaml.org,2002:str", str(k)), _node(dumper, v)) for k, v in value.items()])
+    if isinstance(value, list | tuple):
+        return yaml.SequenceNode("tag:yaml.org,2002:seq", [_node(dumper, v) for v in value])
+    if isinstance(value, str):
+        return yaml.ScalarNode("!unsafe", value, style='"')
+    return dumper.represent_data(value)
+
+
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def dump_vars(data: dict[str, Any]) -> str:
+    return yaml.serialize(_node(_Dumper(None), data), Dumper=_Dumper, width=1 << 16, allow_unicode=True)
+
+
+# ------------------------------------------------------------------------------------- running
+
+
+@dataclass
+class PlaybookRun:
+    playbook: str
+    rc: int
+    seconds: float
+    report: dict[str, Any] = field(default_factory=dict)
+    log: Path | None = None
+
+
+def _short_tmp() -> str:
+    # Unix socket paths are limited to ~108 bytes: keep the control dir short.
+    return "/tmp" if os.path.isdir("/tmp") and os.access("/tmp", os.W_OK) else tempfile.gettempdir()
+
+
+def _close_masters(control_dir: Path) -> None:
+    """Tell every ControlPersist master of this run to exit (they outlive ansible-playbook)."""
+    for sock in control_dir.iterdir():
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "edgekit-fleet"],
+                           capture_output=True, timeout=10, check=False)
+
+
+def run_playbook(
+    playbook: str,
+    inventory: dict[str, Any],
+    extra_vars: dict[str, Any],
+    limit: Sequence[str],
+    *,
+    forks: int = 5,
+    check: bool = False,
+    on_line: Callable[[str], None] | None = None,
+    color: bool = False,
+) -> PlaybookRun:
+    """``ansible-playbook <playbook> -i <inventory> -e @<plan> --limit <boards>``; never raises for a board."""
+    ansible_version()
+    root = ansible_dir()
+    work = Path(tempfile.mkdtemp(prefix="edgekit-fleet-"))
+    control = Path(tempfile.mkdtemp(prefix="ek-cp-", dir=_short_tmp()))
+    log_dir = cache_dir() / "fleet"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"{Path(playbook).stem}.log"
+    try:
+        (work / "inventory.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
+        plan = work / "plan.yml"
+        plan.write_text(dump_vars(extra_vars))
+        plan.chmod(0o600)
+        (work / "tmp").mkdir()
+        argv = [playbook_command(), str(root / "playbooks" / playbook), "-i", str(work / "inventory.yml"),
+                "-e", f"@{plan}", "--limit", ",".join(limit), "--forks", str(max(1, forks))]
+        if check:
+            argv.append("--check")
+        env = {**os.environ, "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
+               "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control), "ANSIBLE_LOCAL_TEMP": str(work / "tmp"),
+               "EDGEKIT_FLEET_REPORT": str(work / "report.json"), "ANSIBLE_FORCE_COLOR": "1" if color else "0",
+               "ANSIBLE_NOCOLOR": "0" if color else "1", "PYTHONUNBUFFERED": "1"}
+        start = time.monotonic()
+        with open(log, "w") as log_fh, subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                text=True, env=env, cwd=root) as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log_fh.write(line)
+                if on_line is not None:
+                    on_line(line.rstrip("\n"))
+        seconds = time.monotonic() - start
+        report_file = work / "report.json"
+        report = json.loads(report_file.read_text()) if report_file.is_file() else {}
+        if not report and proc.returncode != 0:
+            tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-3:]
+            raise EdgekitError(f"ansible-playbook {playbook} failed before any board ran "
+                               f"(exit {proc.returncode}): {' / '.join(tail)[-600:]} (log: {log}).")
+        return PlaybookRun(playbook, proc.returncode, round(seconds, 2), report, log)
+    finally:
+        _close_masters(control)
+        shutil.rmtree(control, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)

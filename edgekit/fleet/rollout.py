@@ -1,0 +1,147 @@
+"""`edgekit fleet rollout|rollback|status`: select boards, prepare once, let Ansible do the boards."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from edgekit.config.boardfile import BoardFile, Boards
+from edgekit.config.recipes import load_recipe
+from edgekit.deploy.pipeline import DeployOptions
+from edgekit.errors import EdgekitError
+from edgekit.fleet import inventory as inv
+from edgekit.fleet.connect import Fleet
+from edgekit.fleet.plan import fleet_vars, plan_fleet, rollout_vars
+from edgekit.fleet.playbook import Batch, largest_batch, run_playbook
+from edgekit.fleet.report import FleetSummary, summarize
+
+CANARY_GROUP = "canary"
+RUN_CANARY_GROUP = "edgekit_canary"  # what rollout.yml's first play targets
+
+
+@dataclass
+class RolloutOptions:
+    recipe: str
+    group: str | None = None
+    batches: list[Batch] = field(default_factory=lambda: [1, "25%", "100%"])
+    max_fail: int = 0
+    check: bool = False
+    canary: str | None = None  # a group or board; None → the `canary` group, else the first board
+    no_canary: bool = False
+    src: str | None = None
+    strategy: str = "auto"
+    keep: int | None = None
+    health_timeout: float = 180.0
+    forks: int | None = None
+    wait_s: int = 0
+
+
+def choose_canary(data: BoardFile, names: list[str], spec: str | None, none: bool = False) -> list[str]:
+    """The canary boards among ``names``: ``spec`` (group or board), else the `canary` group, else the first."""
+    if none or not names:
+        return []
+    if spec is not None:
+        chosen = [n for n in inv.select(data, group=spec) if n in names]
+        if not chosen:
+            raise EdgekitError(f"The canary {spec!r} names none of the boards selected for this rollout.")
+        return chosen
+    in_group = [n for n in data.groups.get(CANARY_GROUP, []) if n in names]
+    return in_group or names[:1]
+
+
+def run_inventory(data: BoardFile, names: list[str], canary: list[str]) -> dict[str, Any]:
+    rendered = inv.render(data, names)
+    children = rendered["all"].setdefault("children", {})
+    children[RUN_CANARY_GROUP] = {"hosts": {n: None for n in canary}}
+    return rendered
+
+
+def _printer(console: Console, quiet: bool) -> Callable[[str], None] | None:
+    if quiet:
+        return None
+    return lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: bool = False) -> FleetSummary:
+    start = time.monotonic()
+    data = Boards(board_file).load()
+    names = inv.select(data, group=options.group)
+    if not names:
+        raise EdgekitError(f"No boards to roll out to in {board_file}.")
+    recipe = load_recipe(options.recipe)
+    canary = choose_canary(data, names, options.canary, options.no_canary)
+    deploy_opts = DeployOptions(src=options.src, strategy=options.strategy, wait_s=options.wait_s,
+                                health_timeout_s=options.health_timeout, keep=options.keep)
+    console.print(f"[dim]fleet: connecting to {len(names)} board(s), probing"
+                  f"{'' if options.check else ' and locking'} them[/dim]")
+    with Fleet({n: data.boards[n] for n in names}, lock=not options.check, wait_s=options.wait_s) as fleet:
+        lost_canary = [n for n in canary if n in fleet.failed]
+        if lost_canary or not fleet.targets:
+            summary = summarize("rollout", names, {}, fleet.failed, options.check)
+            summary.untouched = [n for n in names if n not in fleet.failed]
+            summary.stopped = True
+            summary.seconds = round(time.monotonic() - start, 2)
+            return summary
+        fp = plan_fleet(recipe, fleet.targets, deploy_opts, console)
+        extra = rollout_vars(fp, options.health_timeout)
+        extra.update({"edgekit_serial": options.batches, "edgekit_max_fail": options.max_fail})
+        limit = list(fleet.targets)
+        forks = options.forks or max(1, largest_batch(options.batches, len(limit)))
+        console.print(f"[dim]fleet: ansible-playbook rollout.yml on {len(limit)} board(s): canary "
+                      f"{', '.join(canary) or 'none'}, batches {options.batches}, max fail {options.max_fail}%, "
+                      f"forks {forks}{', check mode' if options.check else ''}[/dim]")
+        run = run_playbook("rollout.yml", run_inventory(data, limit, canary), extra, limit, forks=forks,
+                           check=options.check, on_line=_printer(console, quiet), color=console.is_terminal)
+    summary = summarize("rollout", names, run.report, fleet.failed, options.check)
+    summary.seconds = round(time.monotonic() - start, 2)
+    summary.extra = {"recipe": recipe.name, "canary": canary, "batches": options.batches,
+                     "max_fail_percentage": options.max_fail, "planned": fp.releases(), "builds": fp.builds,
+                     "ansible_seconds": run.seconds, "ansible_rc": run.rc, "log": str(run.log)}
+    return summary
+
+
+def rollback(board_file: Path, group: str | None, to: str | None, batches: list[Batch], max_fail: int,
+             console: Console, health_timeout: float = 180.0, quiet: bool = False) -> FleetSummary:
+    start = time.monotonic()
+    data = Boards(board_file).load()
+    names = inv.select(data, group=group)
+    with Fleet({n: data.boards[n] for n in names}) as fleet:  # the deploy locks, as `edgekit rollback` has none
+        limit = list(fleet.targets)
+        run = None
+        if limit:
+            extra: dict[str, Any] = {"edgekit_fleet": fleet_vars(health_timeout), "edgekit_serial": batches,
+                                     "edgekit_max_fail": max_fail}
+            if to:
+                extra["edgekit_rollback_to"] = to
+            run = run_playbook("rollback.yml", inv.render(data, limit), extra, limit,
+                               forks=largest_batch(batches, len(limit)), on_line=_printer(console, quiet),
+                               color=console.is_terminal)
+    summary = summarize("rollback", names, run.report if run else {}, fleet.failed)
+    summary.seconds = round(time.monotonic() - start, 2)
+    return summary
+
+
+def status(board_file: Path, group: str | None, console: Console, quiet: bool = True) -> dict[str, Any]:
+    """Per board: current/serving release, recipe, health (read-only; no locks)."""
+    data = Boards(board_file).load()
+    names = inv.select(data, group=group)
+    if not names:
+        return {"boards": {}}
+    run = run_playbook("status.yml", inv.render(data, names), {"edgekit_fleet": fleet_vars(30.0)}, names,
+                       forks=len(names), check=True, on_line=_printer(console, quiet), color=console.is_terminal)
+    out: dict[str, Any] = {}
+    for name in names:
+        host = (run.report.get("hosts") or {}).get(name) or {}
+        row = (host.get("data") or {}).get("edgekit")
+        if row is not None and not (host.get("stats") or {}).get("failures"):
+            out[name] = {"reachable": True, **row}
+        else:
+            fails = host.get("failures") or []
+            why = host.get("unreachable") or (fails[-1]["msg"] if fails else "no answer")
+            out[name] = {"reachable": False, "error": why}
+    return {"boards": out, "seconds": run.seconds}

@@ -1,0 +1,199 @@
+"""Board-side programs the Ansible roles run, handed to the playbook in the plan file.
+
+The release layout and the unit install are edgekit's own shell (edgekit.remote.releases,
+edgekit.deploy.service), passed through unchanged so a board updated by Ansible looks exactly like
+one updated by `edgekit deploy`. Two small stdlib Python programs are the fleet's own: STATE_PY
+(the board's release state as JSON) and HEALTH_PY (edgekit's health check, run on the board).
+Values only ever arrive as arguments; the roles quote every argument (Jinja's `quote` = shlex).
+"""
+
+from __future__ import annotations
+
+from edgekit.deploy import service
+from edgekit.remote import boardscripts, releases
+
+# `python3 -c STATE_PY BASE [RELEASE] [UNIT]`: current, serving, releases (oldest first, as
+# releases.layout sorts them), the manifests of current/previous/RELEASE, whether UNIT is active,
+# and the sudo prefix edgekit uses (none as root). Python >= 3.6: JetPack 4's python3.
+STATE_PY = r"""
+import json, os, subprocess, sys
+
+base = os.path.expanduser(sys.argv[1]).rstrip("/") or "/"
+want = sys.argv[2] if len(sys.argv) > 2 else ""
+unit = sys.argv[3] if len(sys.argv) > 3 else ""
+sudo = [] if os.getuid() == 0 else ["sudo", "-n"]
+
+def text(path):
+    try:
+        with open(path) as fh:
+            return fh.read().strip() or None
+    except (OSError, ValueError):
+        return None
+
+def manifest(rid):
+    if not rid:
+        return {}
+    try:
+        with open(os.path.join(base, "releases", rid, "release.json")) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    data.pop("files", None)
+    return data
+
+try:
+    link = os.readlink(os.path.join(base, "current"))
+    current = link[len("releases/"):] if link.startswith("releases/") else link
+except OSError:
+    current = None
+found = []
+try:
+    for name in os.listdir(os.path.join(base, "releases")):
+        path = os.path.join(base, "releases", name)
+        if not name.startswith(".") and os.path.isdir(path):
+            found.append((int(os.stat(path).st_mtime), name))
+except OSError:
+    pass
+ids = [name for _, name in sorted(found)]
+previous = ids[ids.index(current) - 1] if current in ids and ids.index(current) > 0 else None
+active = False
+if unit:
+    try:
+        active = subprocess.call(sudo + ["systemctl", "is-active", "--quiet", unit],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0
+    except OSError:
+        active = False
+print(json.dumps({
+    "base": base, "current": current, "serving": text(os.path.join(base, "serving")), "releases": ids,
+    "previous": previous, "has_release": bool(want) and want in ids, "active": active, "sudo": sudo,
+    "board_root": os.environ.get("EDGEKIT_BOARD_ROOT", ""),
+    "manifests": {"current": manifest(current), "previous": manifest(previous), "release": manifest(want)},
+}))
+"""
+
+# `python3 -c HEALTH_PY PORT EXPECT_DRAFTS(0|1) TIMEOUT N_PREDICT PROMPT UNIT`: edgekit's health
+# check (edgekit.deploy.health.check) run on the board: GET /health until 200 (failing fast once
+# UNIT is no longer active), then one completion whose `timings` must show tokens, and drafts when
+# a drafter is configured. Prints the Health as JSON; the exit status is always 0.
+HEALTH_PY = r"""
+import http.client, json, os, subprocess, sys, time
+
+port, expect, timeout = int(sys.argv[1]), sys.argv[2] == "1", float(sys.argv[3])
+n_predict, prompt, unit = int(sys.argv[4]), sys.argv[5], sys.argv[6]
+sudo = [] if os.getuid() == 0 else ["sudo", "-n"]
+
+def alive():
+    try:
+        return subprocess.call(sudo + ["systemctl", "is-active", "--quiet", unit],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0
+    except OSError:
+        return True
+
+def request(method, path, payload, wait):
+    body = json.dumps(payload).encode() if payload is not None else b""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=wait)
+    try:
+        try:
+            conn.connect()
+        except OSError as exc:
+            raise ConnectionError("nothing answers on the board's port %d (%s)" % (port, exc))
+        try:
+            conn.request(method, path, body, {"Content-Type": "application/json", "Connection": "close"})
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            raise ConnectionError("the board's port %d broke off the request (%s)" % (port, exc))
+    finally:
+        conn.close()
+
+def result(ok, reason, ready=None, **more):
+    out = {"ok": ok, "reason": reason, "seconds_to_ready": ready, "tokens": 0, "tokens_per_second": None,
+           "draft_n": None, "draft_n_accepted": None, "text": ""}
+    out.update(more)
+    out["acceptance"] = (out["draft_n_accepted"] or 0) / out["draft_n"] if out["draft_n"] else None
+    print(json.dumps(out))
+    sys.exit(0)
+
+start, last = time.monotonic(), "no answer"
+while True:
+    if time.monotonic() - start >= timeout:
+        result(False, "not ready after %.0f s (%s)" % (timeout, last))
+    try:
+        status, _ = request("GET", "/health", None, 5)
+        if status == 200:
+            break
+        last = "/health answered %d" % status
+    except ConnectionError as exc:
+        last = str(exc)
+    if not alive():
+        result(False, "the server exited before it was ready (%s)" % last)
+    time.sleep(0.25)
+ready = round(time.monotonic() - start, 2)
+payload = {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "cache_prompt": False, "seed": 0}
+try:
+    status, body = request("POST", "/completion", payload, timeout)
+except ConnectionError as exc:
+    result(False, "the completion request failed: %s" % exc, ready)
+if status != 200:
+    result(False, "the completion request answered %d: %r" % (status, body[:200]), ready)
+data = json.loads(body.decode() or "null") or {}
+timings = data.get("timings") or {}
+tokens = int(timings.get("predicted_n") or data.get("tokens_predicted") or 0)
+more = {"tokens": tokens, "tokens_per_second": timings.get("predicted_per_second"),
+        "draft_n": timings.get("draft_n"), "draft_n_accepted": timings.get("draft_n_accepted"),
+        "text": str(data.get("content", ""))}
+if tokens <= 0:
+    result(False, "the completion generated no tokens", ready, **more)
+if expect and not more["draft_n"]:
+    result(False, "a drafter is configured but the server drafted no tokens (draft_n = 0)", ready, **more)
+result(True, "healthy", ready, **more)
+"""
+
+# `sh -c INVENTORY_RO sh STORE SHA...`: INVENTORY_SH without creating the store (for --check).
+INVENTORY_RO = r"""
+d="$1"; shift
+[ -d "$d" ] || { echo "free $(df -Pk / | awk 'NR==2 {print $4}')"; exit 0; }
+for s in "$@"; do
+  if [ -f "$d/$s" ]; then
+    if [ -x "$d/$s" ]; then echo "have $s x"; else echo "have $s -"; fi
+  elif [ -f "$d/$s.part" ]; then
+    echo "part $s $(wc -c < "$d/$s.part" | tr -d ' ')"
+  fi
+done
+echo "free $(df -Pk -- "$d" | awk 'NR==2 {print $4}')"
+"""
+
+# `sh -c PLACE_SH sh STORE [SHA MODE OK]...`: after the board hashed the uploads (HASH_SH), give
+# each verified `<sha>.part` its mode and rename it into place (rename(2): atomic); delete the
+# ones whose hash did not match (OK = 0). The Ansible twin of transfer._Push.settle.
+PLACE_SH = r"""
+set -eu
+d="$1"; shift
+while [ $# -ge 3 ]; do
+  if [ "$3" = 1 ]; then chmod "$2" "$d/$1.part" && mv -f "$d/$1.part" "$d/$1"; else rm -f "$d/$1.part"; fi
+  shift 3
+done
+"""
+
+# releases.mark_serving's command, which is inline there.
+SERVING_SH = 'printf "%s\\n" "$2" > "$1/.serving.new" && mv -f "$1/.serving.new" "$1/serving"'
+# Service.remove's last command, inline there too.
+UNIT_RM_SH = 'rm -f "${EDGEKIT_BOARD_ROOT:-}/etc/systemd/system/$1"'
+
+
+def scripts() -> dict[str, str]:
+    """Every board-side program the roles use, by the name the roles know it by."""
+    return {
+        "state": STATE_PY,
+        "health": HEALTH_PY,
+        "create": releases._CREATE,
+        "switch": releases._SWITCH,
+        "serving": SERVING_SH,
+        "prune": releases._PRUNE,
+        "unit_install": service._INSTALL,
+        "unit_rm": UNIT_RM_SH,
+        "inventory": boardscripts.INVENTORY_SH,
+        "inventory_ro": INVENTORY_RO,
+        "hash": boardscripts.HASH_SH,
+        "place": PLACE_SH,
+    }
