@@ -127,18 +127,26 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             subprocess.run(["rsync", "-e", ssh, str(payload.path), f"{one.user}@127.0.0.1:{dest}"], check=True)
 
         rows: list[tuple[str, float, list[float], str]] = []
-        for name, fn in (("scp", scp), ("rsync -e ssh", rsync)):
-            if shutil.which(name.split()[0]):
-                t, ts, _ = median_of(args.repeat, one.clear, fn)
-                res[name.split()[0]] = {"seconds": t, "runs": ts, "MBps": round(mb / t, 1)}
-                rows.append((f"{name} (fresh, incl. connect)", t, ts, ""))
-        t, ts, rep = median_of(args.repeat, one.clear, lambda: edgekit_push(one, [payload]))
-        assert rep.sent_bytes == size
-        res["push"] = {"seconds": t, "runs": ts, "MBps": round(mb / t, 1), "verify": "stream (python3 on board)"}
-        rows.append(("edgekit push (fresh, incl. connect)", t, ts, ""))
-        t, ts, rep = median_of(max(1, args.repeat // 2), one.clear, lambda: edgekit_push(one, [payload], "after"))
-        res["push_verify_after"] = {"seconds": t, "runs": ts, "MBps": round(mb / t, 1)}
-        rows.append(("edgekit push, hash after upload", t, ts, ""))
+
+        def push_stream() -> None:
+            assert edgekit_push(one, [payload]).sent_bytes == size
+
+        def push_after() -> None:
+            assert edgekit_push(one, [payload], "after").sent_bytes == size
+
+        fresh = [("scp", "scp", scp), ("rsync", "rsync -e ssh", rsync), ("push", "edgekit push", push_stream),
+                 ("push_verify_after", "edgekit push, hash after upload", push_after)]
+        fresh = [f for f in fresh if f[0] not in ("scp", "rsync") or shutil.which(f[0])]
+        runs: dict[str, list[float]] = {key: [] for key, _, _ in fresh}
+        for _ in range(args.repeat):  # interleaved, so a load change on the machine hits all alike
+            for key, _, fn in fresh:
+                one.clear()
+                runs[key].append(round(timed(fn)[0], 3))
+        for key, label, _ in fresh:
+            t = statistics.median(runs[key])
+            res[key] = {"seconds": t, "runs": runs[key], "MBps": round(mb / t, 1)}
+            rows.append((f"{label} (fresh, incl. connect)", t, runs[key], ""))
+        res["push"]["verify"] = "stream (python3 on board)"
 
         t, ts, rep = median_of(5, lambda: None, lambda: edgekit_push(one, [payload]))
         assert rep.sent_bytes == 0 and rep.skipped_blobs == 1

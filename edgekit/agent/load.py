@@ -21,15 +21,18 @@ SIGTERM / SIGINT stop the load: in-flight requests are cut, the file is written 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
+import re
 import signal
+import socket
 import threading
 import time
 from typing import Any
 
-_STOP_MARK = b'"stop":true'
+_FINAL = re.compile(rb'"stop":\s*true|"error"')  # the last chunk (or an error): only these are parsed
 
 
 class LoadError(ValueError):
@@ -53,7 +56,7 @@ class Server:
             resp = conn.getresponse()
             raw = resp.read()
         except OSError as exc:
-            raise LoadError("llama-server on port %d does not answer %s (%s)" % (self.port, path, exc)) from None
+            raise LoadError(f"llama-server on port {self.port} does not answer {path} ({exc})") from None
         finally:
             conn.close()
         try:
@@ -64,13 +67,13 @@ class Server:
     def tokenize(self, text: str, special: bool) -> list[int]:
         status, data = self.call("POST", "/tokenize", {"content": text, "add_special": special})
         if status != 200 or not isinstance(data, dict):
-            raise LoadError("llama-server's /tokenize answered %d" % status)
+            raise LoadError(f"llama-server's /tokenize answered {status}")
         return [t if isinstance(t, int) else t["id"] for t in data.get("tokens", [])]
 
     def detokenize(self, tokens: list[int]) -> str:
         status, data = self.call("POST", "/detokenize", {"tokens": tokens})
         if status != 200 or not isinstance(data, dict):
-            raise LoadError("llama-server's /detokenize answered %d" % status)
+            raise LoadError(f"llama-server's /detokenize answered {status}")
         return str(data.get("content", ""))
 
     def template(self, content: str) -> str | None:
@@ -94,11 +97,11 @@ def load_prompts(path: str) -> tuple[list[str], dict[str, list[str]], str]:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
     except (OSError, ValueError) as exc:
-        raise LoadError("cannot read the prompt set %s (%s)" % (path, exc)) from None
+        raise LoadError(f"cannot read the prompt set {path} ({exc})") from None
     cats = data.get("categories") or {}
     order = [c for c in cats if cats[c]]
     if not order:
-        raise LoadError("the prompt set %s has no prompts" % path)
+        raise LoadError(f"the prompt set {path} has no prompts")
     return order, {c: [str(p) for p in cats[c]] for c in order}, str(data.get("context") or "")
 
 
@@ -173,10 +176,8 @@ class Load:
         for conn in conns:
             sock = conn.sock
             if sock is not None:
-                try:
-                    sock.shutdown(2)
-                except OSError:
-                    pass
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
     def one(self, req: Request) -> dict[str, Any]:
         payload = {"prompt": req.tokens, "n_predict": self.n_gen, "stream": True, "temperature": 0.0,
@@ -195,7 +196,7 @@ class Load:
                          headers={"Content-Type": "application/json"})
             resp = conn.getresponse()
             if resp.status != 200:
-                rec["error"] = "HTTP %d: %s" % (resp.status, resp.read()[:200].decode("utf-8", "replace"))
+                rec["error"] = f"HTTP {resp.status}: {resp.read()[:200].decode('utf-8', 'replace')}"
             else:
                 while not self.stop.is_set():
                     line = resp.readline()
@@ -205,11 +206,13 @@ class Load:
                         continue
                     if first is None:
                         first = time.monotonic()  # the first streamed chunk carries the first token
-                    if _STOP_MARK in line or b'"error"' in line:  # parse only what matters: cheap per token
-                        final = json.loads(line[6:].decode("utf-8"))
-                        break
+                    if _FINAL.search(line):  # parse only what may be the end: cheap per streamed token
+                        chunk = json.loads(line[6:].decode("utf-8"))
+                        if chunk.get("stop") or "error" in chunk:  # not a token whose text is "error"
+                            final = chunk
+                            break
         except (OSError, http.client.HTTPException, ValueError) as exc:
-            rec["error"] = "%s: %s" % (type(exc).__name__, exc)
+            rec["error"] = f"{type(exc).__name__}: {exc}"
         finally:
             with self._lock:
                 self._open.discard(conn)
@@ -274,8 +277,8 @@ def cmd_load(args: argparse.Namespace) -> int:
     order, prompts, context = load_prompts(args.prompts)
     n_ctx = server.slot_ctx()
     if n_ctx and args.context_length and args.context_length + args.n_gen > n_ctx:
-        raise LoadError("context length %d + %d generated tokens do not fit a server slot of %d tokens"
-                        % (args.context_length, args.n_gen, n_ctx))
+        raise LoadError(f"context length {args.context_length} + {args.n_gen} generated tokens do not fit a "
+                        f"server slot of {n_ctx} tokens")
     builder = PromptBuilder(server, context)
     cache: dict[tuple[str, int], list[int]] = {}
 

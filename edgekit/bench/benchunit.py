@@ -4,17 +4,16 @@ The bench never edits the deployed unit: it records whether `edgekit-llama.servi
 enabled and the sha256 of its unit file, stops it when the bench needs the board to itself, runs
 each configuration as `edgekit-llama-bench.service` (rendered with `render_unit` from the same
 release, on the candidate port), and at the end removes the bench unit and starts the deployed
-unit again only if it was running before. `ServiceState.check` proves the result.
+unit again only if it was running before; the session compares the state before and after.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from edgekit.bench import boardfs
 from edgekit.deploy.health import wait_ready
-from edgekit.deploy.service import Service, log_tail
+from edgekit.deploy.service import log_tail
 from edgekit.deploy.unit import UNIT_NAME, render_unit
 from edgekit.errors import EdgekitError
 from edgekit.remote.runner import LocalRunner, SshRunner
@@ -22,9 +21,12 @@ from edgekit.remote.runner import LocalRunner, SshRunner
 Runner = SshRunner | LocalRunner
 BENCH_UNIT = "edgekit-llama-bench.service"
 
+# "$1" unit: its file's sha256, and whether it is active and enabled, in one round trip.
 _STATE = r"""
 unit="${EDGEKIT_BOARD_ROOT:-}/etc/systemd/system/$1"
 if [ -f "$unit" ]; then echo "sha=$(sha256sum "$unit" | cut -d' ' -f1)"; else echo "sha="; fi
+systemctl is-active --quiet "$1" && echo active=1 || echo active=0
+systemctl is-enabled --quiet "$1" && echo enabled=1 || echo enabled=0
 """
 
 
@@ -45,29 +47,59 @@ class ServiceState:
 
     @classmethod
     def read(cls, runner: Runner, need_sudo: bool, unit: str = UNIT_NAME) -> ServiceState:
-        sha = runner.run(["sh", "-c", _STATE, "edgekit-unit-state", unit], timeout=30).stdout.strip()
-        return cls(active=_systemctl(runner, need_sudo, "is-active", "--quiet", unit),
-                   enabled=_systemctl(runner, need_sudo, "is-enabled", "--quiet", unit),
-                   unit_sha256=sha.partition("=")[2] or None)
+        argv = ["sh", "-c", _STATE, "edgekit-unit-state", unit]
+        out = runner.run(["sudo", "-n", *argv] if need_sudo else argv, timeout=30).stdout
+        kv = dict(line.partition("=")[::2] for line in out.splitlines() if "=" in line)
+        return cls(active=kv.get("active") == "1", enabled=kv.get("enabled") == "1",
+                   unit_sha256=kv.get("sha") or None)
 
     def to_json(self) -> dict[str, object]:
         return {"active": self.active, "enabled": self.enabled, "unit_sha256": self.unit_sha256}
 
 
+# "$1" unit file on the board, "$2" unit name: install it and (re)start it in one round trip.
+_START_UNIT = r"""
+set -eu
+dir="${EDGEKIT_BOARD_ROOT:-}/etc/systemd/system"
+mkdir -p "$dir"
+cp "$1" "$dir/.$2.new"
+chmod 0644 "$dir/.$2.new"
+mv -f "$dir/.$2.new" "$dir/$2"
+systemctl daemon-reload
+systemctl restart "$2"
+"""
+
+# "$1" unit name: stop it, remove its file, reload.
+_REMOVE_UNIT = r"""
+systemctl stop "$1" 2>/dev/null
+rm -f "${EDGEKIT_BOARD_ROOT:-}/etc/systemd/system/$1"
+systemctl daemon-reload
+"""
+
+
 class Board:
-    """Stop / restore the deployed service; start / stop the bench unit."""
+    """Stop / restore the deployed service; start / stop the bench unit (never enabled)."""
 
     def __init__(self, runner: Runner, base: str, release_dir: str, need_sudo: bool, work: str,
                  main_port: int) -> None:
         self.runner, self.base, self.release_dir, self.need_sudo = runner, base, release_dir, need_sudo
         self.work, self.main_port = work, main_port
-        self.bench = Service(runner, BENCH_UNIT, need_sudo)
         self.before: ServiceState | None = None
         self.bench_installed = False
 
     @property
     def log(self) -> str:
         return f"{self.work}/llama-server-bench.log"
+
+    def _sh(self, script: str, *args: str, check: bool = True) -> None:
+        argv = ["sh", "-c", script, "edgekit-bench-unit", *args]
+        res = self.runner.run(["sudo", "-n", *argv] if self.need_sudo else argv, check=False, timeout=120)
+        if check and not res.ok:
+            tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise EdgekitError(f"Starting the bench server failed on board {self.runner.name!r}: {tail[0]}")
+
+    def _bench_active(self) -> bool:
+        return _systemctl(self.runner, self.need_sudo, "is-active", "--quiet", BENCH_UNIT)
 
     def remember(self) -> ServiceState:
         self.before = ServiceState.read(self.runner, self.need_sudo)
@@ -82,11 +114,10 @@ class Board:
         unit_file = f"{self.work}/{BENCH_UNIT}"
         text = render_unit(self.release_dir, [f"{self.release_dir}/bin/llama-server", *argv], self.log, description)
         boardfs.put_text(self.runner, unit_file, text)
-        self.bench.install(unit_file)
         self.bench_installed = True
-        self.bench.restart()
+        self._sh(_START_UNIT, unit_file, BENCH_UNIT)
         try:
-            return wait_ready(self.runner, port, timeout, alive=self.bench.is_active)
+            return wait_ready(self.runner, port, timeout, alive=self._bench_active)
         except TimeoutError as exc:
             logs = log_tail(self.runner, self.log, 15)
             raise EdgekitError(f"The bench server ({description}) did not start on board {self.runner.name!r}: "
@@ -94,12 +125,12 @@ class Board:
 
     def stop_server(self) -> None:
         if self.bench_installed:
-            self.bench.stop()
+            _systemctl(self.runner, self.need_sudo, "stop", BENCH_UNIT)
 
     def restore(self, health_timeout: float = 180.0) -> ServiceState:
         """Remove the bench unit; start the deployed unit again if it ran before. Returns the state now."""
         if self.bench_installed:
-            self.bench.remove()
+            self._sh(_REMOVE_UNIT, BENCH_UNIT, check=False)
             self.bench_installed = False
         before = self.before
         if before is not None:
@@ -107,9 +138,8 @@ class Board:
             if before.active and not now_active:
                 # `start`, not `restart` + `enable`: the enabled state stays what it was.
                 _systemctl(self.runner, self.need_sudo, "start", UNIT_NAME, check=True)
-                deadline = time.monotonic() + health_timeout
                 try:
-                    wait_ready(self.runner, self.main_port, max(deadline - time.monotonic(), 1.0))
+                    wait_ready(self.runner, self.main_port, health_timeout)
                 except TimeoutError as exc:
                     raise EdgekitError(f"The deployed service on board {self.runner.name!r} was started again but "
                                        f"is not ready: {exc}.") from None

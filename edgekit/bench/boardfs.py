@@ -61,3 +61,4 @@ def remove_tree(runner: Runner, path: str) -> None:
     if "/bench/" not in path:  # only ever a bench work dir
         raise ValueError(f"refusing to remove {path!r}")
     runner.run(["rm", "-rf", "--", path], check=False, timeout=120)
+    runner.run(["rmdir", "--", path.rsplit("/", 1)[0]], check=False, timeout=30)  # bench/ itself, once empty

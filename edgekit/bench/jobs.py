@@ -38,14 +38,19 @@ while [ ! -s "$dir/child" ] && [ $i -lt 200 ]; do sleep 0.02; i=$((i+1)); done
 cat "$dir/pid"
 """
 
-# "$1" job dir, "$2" polls of 0.1 s at most: `rc=N`, `running` or `gone` (killed before it wrote rc).
+# "$1" job dir, "$2" polls of 0.1 s at most, "$3" a file to print once the job ended (saves a round
+# trip): `rc=N` + that file, `running` or `gone` (killed before it wrote rc).
 _WAIT = r"""
-dir="$1"; n="$2"
+dir="$1"; n="$2"; collect="${3:-}"
 alive() { [ -n "$1" ] && [ -r "/proc/$1/stat" ] && [ "$(sed 's/.*) //' "/proc/$1/stat" | cut -c1)" != Z ]; }
 pid="$(cat "$dir/pid" 2>/dev/null || true)"
 i=0
 while [ ! -f "$dir/rc" ] && alive "$pid" && [ $i -lt "$n" ]; do sleep 0.1; i=$((i+1)); done
-if [ -f "$dir/rc" ]; then echo "rc=$(cat "$dir/rc")"; elif alive "$pid"; then echo running; else echo gone; fi
+if [ -f "$dir/rc" ]; then
+  echo "rc=$(cat "$dir/rc")"
+  [ -n "$collect" ] && cat "$collect" 2>/dev/null
+elif alive "$pid"; then echo running; else echo gone; fi
+exit 0
 """
 
 # "$1" job dir, "$2" seconds of grace: SIGTERM to the command (so it can finish its file), wait for
@@ -79,6 +84,7 @@ class Job:
     what: str  # for messages: "the load", "llama-bench", ...
     pid: int | None = None
     rc: int | None = None
+    collected: str = ""
 
     @classmethod
     def start(cls, runner: Runner, job_dir: str, argv: list[str], what: str) -> Job:
@@ -87,21 +93,27 @@ class Job:
         job.pid = int(out) if out.isdigit() else None
         return job
 
-    def poll(self, seconds: float = 2.0) -> str:
-        """Wait up to ``seconds`` on the board: "done", "running" or "gone"."""
-        polls = max(int(seconds * 10), 1)
-        res = self.runner.run(["sh", "-c", _WAIT, "edgekit-wait", self.dir, str(polls)], timeout=seconds + 30)
-        line = res.stdout.strip().splitlines()[-1:] or ["gone"]
-        if line[0].startswith("rc="):
-            self.rc = int(line[0][3:] or 1)
-            return "done"
-        return line[0]
+    def poll(self, seconds: float = 2.0, collect: str | None = None) -> str:
+        """Wait up to ``seconds`` on the board: "done", "running" or "gone".
 
-    def wait(self, timeout: float, poll_s: float = 2.0) -> int:
+        With ``collect`` (a path on the board), that file's text lands in ``self.collected`` when done.
+        """
+        polls = max(int(seconds * 10), 1)
+        res = self.runner.run(["sh", "-c", _WAIT, "edgekit-wait", self.dir, str(polls), collect or ""],
+                              timeout=seconds + 30)
+        first, _, rest = res.stdout.partition("\n")
+        first = first.strip() or "gone"
+        if first.startswith("rc="):
+            self.rc = int(first[3:] or 1)
+            self.collected = rest
+            return "done"
+        return first
+
+    def wait(self, timeout: float, poll_s: float = 2.0, collect: str | None = None) -> int:
         """The job's exit code; JobFailed when it vanished or ran past ``timeout`` (then it is stopped)."""
         deadline = time.monotonic() + timeout
         while True:
-            state = self.poll(min(poll_s, max(deadline - time.monotonic(), 0.1)))
+            state = self.poll(min(poll_s, max(deadline - time.monotonic(), 0.1)), collect)
             if state == "done":
                 return self.rc if self.rc is not None else 1
             if state == "gone":

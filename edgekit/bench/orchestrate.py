@@ -66,7 +66,9 @@ def measure(name: str, board: Board, recipe: Recipe, opts: BenchOptions,
                                plan.requests, opts.ignore_eos, on_run=lambda r, n: say(_run_line(r, n)))
         gguf = roofline.read_remote_header(sess.runner, f"{sess.release_dir}/models/target.gguf")
     check_restored(sess)
-    return build_document(sess, plan, configs, runs, lb, idle, gguf, opts)
+    doc = build_document(sess, plan, configs, runs, lb, idle, gguf, opts)
+    doc["_power_samples"] = sess.power_text  # written beside results.json, not into it
+    return doc
 
 
 def build_document(sess: Session, plan: Plan, configs: list[serverconf.ServerConfig], runs: list[Run],
@@ -163,6 +165,10 @@ def write(doc: dict[str, Any], out_dir: Path, with_plots: bool = True) -> dict[s
     """results.json, report.md and the PNGs into ``out_dir``; returns what was written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     files = {"results": "results.json", "report": "report.md"}
+    raw = doc.pop("_power_samples", "")
+    if raw:
+        (out_dir / "power.jsonl").write_text(raw)
+        files["power_samples"] = "power.jsonl"
     if with_plots:
         for name in plots.write_all(doc, out_dir):
             files[name.removesuffix(".png")] = name

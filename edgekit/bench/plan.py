@@ -23,7 +23,7 @@ class Overrides:
     n_gen: int | None = None
     repetitions: int | None = None
     warmup: int | None = None
-    cooldown_temp_c: float | None | str = "recipe"  # a number, None (off) or "recipe"
+    cooldown_temp_c: float | str | None = "recipe"  # a number, None (off) or "recipe"
     slots: str = "auto"  # auto (= highest concurrency) | deployed | N
     idle_s: float | None = None
     rounds: int = 1  # requests per run: this many rounds over the categories

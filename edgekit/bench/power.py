@@ -14,6 +14,9 @@ shows their sum as the board's total, so the bench uses the sum there (``total_r
 
 from __future__ import annotations
 
+import itertools
+import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,13 +107,15 @@ class PowerLog:
             "total_is_sum": bool(self.meta.get("total_is_sum")), "rails": self.meta.get("rails", []),
             "sampler_hz": self.meta.get("hz"),
             "sampling_rate_hz": round(energy.sampling_rate_hz(times) or 0.0, 3),
-            "max_gap_s": round(max((b - a for a, b in zip(times, times[1:])), default=0.0), 6),
+            "max_gap_s": round(max((b - a for a, b in itertools.pairwise(times)), default=0.0), 6),
             "samples": len(self.samples),
             "static_power_baseline_watts": round(self.baseline_w, 6) if self.baseline_w is not None else None,
             "idle_window": {"start": self.idle[0], "end": self.idle[1]} if self.idle else None,
             "total_energy_joules": round(runs_j, 6),  # over the measured run windows
             "session": {"start": round(whole.t0, 6), "end": round(whole.t1, 6),
                         "energy_joules": round(whole.energy_j, 6)},
+            # One instant on both clocks, so windows can be lined up with wall-clock logs.
+            "clock": {"monotonic": self.meta.get("start_t"), "wall": self.meta.get("start_wall")},
             "skipped_sources": self.meta.get("skipped", {}),
             "notes": self.notes,
         }
@@ -137,9 +142,6 @@ class Sampler:
 
     def first_line(self, timeout: float = 15.0) -> dict[str, Any] | None:
         """The file's meta line once the sampler wrote it (it does so with its first sample)."""
-        import json
-        import time
-
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             res = self.job.runner.run(["head", "-n", "1", self.path], check=False, timeout=30)

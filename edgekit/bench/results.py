@@ -115,7 +115,8 @@ def headline(summary: list[dict[str, Any]], ups: list[dict[str, Any]], model: st
     text = f"The drafter makes {model} {_fmt_ci(s)} as fast as without it ({where})"
     last = ups[-1] if len(ups) > 1 else None
     if last is not None:
-        text += f"; at {last['concurrency']} requests, {last['context_length'] or '-'} tokens: {_fmt_ci(last['speedup'])}"
+        text += (f"; at {last['concurrency']} requests, {last['context_length'] or '-'} tokens: "
+                 f"{_fmt_ci(last['speedup'])}")
     e = first.get("energy_ratio")
     if e:
         text += f". Energy per token: {_fmt_ci(e)} of the baseline's"

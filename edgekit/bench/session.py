@@ -13,10 +13,11 @@ import contextlib
 import json
 import secrets
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,16 @@ from edgekit.errors import EdgekitError
 from edgekit.remote import releases
 from edgekit.remote.lock import BoardLock
 from edgekit.remote.probe import BoardFacts, probe
-from edgekit.remote.runner import runner_for
+from edgekit.remote.runner import LocalRunner, SshRunner, runner_for
 
+Runner = SshRunner | LocalRunner
 PYTHON = "python3"  # the board's own interpreter (JetPack's), as for the agent
+
+
+class Interrupted(EdgekitError):
+    """Ctrl-C: exit 130 like any interrupted command, once the board was put back."""
+
+    exit_code = 130
 
 
 @dataclass
@@ -107,56 +115,68 @@ def deferred_sigint() -> Iterator[list[int]]:
         signal.signal(signal.SIGINT, old)
 
 
-@dataclass
 class Session:
-    name: str
-    board: Board
-    recipe: Recipe
-    opts: SessionOptions
-    say: Callable[[str], None] = print
-    facts: BoardFacts | None = None
-    release: str = ""
-    manifest: dict[str, Any] = field(default_factory=dict)
-    work: str = ""
-    phases: list[Phase] = field(default_factory=list)
-    power_log: PowerLog | None = None
-    rail: TotalRail | None = None
-    service_before: ServiceState | None = None
-    service_after: ServiceState | None = None
-    snapshots: dict[str, Any] = field(default_factory=dict)
-    cleanup_errors: list[str] = field(default_factory=list)
+    """Use as a context manager: ``with Session(...) as sess: ...`` — closing puts the board back."""
+
+    def __init__(self, name: str, board: Board, recipe: Recipe, opts: SessionOptions,
+                 say: Callable[[str], None] = print) -> None:
+        self.name, self.board, self.recipe, self.opts, self.say = name, board, recipe, opts, say
+        self._runner: Runner | None = None
+        self.facts: BoardFacts | None = None
+        self.release = ""
+        self.release_dir = ""
+        self.manifest: dict[str, Any] = {}
+        self.work = ""  # the work dir on the board, once made
+        self.agent = ""
+        self.prompts = ""
+        self.bench_port = 0
+        self.svc: BenchBoard | None = None
+        self.phases: list[Phase] = []
+        self.power_log: PowerLog | None = None
+        self.rail: TotalRail | None = None
+        self.service_before: ServiceState | None = None
+        self.service_after: ServiceState | None = None
+        self.snapshots: dict[str, Any] = {}
+        self.cleanup_errors: list[str] = []
+        self._jobs: list[Job] = []
+        self._sampler: Sampler | None = None
+        self.power_text = ""  # the sampler's raw file, read back at the end
+        self._stack = contextlib.ExitStack()
 
     # ---------------------------------------------------------------------------------- open
 
     def open(self) -> Session:
-        self.runner = runner_for(self.board, self.name)
-        self._stack = contextlib.ExitStack()
-        self._stack.callback(self.runner.close)
-        self.facts = probe(self.runner, self.board.base)
+        runner = self._runner = runner_for(self.board, self.name)
+        self._stack.callback(runner.close)
+        self.facts = probe(runner, self.board.base)
         base = self.facts.base
-        lay = releases.layout(self.runner, base)
+        lay = releases.layout(runner, base)
         if not lay.current:
             raise EdgekitError(f"Board {self.name!r} has no deployed release; run `edgekit deploy` first.")
         self.release = lay.current
-        self.manifest = releases.read_manifest(self.runner, base, lay.current)
+        self.manifest = releases.read_manifest(runner, base, lay.current)
         if self.manifest.get("recipe") != self.recipe.name:
             raise EdgekitError(f"Board {self.name!r} serves recipe {self.manifest.get('recipe')!r}, not "
                                f"{self.recipe.name!r}; deploy {self.recipe.name} first or bench that recipe.")
-        self._stack.enter_context(BoardLock(self.runner, base, self.opts.lock_wait_s))
+        self._stack.enter_context(BoardLock(runner, base, self.opts.lock_wait_s))  # no deploy meanwhile
         self.release_dir = f"{base}/releases/{self.release}"
         self.work = f"{base}/bench/{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
-        boardfs.mkdirs(self.runner, f"{self.work}/jobs")
-        self.agent = boardfs.push_agent(self.runner, f"{self.work}/agent")
+        boardfs.mkdirs(runner, f"{self.work}/jobs")
+        self.agent = boardfs.push_agent(runner, f"{self.work}/agent")
         self.prompts = f"{self.work}/prompts.json"
-        boardfs.put_text(self.runner, self.prompts, json.dumps(prompts.load(self.recipe.bench.prompt_set)))
-        self.svc = BenchBoard(self.runner, base, self.release_dir, self.facts.sudo != "root", self.work,
+        boardfs.put_text(runner, self.prompts, json.dumps(prompts.load(self.recipe.bench.prompt_set)))
+        self.svc = BenchBoard(runner, base, self.release_dir, self.facts.sudo != "root", self.work,
                               int(self.manifest.get("port") or self.recipe.runtime.port))
         self.service_before = self.svc.remember()
         self.bench_port = int(self.manifest.get("candidate_port") or self.svc.main_port + 1)
-        self._jobs: list[Job] = []
-        self._sampler: Sampler | None = None
         self.snapshots["before"] = self.agent_json(["snapshot"])
         return self
+
+    @property
+    def runner(self) -> Runner:
+        if self._runner is None:
+            raise RuntimeError("the session is not open")
+        return self._runner
 
     @property
     def release_args(self) -> list[str]:
@@ -168,12 +188,6 @@ class Session:
             return json.loads(res.stdout) if res.stdout.strip() else None
         except ValueError:
             return None
-
-    def clock(self) -> float:
-        data = self.agent_json(["clock"])
-        if not data:
-            raise EdgekitError(f"The agent's clock does not answer on board {self.name!r}.")
-        return float(data["monotonic"])
 
     # ---------------------------------------------------------------------------------- power
 
@@ -204,7 +218,7 @@ class Session:
 
     def take_board(self) -> None:
         """Stop the deployed service while measuring: board power is board-wide (unless shared)."""
-        if self.service_before and self.service_before.active and self.opts.exclusive:
+        if self.svc and self.service_before and self.service_before.active and self.opts.exclusive:
             self.say("stopping the deployed service while measuring (it is started again at the end)")
             self.svc.stop_main()
 
@@ -283,8 +297,8 @@ class Session:
         argv = workloads.load_argv(PYTHON, self.agent, self.bench_port, self.prompts, point, n_requests, n_gen,
                                    warmup, rep, ignore_eos, out_file, label)
         job = self._job(f"load-{k}", argv, "the load")
-        rc = job.wait(self.opts.run_timeout_s)
-        raw = boardfs.read_text(self.runner, out_file)
+        rc = job.wait(self.opts.run_timeout_s, collect=out_file)
+        raw = job.collected.strip()
         if rc != 0 or not raw:
             raise EdgekitError(f"The load ({label}) failed on board {self.name!r} (exit {rc}): {job.tail()}")
         output = json.loads(raw)
@@ -301,20 +315,24 @@ class Session:
     def close(self) -> None:
         """Stop everything we started, read the power back, restore the service, remove the work dir."""
         with deferred_sigint():
+            if self._runner is None:  # never connected: nothing on the board to undo
+                self._stack.close()
+                return
             for step in (self._stop_jobs, self._stop_server, self._stop_sampler, self._read_power,
                          self._snapshot_after, self._restore, self._remove_work):
                 try:
                     step()
-                except Exception as exc:  # noqa: BLE001 - every step must get its chance
+                except Exception as exc:  # every step must get its chance
                     self.cleanup_errors.append(f"{step.__name__.strip('_')}: {exc}")
             self._stack.close()
 
     def _stop_jobs(self) -> None:
-        for job in getattr(self, "_jobs", []):
-            job.stop(grace_s=3.0)
+        for job in self._jobs:
+            if job.rc is None:  # still running, or we never saw it end
+                job.stop(grace_s=3.0)
 
     def _stop_server(self) -> None:
-        if hasattr(self, "svc"):
+        if self.svc is not None:
             self.svc.stop_server()
 
     def _stop_sampler(self) -> None:
@@ -324,26 +342,19 @@ class Session:
     def _read_power(self) -> None:
         if self._sampler is None:
             return
-        local = self._local_copy("power.jsonl")
-        meta, samples, end = energy.read_samples(str(local)) if local else ({}, [], None)
+        self.power_text = boardfs.read_text(self.runner, self._sampler.path) or ""
+        with tempfile.TemporaryDirectory(prefix="edgekit-bench-") as tmp:
+            local = Path(tmp) / "power.jsonl"
+            local.write_text(self.power_text)
+            meta, samples, end = energy.read_samples(str(local))
         self.power_log = PowerLog(meta, samples, end)
-
-    def _local_copy(self, name: str) -> Path | None:
-        import tempfile
-
-        text = boardfs.read_text(self.runner, f"{self.work}/{name}")
-        if text is None:
-            return None
-        tmp = Path(tempfile.mkdtemp(prefix="edgekit-bench-")) / name
-        tmp.write_text(text)
-        return tmp
 
     def _snapshot_after(self) -> None:
         if self.work:
             self.snapshots["after"] = self.agent_json(["snapshot"])
 
     def _restore(self) -> None:
-        if hasattr(self, "svc"):
+        if self.svc is not None:
             self.service_after = self.svc.restore(self.opts.server_timeout_s)
 
     def _remove_work(self) -> None:
@@ -354,12 +365,22 @@ class Session:
         try:
             return self.open()
         except BaseException:
-            if hasattr(self, "_stack"):
-                self.close()
+            self.close()
             raise
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_exc: object) -> None:
         self.close()
+        if exc_type is KeyboardInterrupt:
+            raise Interrupted(self._interrupted()) from None
+
+    def _interrupted(self) -> str:
+        before, after = self.service_before, self.service_after
+        if before is not None and after is not None and (before.active, before.unit_sha256) == (
+                after.active, after.unit_sha256):
+            state = f"{'running' if after.active else 'stopped'}, release {self.release}"
+            return f"Interrupted: the load was stopped and board {self.name!r}'s service is as it was ({state})."
+        return (f"Interrupted: the load was stopped, but board {self.name!r}'s service may not be as it was: "
+                + ("; ".join(self.cleanup_errors) or "its state could not be read") + ".")
 
 
 def check_restored(session: Session) -> None:
@@ -373,4 +394,4 @@ def check_restored(session: Session) -> None:
                            + "; ".join(session.cleanup_errors))
 
 
-__all__ = ["JobFailed", "Run", "Session", "SessionOptions", "check_restored"]
+__all__ = ["Interrupted", "JobFailed", "Run", "Session", "SessionOptions", "check_restored"]

@@ -45,7 +45,7 @@ class TuneOptions:
     n_gen: int | None = None
     repetitions: int | None = None
     warmup: int | None = None
-    cooldown_temp_c: float | None | str = "recipe"
+    cooldown_temp_c: float | str | None = "recipe"
     context_length: int | None = None
     session: SessionOptions = field(default_factory=SessionOptions)
     ignore_eos: bool = False
@@ -83,6 +83,12 @@ def configs(release_args: list[str], port: int, grid: Grid, deployed_parallel: i
         out.append(serverconf.ServerConfig(f"baseline{suffix}", ref, False,
                                            {**serverconf.describe(ref), "parallel": slots}))
     return [(c, [Point(int(c.settings["parallel"]), None)]) for c in out]
+
+
+def _line(run: Run, total: int) -> str:
+    acc = run.metrics.get("acceptance")
+    return (f"run {run.index + 1}/{total}: {run.config}: {run.metrics.get('tokens_per_second') or 0:.1f} tok/s"
+            + (f", acceptance {acc:.0%}" if acc is not None else ""))
 
 
 def _row(cfg: serverconf.ServerConfig, runs: list[Run]) -> dict[str, Any]:
@@ -136,8 +142,7 @@ def tune(name: str, board: Board, recipe: Recipe, grid: Grid, opts: TuneOptions,
             raise EdgekitError(f"Board {name!r} has no power readings: --objective energy can't be measured there.")
         sess.take_board()
         runs = sess.run_matrix(matrix, reps, n_gen, warmup, lambda p: requests_per_run(p.concurrency, n_cat),
-                               opts.ignore_eos, on_run=lambda r, n: say(
-                                   f"run {r.index + 1}/{n}: {r.config}: {r.metrics.get('tokens_per_second') or 0:.1f} tok/s"))
+                               opts.ignore_eos, on_run=lambda r, n: say(_line(r, n)))
     check_restored(sess)
     log = sess.power_log
     if log is not None and log.available:

@@ -27,6 +27,7 @@ COMMANDS = {
     "status": "deploy",
     "push": "push",
     "demo": "demo",
+    "fleet": "fleet",
     "bench": "bench",
     "tune": "bench",
 }

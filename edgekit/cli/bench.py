@@ -10,7 +10,6 @@ import click
 from edgekit.cli import json_option
 from edgekit.cli.app import App
 from edgekit.config.recipes import load_recipe
-from edgekit.errors import EdgekitError
 
 
 def _ints(text: str | None) -> list[int] | None:
@@ -44,7 +43,7 @@ def _p_mins(text: str | None) -> list[float | None] | None:
     return out
 
 
-def _cooldown(text: str | None) -> float | None | str:
+def _cooldown(text: str | None) -> float | str | None:
     if text is None:
         return "recipe"
     if text.lower() in ("off", "none", "no"):
@@ -94,12 +93,14 @@ def _session_opts(kw: dict[str, Any]) -> Any:
 @click.command()
 @_common
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Directory for results.json, report.md and plots (default: ./bench-results/<board>-<recipe>-<time>).")
+              help="Directory for results.json, report.md and plots "
+                   "(default: ./bench-results/<board>-<recipe>-<time>).")
 @click.option("--concurrency", help="Concurrency levels, e.g. 1,2,4,8 (default: recipe).")
 @click.option("--context-lengths", help="Prompt lengths in tokens, e.g. 128,2048 (default: recipe).")
 @click.option("--slots", default="auto", show_default=True,
               help="Server slots while benching: auto (the highest concurrency), deployed, or a number.")
-@click.option("--idle", "idle_s", type=click.FloatRange(0.5, 600), help="Seconds of idle baseline (default 5, quick 2).")
+@click.option("--idle", "idle_s", type=click.FloatRange(0.5, 600),
+              help="Seconds of idle baseline (default 5, quick 2).")
 @click.option("--no-llama-bench", is_flag=True, help="Skip llama-bench (pp/tg of the target alone).")
 @click.option("--no-plots", is_flag=True, help="Write results.json and report.md only.")
 @json_option
@@ -122,11 +123,8 @@ def bench(app: App, board_name: str, recipe_name: str, out_dir: Path | None, con
                    slots=slots, idle_s=idle_s)
     opts = orchestrate.BenchOptions(out_dir=out_dir, quick=kw["quick"], overrides=ov, session=_session_opts(kw),
                                     llama_bench=not no_llama_bench, ignore_eos=kw["ignore_eos"], plots=not no_plots)
-    try:
-        doc = orchestrate.measure(board_name, board, recipe, opts, say=lambda m: app.info(f"[dim]{board_name}:[/] {m}"))
-    except KeyboardInterrupt:
-        raise EdgekitError(f"Interrupted; the load was stopped and board {board_name!r}'s service is as it "
-                           "was.") from None
+    # Ctrl-C inside: the session puts the board back and raises Interrupted (exit 130).
+    doc = orchestrate.measure(board_name, board, recipe, opts, say=lambda m: app.info(f"[dim]{board_name}:[/] {m}"))
     target = out_dir or orchestrate.default_out_dir(board_name, recipe.name)
     files = orchestrate.write(doc, target, with_plots=not no_plots)
 
@@ -178,12 +176,8 @@ def tune(app: App, board_name: str, recipe_name: str, objective: str, draft_n: s
                                 cooldown_temp_c=_cooldown(kw["cooldown"]), context_length=context_length,
                                 session=_session_opts(kw), ignore_eos=kw["ignore_eos"], deploy=not no_deploy, src=src,
                                 out_dir=out_dir)
-    try:
-        result = tune_mod.tune(board_name, board, recipe, grid, opts, app.console,
-                               say=lambda m: app.info(f"[dim]{board_name}:[/] {m}"))
-    except KeyboardInterrupt:
-        raise EdgekitError(f"Interrupted; the load was stopped and board {board_name!r}'s service is as it "
-                           "was.") from None
+    result = tune_mod.tune(board_name, board, recipe, grid, opts, app.console,
+                           say=lambda m: app.info(f"[dim]{board_name}:[/] {m}"))
 
     def human() -> None:
         unit = "tok/s" if objective == "speed" else "J/token"

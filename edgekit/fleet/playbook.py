@@ -172,6 +172,11 @@ def run_playbook(
                 if on_line is not None:
                     on_line(line.rstrip("\n"))
         seconds = time.monotonic() - start
+        if os.environ.get("EDGEKIT_FLEET_KEEP"):  # debugging: keep the inventory and plan to rerun by hand
+            keep = Path(os.environ["EDGEKIT_FLEET_KEEP"])
+            keep.mkdir(parents=True, exist_ok=True)
+            for name in ("inventory.yml", "plan.yml"):
+                shutil.copy(work / name, keep / name)
         report_file = work / "report.json"
         report = json.loads(report_file.read_text()) if report_file.is_file() else {}
         if not report and proc.returncode != 0:

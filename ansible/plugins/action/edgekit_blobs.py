@@ -76,9 +76,9 @@ class ActionModule(ActionBase):
         for sha in missing:
             src = blobs[sha]["src"]
             if not os.path.isfile(src) or os.path.getsize(src) != blobs[sha]["size"]:
-                return {**result, "failed": True,
-                        "msg": f"The local file {src} for blob {sha[:12]} is missing or not {blobs[sha]['size']} bytes; "
-                               "rebuild the artifact."}
+                size = blobs[sha]["size"]
+                return {**result, "failed": True, "msg": f"The local file {src} for blob {sha[:12]} is missing "
+                                                         f"or not {size} bytes; rebuild the artifact."}
             self._connection.put_file(src, f"{store}/{sha}.part")
         return self._place(result, store, scripts, blobs, missing)
 

@@ -1,0 +1,93 @@
+"""Wall time of `edgekit fleet rollout` to 1, 4 and 8 fresh simulated boards (goal: 8 ≤ 2× 1).
+
+    python benchmarks/fleet_rollout.py                 # 1, 4, 8 boards, batch 100%, no canary
+    python benchmarks/fleet_rollout.py --sizes 1,2 --canary
+
+Each size gets fresh boards (nothing in their stores), so every rollout sends the whole release
+(llama.cpp host build + the tiny Gemma 4 target and MTP drafter, ≈ 22 MB, 34 blobs) and starts
+each board's service twice (candidate, then main). A second rollout of the same recipe ("again")
+measures the no-change path. Every board is a simulated board on this machine, so the boards'
+sshd, llama-server and Python share its cores with Ansible: fan-out is bounded by the cores here,
+not by a network. The build and the models come from edgekit's cache (warm after the first size).
+
+Prints JSON first, then a table. Needs the llama.cpp sdist (EDGEKIT_LLAMA_SRC or the cache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from edgekit.config.boardfile import Boards
+from edgekit.sim import boards as sim
+
+
+def rollout(env: dict[str, str], group: str, canary: bool) -> tuple[float, dict[str, Any]]:
+    argv = [sys.executable, "-m", "edgekit", "--json", "fleet", "rollout", "--recipe", "sim-tiny-mtp",
+            "--group", group, "--batch", "100%"]
+    if not canary:
+        argv.append("--no-canary")
+    start = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800, check=False)
+    wall = time.monotonic() - start
+    if proc.returncode != 0:
+        failed = json.loads(proc.stdout).get("failed") if proc.stdout.strip() else None
+        raise SystemExit(f"rollout to {group} failed (exit {proc.returncode}): {failed or proc.stderr[-3000:]}")
+    return wall, json.loads(proc.stdout)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="1,4,8", help="board counts (comma-separated)")
+    ap.add_argument("--canary", action="store_true", help="first board as a canary (serial 1) before the batch")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="edgekit-fleet-bench-"))
+    env = {**os.environ, "EDGEKIT_CONFIG_DIR": str(work / "config"), "EDGEKIT_SIM_DIR": str(work / "sim"),
+           "EDGEKIT_CONFIG": str(work / "config" / "edgekit.yaml")}
+    if not env.get("EDGEKIT_LLAMA_SRC"):
+        from edgekit.build import fetch_sdist
+
+        env["EDGEKIT_LLAMA_SRC"] = str(fetch_sdist())
+    targets = sim.Targets(Path(env["EDGEKIT_CONFIG"]), Path(env["EDGEKIT_CONFIG_DIR"]) / "known_hosts")
+    rows: list[dict[str, Any]] = []
+    try:
+        # Warm the build/convert caches and the help text once, outside the timings.
+        sim.up(work / "sim", 1, "orin", targets)
+        rollout(env, "sim-1", canary=False)
+        for n in sizes:
+            _, started = sim.up(work / "sim", n, "orin", targets, add=True)
+            boards = Boards(targets.board_file)
+            data = boards.load()
+            data.groups[f"bench{n}"] = started
+            boards.save(data)
+            wall, report = rollout(env, f"bench{n}", args.canary)
+            again, second = rollout(env, f"bench{n}", args.canary)
+            assert len(report["succeeded"]) == n and not report["failed"], report
+            assert not second["changed"], second["changed"]
+            rows.append({"boards": n, "seconds": round(wall, 2), "ansible_seconds": report["ansible_seconds"],
+                         "again_seconds": round(again, 2), "bytes_per_board": sum(
+                             r["push"]["sent_bytes"] for r in report["succeeded"].values()) // n})
+    finally:
+        sim.down(work / "sim", purge=True)
+    base = rows[0]["seconds"] if rows else 0.0
+    for r in rows:
+        r["ratio_vs_first"] = round(r["seconds"] / base, 2) if base else None
+    result = {"benchmark": "fleet_rollout", "canary": args.canary, "batch": "100%", "cores": os.cpu_count(),
+              "rows": rows, "goal": "8 boards <= 2x 1 board"}
+    print(json.dumps(result, indent=2))
+    print(f"\n{'boards':>6} {'wall s':>8} {'ansible s':>10} {'x first':>8} {'again s':>8} {'MB/board':>9}")
+    for r in rows:
+        print(f"{r['boards']:>6} {r['seconds']:>8.2f} {r['ansible_seconds']:>10.2f} {r['ratio_vs_first']:>8.2f} "
+              f"{r['again_seconds']:>8.2f} {r['bytes_per_board'] / 1e6:>9.1f}")
+
+
+if __name__ == "__main__":
+    main()

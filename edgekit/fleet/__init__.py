@@ -1,0 +1,1 @@
+"""Fleet rollout through Ansible: inventory from the board file, plans computed once, playbooks in ansible/."""

@@ -1,0 +1,238 @@
+"""`edgekit bench` / `edgekit tune` end to end on simulated boards (real sshd, real llama-server).
+
+* Orin NX board with a scripted power trace: schema-valid results with both configurations and
+  acceptance, plots written, and every window's energy within 1 % of the trace's own integral.
+* AGX Orin board: Ctrl-C leaves the service as it was; without any power source the bench still
+  runs and says so; tune sweeps, shows its table and deploys a new release (total = sum of rails).
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from build_helpers import sdist_or_skip
+
+from edgekit.bench import plots, results
+from edgekit.sim.testing import SimBoard
+
+RECIPE = "sim-tiny-mtp"
+UNIT = "etc/systemd/system/edgekit-llama.service"
+BENCH_UNIT = "etc/systemd/system/edgekit-llama-bench.service"
+
+
+def edgekit(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def env(sim_session) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return {**os.environ, **sim_session.env, "EDGEKIT_LLAMA_SRC": str(sdist_or_skip())}
+
+
+def _deployed(sim_session, env: dict[str, str], profile: str) -> SimBoard:  # type: ignore[no-untyped-def]
+    (board,) = sim_session.boards(1, profile, fresh=True)  # fresh: nobody else's load on its rails
+    res = edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", RECIPE)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return board
+
+
+@pytest.fixture(scope="module")
+def agx(sim_session, env: dict[str, str]) -> SimBoard:  # type: ignore[no-untyped-def]
+    return _deployed(sim_session, env, "orin")
+
+
+def _service(board: SimBoard) -> tuple[bool, str, str, str]:
+    """(unit active, unit file sha256, current, serving): what "as it was" means."""
+    active = board.run("systemctl is-active --quiet edgekit-llama.service").rc == 0
+    sha = hashlib.sha256((board.root / UNIT).read_bytes()).hexdigest()
+    return active, sha, os.readlink(board.base / "current"), (board.base / "serving").read_text().strip()
+
+
+def _leftovers(board: SimBoard) -> list[str]:
+    """Processes still running from a bench work dir of this board."""
+    mark = f"{board.base}/bench/"
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if mark in cmd and p.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(cmd[:200])
+    return found
+
+
+def _assert_board_as_it_was(board: SimBoard, before: tuple[bool, str, str, str]) -> None:
+    assert _service(board) == before
+    assert not (board.root / BENCH_UNIT).exists()
+    assert not list((board.base / "bench").glob("*")) if (board.base / "bench").exists() else True
+    assert not _leftovers(board)
+
+
+# ------------------------------------------------------------------------- known power integral
+
+def _trace_integral(points: list[tuple[float, float]], start: float, a: float, b: float) -> float:
+    """∫ of the piecewise-linear trace (held flat outside its points) over wall-clock [a, b], in J."""
+    def w(t: float) -> float:
+        if t <= points[0][0]:
+            return points[0][1]
+        for (t0, w0), (t1, w1) in itertools.pairwise(points):
+            if t <= t1:
+                return w0 + (w1 - w0) * (t - t0) / (t1 - t0)
+        return points[-1][1]
+
+    knots = sorted({a - start, b - start, *(t for t, _ in points if a - start < t < b - start)})
+    return sum((t1 - t0) * (w(t0) + w(t1)) / 2 for t0, t1 in itertools.pairwise(knots))
+
+
+@pytest.fixture
+def traced_nx(sim_session, env: dict[str, str]) -> Iterator[tuple[SimBoard, list[tuple[float, float]], float]]:  # type: ignore[no-untyped-def]
+    board = _deployed(sim_session, env, "orin-nx-16gb")
+    # Slow ramps (≤ 0.1 W/s): the sim writes at 20 Hz and the sampler reads at 20 Hz, unsynchronised.
+    points = [(0.0, 5.0), (40.0, 9.0), (80.0, 6.0), (140.0, 8.5), (900.0, 8.5)]
+    start = time.time()
+    trace = board.dir / "power_trace.json"
+    trace.write_text(json.dumps({"start": start, "points": points}))
+    try:
+        yield board, points, start
+    finally:
+        trace.unlink(missing_ok=True)
+
+
+def test_bench_results_plots_and_the_known_power_integral(traced_nx, env: dict[str, str], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    board, points, start = traced_nx
+    before = _service(board)
+    out = tmp_path / "out"
+    res = edgekit(env, "--json", "bench", "--board", board.name, "--recipe", RECIPE, "--quick", "--n-gen", "200",
+                  "--ignore-eos", "--out", str(out))
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads(res.stdout)
+    results.validate(doc)
+    results.validate(json.loads((out / "results.json").read_text()))
+    _assert_board_as_it_was(board, before)
+    assert doc["service"]["before"] == doc["service"]["after"] and doc["service"]["before"]["active"]
+
+    # Both configurations, alternated, with acceptance measured where there is a drafter.
+    assert doc["settings"]["order"] == ["drafter", "baseline"]
+    assert [r["config"] for r in doc["runs"]][:4] == ["drafter", "drafter", "baseline", "baseline"]
+    for run in doc["runs"]:
+        assert run["errors"] == 0 and run["tokens"] == run["requests"] * 200 and run["tokens_per_second"] > 0
+        assert run["ttft_p50_s"] > 0
+        if run["config"] == "drafter":
+            assert run["draft_n"] > 0 and run["acceptance"] is not None
+            assert set(run["acceptance_by_category"]) == {"code", "qa", "chat", "math", "repetitive"}
+        else:
+            assert run["draft_n"] == 0 and run["acceptance"] is None
+    assert doc["summary"]["speedups"] and "drafter" in doc["summary"]["headline"]["text"]
+    assert doc["llama_bench"] and all("error" not in lb for lb in doc["llama_bench"])
+    assert doc["roofline"]["ceiling_tokens_per_second"] > 0 and doc["llama_cpp"]["ref"]
+
+    # Power: every run's window integrates to the trace's own integral (within 1 %), at ≥ 10 Hz.
+    power = doc["power"]
+    assert power["available"] and power["source"] == "hwmon" and power["total_rail_method"] == "rail:VDD_IN"
+    assert power["sampling_rate_hz"] >= 10.0
+    mono0, wall0 = power["clock"]["monotonic"], power["clock"]["wall"]
+
+    def expected(t0: float, t1: float) -> float:
+        return _trace_integral(points, start, t0 - mono0 + wall0, t1 - mono0 + wall0)
+
+    idle = power["idle_window"]
+    assert power["static_power_baseline_watts"] == pytest.approx(
+        expected(idle["start"], idle["end"]) / (idle["end"] - idle["start"]), rel=0.01)
+    for run in doc["runs"]:
+        p = run["power"]
+        assert p["available"] and p["samples_in_window"] >= 3 and p["sampling_rate_hz"] >= 10.0
+        assert p["total_energy_joules"] == pytest.approx(expected(p["window_start"], p["window_end"]), rel=0.01)
+        assert p["joules_per_token"] == pytest.approx(p["total_energy_joules"] / run["tokens"])
+    assert power["total_energy_joules"] == pytest.approx(sum(r["power"]["total_energy_joules"] for r in doc["runs"]))
+
+    # Data first, then the report and the plots.
+    for name in plots.PLOTS:
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    assert doc["summary"]["headline"]["text"] in (out / "report.md").read_text()
+    assert (out / "power.jsonl").stat().st_size > 0
+
+
+# ------------------------------------------------------------------------------------- Ctrl-C
+
+def test_ctrl_c_stops_the_load_and_leaves_the_service_as_it_was(agx: SimBoard, env: dict[str, str],
+                                                               tmp_path: Path) -> None:
+    before = _service(agx)
+    assert before[0]
+    proc = subprocess.Popen([sys.executable, "-m", "edgekit", "bench", "--board", agx.name, "--recipe", RECIPE,
+                             "--quick", "--n-gen", "400", "--ignore-eos", "--no-llama-bench", "--out",
+                             str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    deadline = time.monotonic() + 120
+    while not glob.glob(f"{agx.base}/bench/*/jobs/load-0/child"):
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, "the load never started"
+        time.sleep(0.05)
+    time.sleep(0.3)  # mid-run: the bench unit serves, the load streams
+    assert (agx.root / BENCH_UNIT).exists() and not _service(agx)[0]  # the deployed unit was stopped
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "service is as it was" in err and "Traceback" not in err
+    _assert_board_as_it_was(agx, before)
+    assert not (tmp_path / "out").exists()  # no results from an interrupted bench
+
+
+# ------------------------------------------------------------------------------ no power source
+
+def test_a_board_without_power_sensors_still_benchmarks(agx: SimBoard, env: dict[str, str], tmp_path: Path) -> None:
+    i2c = agx.root / "sys/bus/i2c/devices"
+    aside = i2c.with_name("devices.off")
+    before = _service(agx)
+    i2c.rename(aside)  # no INA3221 any more; the board has neither jtop nor tegrastats
+    try:
+        res = edgekit(env, "bench", "--board", agx.name, "--recipe", RECIPE, "--quick", "--concurrency", "1",
+                      "--no-llama-bench", "--out", str(tmp_path / "out"))
+    finally:
+        aside.rename(i2c)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "Power unavailable" in res.stdout and "power unavailable" in res.stderr
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    results.validate(doc)
+    assert doc["power"]["available"] is False and "hwmon" in doc["power"]["reason"]
+    assert all(r["power"]["available"] is False and r["tokens_per_second"] > 0 for r in doc["runs"])
+    assert {r["config"] for r in doc["runs"]} == {"drafter", "baseline"}
+    assert (tmp_path / "out" / "power_trace.png").exists()
+    _assert_board_as_it_was(agx, before)
+
+
+# ------------------------------------------------------------------------------------------- tune
+
+def test_tune_shows_its_table_and_deploys_the_best_as_a_new_release(agx: SimBoard, env: dict[str, str],
+                                                                   tmp_path: Path) -> None:
+    old = _service(agx)[2]
+    # 1 and 2 both differ from the deployed draft length (3), so the winner is always a new release.
+    res = edgekit(env, "tune", "--board", agx.name, "--recipe", RECIPE, "--quick", "--draft-n", "1,2",
+                  "--out", str(tmp_path / "tune"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "n1-pdef" in res.stdout and "n2-pdef" in res.stdout and "best" in res.stdout  # the table
+    result = json.loads((tmp_path / "tune" / "tune.json").read_text())
+    names = [r["name"] for r in result["table"]]
+    assert names == ["n1-pdef", "n2-pdef", "baseline"]
+    assert all(r["tokens_per_second"]["n"] == 2 and r["joules_per_token"] for r in result["table"])
+    assert result["best"]["name"] in ("n1-pdef", "n2-pdef") and result["power"]["total_rail_method"] == "sum"
+    assert result["best"]["tokens_per_second"]["ci95"] is not None
+    deployed = result["deployed"]
+    assert deployed["changed"] and deployed["release"] != old.removeprefix("releases/")
+    assert f"Deployed as release {deployed['release']}" in " ".join(res.stdout.split())
+    current, serving = _service(agx)[2:]
+    assert current == f"releases/{deployed['release']}" and serving == deployed["release"]
+    manifest = json.loads((agx.base / current / "release.json").read_text())
+    args = manifest["server_args"]
+    assert args[args.index("--spec-draft-n-max") + 1] == str(result["best"]["draft_n_max"])
+    assert (tmp_path / "tune" / f"{RECIPE}.tuned.yaml").exists()

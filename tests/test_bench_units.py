@@ -1,0 +1,280 @@
+"""Bench building blocks without a board: statistics, server configurations, total rail, energy
+windows, the GGUF roofline, plans, background jobs, and the results document → schema, report, plots."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import gguf
+import jsonschema
+import numpy as np
+import psutil
+import pytest
+
+from edgekit.bench import orchestrate, plots, report, results, roofline, serverconf, stats, workloads
+from edgekit.bench.benchunit import ServiceState
+from edgekit.bench.jobs import Job, JobFailed
+from edgekit.bench.plan import Overrides, make_plan
+from edgekit.bench.power import PowerLog, TotalRail, total_rail, window_power
+from edgekit.bench.session import Phase, Run
+from edgekit.bench.workloads import Point
+from edgekit.config.boardfile import Board
+from edgekit.config.profiles import get_profile
+from edgekit.config.recipes import load_recipe
+from edgekit.remote.runner import LocalRunner
+
+RELEASE_ARGS = ["-m", "models/target.gguf", "-c", "512", "-ngl", "0", "-np", "1", "--host", "127.0.0.1", "--port",
+                "8080", "-t", "1", "--spec-type", "draft-mtp", "--spec-draft-n-max", "3", "-md", "models/drafter.gguf",
+                "-ngld", "0", "--no-webui", "--metrics", "--spec-ngram-simple-size-n", "4"]
+
+
+# ------------------------------------------------------------------------------------------- stats
+
+def test_ci95_uses_students_t() -> None:
+    e = stats.estimate([1.0, 2.0, 3.0])
+    assert e is not None and e.mean == 2.0 and e.stdev == pytest.approx(1.0)
+    assert e.ci95 == pytest.approx(4.303 / 3 ** 0.5, rel=1e-4)  # t(2) = 4.303, not 1.96
+    one = stats.estimate([5.0])
+    assert one is not None and one.ci95 is None and one.n == 1
+    assert stats.estimate([]) is None
+    assert stats.t95(200) == 1.96 and stats.t95(22) == stats.t95(20)  # conservative between table rows
+    assert stats.percentile([1, 2, 3, 4], 50) == 2.5 and stats.percentile([3, 1, 2], 95) == pytest.approx(2.9)
+    a, b = stats.estimate([10, 11, 12]), stats.estimate([11.5, 12, 12.5])
+    assert a is not None and b is not None and a.overlaps(b)
+    assert not stats.estimate([1, 1.1, 1.2]).overlaps(stats.estimate([5, 5.1, 5.2]))  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------------------------------ server args
+
+def test_baseline_drops_every_speculative_flag() -> None:
+    base = serverconf.baseline_args(RELEASE_ARGS)
+    assert not any(a.startswith(("--spec", "-md", "-ngld")) for a in base)
+    assert "models/drafter.gguf" not in base and "4" not in base[base.index("--metrics"):]
+    assert base[:12] == RELEASE_ARGS[:12] and "--no-webui" in base and "--metrics" in base
+    assert serverconf.is_speculative(RELEASE_ARGS) and not serverconf.is_speculative(base)
+
+
+def test_bench_server_gets_port_slots_and_enough_context() -> None:
+    args = serverconf.for_bench(RELEASE_ARGS, 9001, parallel=4, slot_ctx=300)
+    assert serverconf.get(args, "port") == "9001" and serverconf.get(args, "parallel") == "4"
+    assert serverconf.get(args, "ctx") == "1200"  # 4 slots × 300 tokens (512 would give 128 each)
+    same = serverconf.for_bench(RELEASE_ARGS, 9001, parallel=1, slot_ctx=300)
+    assert serverconf.get(same, "ctx") == "512"  # already enough
+    assert serverconf.put(["--spec-draft-n-max=3"], "draft_n_max", 5) == ["--spec-draft-n-max=5"]
+    assert serverconf.put([], "draft_p_min", 0.5) == ["--spec-draft-p-min", "0.5"]
+    drafter, baseline = serverconf.pair(RELEASE_ARGS, 9001, 2, 64)
+    assert (drafter.name, drafter.speculative, baseline.name, baseline.speculative) == (
+        "drafter", True, "baseline", False)
+    assert drafter.settings["draft_n_max"] == 3 and baseline.settings["spec_type"] == "none"
+    assert [c.name for c in serverconf.pair(baseline.args, 9001, None, None)] == ["baseline"]
+
+
+# ------------------------------------------------------------------------------------------ power
+
+def test_total_rail_per_board() -> None:
+    agx = total_rail(get_profile("orin-agx-64gb"))
+    assert (agx.sampler_arg, agx.method) == ("sum", "sum") and "jetson_stats#344" in agx.note
+    assert total_rail(get_profile("orin-nx-16gb")).method == "rail:VDD_IN"
+    assert total_rail(get_profile("thor")).sampler_arg == "VIN"
+    assert total_rail(get_profile("orin"), "VIN_SYS_5V0").method == "rail:VIN_SYS_5V0"
+
+
+def _samples(fn, t0: float, t1: float, hz: float = 20.0) -> list[dict]:  # type: ignore[no-untyped-def]
+    n = int((t1 - t0) * hz) + 1
+    out = []
+    for i in range(n):
+        t = t0 + i / hz
+        w = fn(t)
+        out.append({"t": t, "rails": {"VDD_IN": w * 1000, "VDD_SOC": 1000.0}, "total_mw": w * 1000})
+    return out
+
+
+def test_window_power_integrates_the_exact_window() -> None:
+    samples = _samples(lambda t: 5.0 + 0.5 * t, 0.0, 20.0)  # a ramp: the trapezoid rule is exact
+    p = window_power(samples, 3.03, 7.51, tokens=100, baseline_w=5.0)
+    exact = 5.0 * (7.51 - 3.03) + 0.25 * (7.51 ** 2 - 3.03 ** 2)
+    assert p["available"] and p["total_energy_joules"] == pytest.approx(exact, rel=1e-6)
+    assert p["joules_per_token"] == pytest.approx(exact / 100, rel=1e-6)
+    assert p["dynamic_energy_joules"] == pytest.approx(exact - 5.0 * 4.48, rel=1e-5)
+    assert p["sampling_rate_hz"] == pytest.approx(20.0) and p["rails_energy_joules"]["VDD_SOC"] == pytest.approx(4.48)
+    assert p["window_start"] == 3.03 and p["window_end"] == 7.51
+    gone = window_power(samples, 19.0, 25.0, 10, None)
+    assert gone["available"] is False and "not covered" in gone["reason"]
+
+
+def test_power_log_summary_and_unavailable() -> None:
+    meta = {"source": "hwmon", "total_rail": "VDD_IN", "rails": ["VDD_IN", "VDD_SOC"], "hz": 20.0,
+            "start_t": 0.0, "start_wall": 1000.0}
+    log = PowerLog(meta, _samples(lambda t: 4.0, 0.0, 10.0), {"samples": 201})
+    log.measure_idle(1.0, 3.0)
+    rail = TotalRail("VDD_IN", "rail:VDD_IN", "x")
+    s = log.summary(rail, [{"available": True, "total_energy_joules": 2.5}])
+    assert s["static_power_baseline_watts"] == pytest.approx(4.0) and s["total_energy_joules"] == 2.5
+    assert s["sampling_rate_hz"] == pytest.approx(20.0) and s["clock"] == {"monotonic": 0.0, "wall": 1000.0}
+    none = PowerLog({"power": "unavailable", "reasons": {"hwmon": "no INA3221"}}, [], None)
+    off = none.summary(rail, [])
+    assert off["available"] is False and "no INA3221" in off["reason"]
+
+
+# --------------------------------------------------------------------------------------- roofline
+
+def _gguf(path: Path, tied: bool) -> None:
+    w = gguf.GGUFWriter(str(path), "gemma4")
+    w.add_block_count(1)
+    w.add_array("tokenizer.ggml.tokens", [f"t{i}" for i in range(300)])
+    w.add_tensor("token_embd.weight", np.zeros((300, 64), dtype=np.float32))  # 76,800 B
+    w.add_tensor("per_layer_token_embd.weight", np.zeros((300, 128), dtype=np.float16))  # 76,800 B, lookup
+    q = gguf.quantize(np.zeros((64, 256), dtype=np.float32), gguf.GGMLQuantizationType.Q4_0)
+    w.add_tensor("blk.0.ffn_up.weight", q, raw_dtype=gguf.GGMLQuantizationType.Q4_0)  # 64·256/32·18 = 9,216 B
+    if not tied:
+        w.add_tensor("output.weight", np.zeros((300, 64), dtype=np.float16))  # 38,400 B
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_roofline_counts_the_bytes_a_decode_step_reads(tmp_path: Path) -> None:
+    tied, untied = tmp_path / "tied.gguf", tmp_path / "untied.gguf"
+    _gguf(tied, tied=True)
+    _gguf(untied, tied=False)
+    with tied.open("rb") as fh:
+        info = roofline.read_header(fh)
+    assert info.arch == "gemma4" and info.total_bytes == 76_800 + 76_800 + 9_216
+    assert roofline.bytes_per_token(info)[0] == 76_800 + 9_216  # tied LM head read in full, PLE looked up
+    with untied.open("rb") as fh:
+        assert roofline.bytes_per_token(roofline.read_header(fh))[0] == 9_216 + 38_400  # embeddings: lookups
+    r = roofline.roofline(info, 102.4, measured_tps=1e5, drafter_tps=2e6)
+    assert r["ceiling_tokens_per_second"] == pytest.approx(102.4e9 / 86_016, rel=1e-6)
+    assert r["measured_fraction"] == pytest.approx(1e5 / r["ceiling_tokens_per_second"], rel=1e-5)
+    assert r["drafter_fraction"] > 1  # drafting checks several tokens per pass over the weights
+    with pytest.raises(roofline.GGUFError):
+        roofline.read_header((tmp_path / "x").open("w+b"))
+
+
+# ------------------------------------------------------------------------------------------ plans
+
+def test_quick_plan_is_small_and_slots_follow_concurrency() -> None:
+    recipe = load_recipe("e2b-mtp")
+    full = make_plan(recipe, Overrides(), quick=False, categories=5)
+    assert [(p.concurrency, p.context_length) for p in full.points][:4] == [(1, 128), (2, 128), (4, 128), (8, 128)]
+    assert full.parallel == 8 and full.slot_ctx == 8192 + 256 + 256 and full.repetitions == 5
+    quick = make_plan(recipe, Overrides(), quick=True, categories=5)
+    assert [(p.concurrency, p.context_length) for p in quick.points] == [(1, 128), (8, 128)]
+    assert quick.repetitions == 2 and quick.n_gen == 64 and quick.idle_s == 2.0
+    assert quick.requests(Point(1, 128)) == 5 and quick.requests(Point(8, 128)) == 8
+    assert quick.requests(Point(2, 128)) == 6  # whole rounds of 2, every category asked
+    deployed = make_plan(recipe, Overrides(slots="deployed", cooldown_temp_c=None), quick=False, categories=5)
+    assert deployed.parallel is None and deployed.cooldown_temp_c is None
+    assert any("queues" in n for n in deployed.notes) and any("do not fit" in n for n in deployed.notes)
+
+
+# ------------------------------------------------------------------------------------------- jobs
+
+def _ours(marker: str) -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
+
+
+def test_jobs_report_exit_codes_and_stop_without_leftovers(tmp_path: Path) -> None:
+    runner = LocalRunner("here")
+    done = Job.start(runner, str(tmp_path / "a"), ["sh", "-c", "echo hi; exit 3"], "a job")
+    assert done.wait(30, poll_s=0.5) == 3 and done.read().strip() == "hi"
+    marker = f"edgekit-test-{os.getpid()}-{time.monotonic_ns()}"
+    slow = Job.start(runner, str(tmp_path / "b"), ["sh", "-c", f"sleep 60 # {marker}"], "a slow job")
+    assert slow.poll(0.3) == "running" and _ours(marker)
+    with pytest.raises(JobFailed, match="ran past"):
+        slow.wait(0.5, poll_s=0.2)  # stops it
+    deadline = time.monotonic() + 5
+    while _ours(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in _ours(marker) if p.status() != psutil.STATUS_ZOMBIE]
+
+
+# ------------------------------------------------------------------ the document, schema, plots
+
+def _run(k: int, cfg: str, c: int, rep: int, tps: float, t0: float) -> Run:
+    n = 5
+    reqs = [{"i": i, "category": workloads_cat(i), "prompt_index": 0, "prompt_tokens": 130, "start": t0 + i * 0.1,
+             "end": t0 + i * 0.1 + 0.5, "latency_s": 0.5, "ttft_s": 0.05, "tokens": 32, "decode_tps": tps,
+             "draft_n": 30 if cfg == "drafter" else None, "draft_n_accepted": 20 if cfg == "drafter" else None}
+            for i in range(n)]
+    dur = n * 32 / tps
+    out = {"window": {"start": t0, "end": t0 + dur, "duration_s": dur}, "requests": reqs, "chat_template": True,
+           "warmup": {"start": t0 - 0.2}}
+    return Run(k, cfg, Point(c, 128), rep, out, workloads.load_metrics(out), None, 0.5)
+
+
+def workloads_cat(i: int) -> str:
+    return ("code", "qa", "chat", "math", "repetitive")[i % 5]
+
+
+def fake_document(power: bool) -> dict:
+    runs, t = [], 10.0
+    for rep in range(3):
+        for cfg, tps in (("drafter", 150.0 + rep), ("baseline", 100.0 - rep)):
+            for c in (1, 2):
+                runs.append(_run(len(runs), cfg, c, rep, tps * c, t))
+                t += 3.0
+    meta = {"source": "hwmon", "total_rail": None, "total_is_sum": True, "rails": ["VDD_IN"], "hz": 20.0,
+            "start_t": 0.0, "start_wall": 1e9}
+    log = PowerLog(meta, _samples(lambda x: 6.0 + (x % 3.0), 0.0, t + 5), None) if power else PowerLog(
+        {"power": "unavailable", "reasons": {"hwmon": "no sensors"}}, [], None)
+    recipe = load_recipe("sim-tiny-mtp")
+    board = Board(host="127.0.0.1", user="u", profile="orin-agx-64gb", sim=True)
+    state = ServiceState(True, True, "ab" * 32)
+    sess = SimpleNamespace(
+        board=board, name="b1", recipe=recipe, facts=None, release="sim-tiny-mtp-0123", manifest={
+            "recipe": recipe.name, "spec_type": "draft-mtp", "drafter": True, "build": {"key": "k"}},
+        release_args=RELEASE_ARGS, rail=total_rail(get_profile("orin")), power_log=log, service_before=state,
+        service_after=state, phases=[Phase("idle", 1.0, 3.0)] + [Phase(f"run {r.index}", *r.window, r.config)
+                                                                  for r in runs],
+        snapshots={}, cleanup_errors=[], opts=SimpleNamespace(exclusive=True, hz=20.0, power=power), bench_port=8081)
+    plan = make_plan(recipe, Overrides(), quick=False, categories=5)
+    info = roofline.GGUFInfo("gemma4", [roofline.Tensor("blk.0.w", 0, 1000, 4000)])
+    configs = serverconf.pair(RELEASE_ARGS, 8081, 2, 300)
+    lb = [{"test": "tg", "avg_ts": 120.0, "n_gen": 32, "window": {"start": 4.0, "end": 5.0}}]
+    return orchestrate.build_document(sess, plan, configs, runs, lb, (1.0, 3.0) if power else None, info,  # type: ignore[arg-type]
+                                      orchestrate.BenchOptions())
+
+
+@pytest.mark.parametrize("power", [True, False])
+def test_document_follows_the_schema_and_renders(power: bool, tmp_path: Path) -> None:
+    doc = fake_document(power)
+    results.validate(doc)
+    ups = doc["summary"]["speedups"]
+    assert [u["concurrency"] for u in ups] == [1, 2]
+    assert ups[0]["speedup"]["values"] == pytest.approx([1.5, 151 / 99, 152 / 98])  # paired per repetition
+    assert doc["summary"]["headline"]["text"].startswith("The drafter makes tiny-gemma4 1.5")
+    drafter = next(p for p in doc["summary"]["points"] if p["config"] == "drafter")
+    assert drafter["acceptance"] == pytest.approx(2 / 3) and drafter["acceptance_by_category"]["math"]["draft_n"] == 90
+    if power:
+        assert doc["power"]["total_rail_method"] == "sum" and doc["power"]["static_power_baseline_watts"] is not None
+        assert doc["runs"][0]["power"]["joules_per_token"] > 0 and ups[0]["energy_ratio"] is not None
+        assert doc["llama_bench"][0]["power"]["joules_per_token_estimate"] > 0
+    else:
+        assert doc["power"]["available"] is False and "no sensors" in doc["power"]["reason"]
+        assert all(r["power"]["available"] is False for r in doc["runs"])
+    files = orchestrate.write(doc, tmp_path)
+    for name in plots.PLOTS:
+        data = (tmp_path / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    text = (tmp_path / "report.md").read_text()
+    assert doc["summary"]["headline"]["text"] in text and "![power_trace](power_trace.png)" in text
+    assert ("Power unavailable" in text) is (not power)
+    results.validate(json.loads(Path(files["results"]).read_text()))
+    assert report.render(doc).startswith("# sim-tiny-mtp on b1")
+
+
+def test_schema_rejects_power_without_its_fields() -> None:
+    doc = fake_document(True)
+    del doc["power"]["static_power_baseline_watts"]
+    with pytest.raises(jsonschema.ValidationError, match="static_power_baseline_watts"):
+        results.validate(doc)
+    doc = fake_document(True)
+    del doc["runs"][0]["power"]["window_start"]
+    with pytest.raises(jsonschema.ValidationError):
+        results.validate(doc)
