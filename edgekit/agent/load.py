@@ -304,6 +304,8 @@ def cmd_load(args: argparse.Namespace) -> int:
         for s, h in old.items():
             signal.signal(s, h)
     recs = [r.record for r in measured if r.record]
+    if recs:  # the window is exactly first request sent → last answer received
+        t0, t1 = min(r["start"] for r in recs), max(r["end"] for r in recs)
     tokens = sum(r.get("tokens", 0) for r in recs if "error" not in r)
     result = {
         "port": args.port, "concurrency": args.concurrency, "context_length": args.context_length,

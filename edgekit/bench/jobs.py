@@ -34,8 +34,8 @@ else
   nohup sh -c "$wrap" "$dir" "$@" < /dev/null > /dev/null 2>&1 &
 fi
 i=0
-while [ ! -s "$dir/child" ] && [ $i -lt 200 ]; do sleep 0.02; i=$((i+1)); done
-cat "$dir/pid"
+while [ ! -s "$dir/child" ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i+1)); done
+cat "$dir/pid" 2>/dev/null || true
 """
 
 # "$1" job dir, "$2" polls of 0.1 s at most, "$3" a file to print once the job ended (saves a round
@@ -88,10 +88,13 @@ class Job:
 
     @classmethod
     def start(cls, runner: Runner, job_dir: str, argv: list[str], what: str) -> Job:
-        out = runner.run(["sh", "-c", _START, "edgekit-job", job_dir, *argv], timeout=30).stdout.strip()
         job = cls(runner, job_dir, what)
-        job.pid = int(out) if out.isdigit() else None
+        job.launch(argv)
         return job
+
+    def launch(self, argv: list[str]) -> None:
+        out = self.runner.run(["sh", "-c", _START, "edgekit-job", self.dir, *argv], timeout=30).stdout.strip()
+        self.pid = int(out) if out.isdigit() else None
 
     def poll(self, seconds: float = 2.0, collect: str | None = None) -> str:
         """Wait up to ``seconds`` on the board: "done", "running" or "gone".

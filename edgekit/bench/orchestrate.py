@@ -169,9 +169,11 @@ def write(doc: dict[str, Any], out_dir: Path, with_plots: bool = True) -> dict[s
     if raw:
         (out_dir / "power.jsonl").write_text(raw)
         files["power_samples"] = "power.jsonl"
-    if with_plots:
+    if with_plots and plots.available():
         for name in plots.write_all(doc, out_dir):
             files[name.removesuffix(".png")] = name
+    elif with_plots:  # the numbers matter more than the pictures: never lose a bench over them
+        doc.setdefault("notes", []).append("plots skipped: matplotlib is not installed (pip install matplotlib)")
     doc["files"] = files
     (out_dir / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
     (out_dir / "report.md").write_text(report.render(doc))

@@ -8,11 +8,16 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
 COLORS = {"drafter": "#1f77b4", "baseline": "#ff7f0e"}
 PHASE_COLORS = {"idle": "#cccccc", "llama-bench": "#c5b0d5"}
+
+
+def available() -> bool:
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def _plt() -> Any:

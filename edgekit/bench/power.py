@@ -138,7 +138,7 @@ class Sampler:
         self.argv = [python, agent, "sample", "--out", self.path, "--hz", str(hz), "--total-rail", rail.sampler_arg]
 
     def start(self) -> None:
-        self.job = Job.start(self.job.runner, self.job.dir, self.argv, "the power sampler")
+        self.job.launch(self.argv)
 
     def first_line(self, timeout: float = 15.0) -> dict[str, Any] | None:
         """The file's meta line once the sampler wrote it (it does so with its first sample)."""

@@ -225,8 +225,9 @@ class Session:
     # ---------------------------------------------------------------------------------- jobs
 
     def _job(self, name: str, argv: list[str], what: str) -> Job:
-        job = Job.start(self.runner, f"{self.work}/jobs/{name}", argv, what)
-        self._jobs.append(job)
+        job = Job(self.runner, f"{self.work}/jobs/{name}", what)
+        self._jobs.append(job)  # tracked before it starts: a failed start is still stopped at the end
+        job.launch(argv)
         return job
 
     def cooldown(self) -> dict[str, Any] | None:

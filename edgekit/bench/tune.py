@@ -154,8 +154,10 @@ def tune(name: str, board: Board, recipe: Recipe, grid: Grid, opts: TuneOptions,
         r["tied"] = r["name"] in tied
     ref = next((r for r in rows if not r["speculative"] and r["parallel"] == best["parallel"]), None)
     message = ""
-    if ref and ref["_tps"] and opts.objective == "speed" and ref["_tps"].mean > best["_tps"].mean:
-        message = "Without the drafter this board is faster at this load: consider the recipe without it. "
+    key = "_tps" if opts.objective == "speed" else "_jpt"
+    if ref and ref[key] and best[key] and (ref[key].mean > best[key].mean) == (opts.objective == "speed"):
+        better = "faster" if opts.objective == "speed" else "more frugal per token"
+        message = f"Without the drafter this board is {better} at this load: consider the recipe without it. "
     runtime = recipe.runtime.model_copy(update={
         "draft_n_max": best["draft_n_max"], "draft_p_min": best["draft_p_min"],
         "draft_n_min": min(recipe.runtime.draft_n_min, best["draft_n_max"]),

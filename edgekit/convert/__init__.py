@@ -1,0 +1,7 @@
+"""Models to runtime formats: GGUF via the pinned llama.cpp converter, and the exact Q4_0 repack.
+
+- :mod:`edgekit.convert.pipeline`: ``edgekit convert`` / ``repack`` / ``verify`` entry points;
+- :mod:`edgekit.convert.gguf_stage`: one model → one checked GGUF artifact in the store;
+- :mod:`edgekit.convert.qat` + :mod:`edgekit.convert.repack`: exact Q4_0 for QAT weights;
+- :mod:`edgekit.convert.tiny`: tiny Gemma 4 target/drafter checkpoints for tests and the sim.
+"""

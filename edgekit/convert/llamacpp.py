@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -127,7 +126,3 @@ def host_tools(src: str) -> Path:
 
     return build(BuildOptions(target="host", cpu_only=True, src=src)).bin_dir
 
-
-def which(name: str) -> Path | None:
-    found = shutil.which(name)
-    return Path(found) if found else None

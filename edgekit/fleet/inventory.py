@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from edgekit.config.boardfile import Board, BoardFile
+from edgekit.config.profiles import get_profile
 from edgekit.errors import EdgekitError
 
 
@@ -38,14 +39,15 @@ def host_vars(name: str, board: Board) -> dict[str, Any]:
         if board.key:
             hv["ansible_ssh_private_key_file"] = str(board.key_path())
         hv["ansible_ssh_common_args"] = ssh_common_args(board)
-    hv.update({"edgekit_board": name, "edgekit_profile": board.profile, "edgekit_base": board.base})
+    hv.update({"edgekit_board": name, "edgekit_profile": get_profile(board.profile).name, "edgekit_base": board.base})
     if board.service_port is not None:
         hv["edgekit_service_port"] = board.service_port
     return hv
 
 
 def profile_group(profile: str) -> str:
-    return "profile_" + profile.replace("-", "_").replace(".", "_")
+    """`profile_<canonical profile>`: aliases (orin, thor) resolved, '-' and '.' as '_'."""
+    return "profile_" + get_profile(profile).name.replace("-", "_").replace(".", "_")
 
 
 def select(data: BoardFile, group: str | None = None, names: Iterable[str] | None = None) -> list[str]:

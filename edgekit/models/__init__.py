@@ -1,0 +1,1 @@
+"""Model inputs: where a recipe's checkpoint comes from, and its validation before conversion."""

@@ -1,0 +1,260 @@
+"""`edgekit fleet` against simulated boards: real ansible-playbook, real sshd, real llama-server."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+from build_helpers import sdist_or_skip
+from edgekit.config.boardfile import Boards
+from edgekit.sim.testing import SimBoard
+
+REPO = Path(__file__).resolve().parents[1]
+GROUP, CANARY = "fleettest", "fleettest-canary"
+
+pytestmark = pytest.mark.skipif(not Path(sys.executable).with_name("ansible-playbook").is_file(),
+                                reason="ansible-core is not installed (pip install 'ansible-core==2.19.*')")
+
+
+def edgekit(env: dict[str, str], *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True,
+                          timeout=timeout, check=False, env=env)
+
+
+def rollout(env: dict[str, str], *args: str, ok: bool = True) -> dict[str, Any]:
+    res = edgekit(env, "--json", "fleet", "rollout", *args)
+    assert (res.returncode == 0) == ok, res.stderr[-3000:]
+    assert "Traceback" not in res.stderr, res.stderr[-3000:]
+    return json.loads(res.stdout)
+
+
+def complete(port: int, n: int = 8) -> dict[str, Any]:
+    body = json.dumps({"prompt": "Hello", "n_predict": n, "temperature": 0}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+def variant(tmp: Path, **runtime: object) -> str:
+    data = yaml.safe_load((REPO / "recipes" / "sim-tiny-mtp.yaml").read_text())
+    data["runtime"].update(runtime)
+    path = tmp / f"sim-tiny-mtp-{hashlib.sha256(repr(sorted(runtime.items())).encode()).hexdigest()[:8]}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def snapshot(board: SimBoard) -> dict[str, Any]:
+    """Everything a release leaves on the board: the tree under base (not logs), the installed units."""
+    out: dict[str, Any] = {}
+    roots = {"base": board.base, "units": board.root / "etc" / "systemd" / "system"}
+    for label, root in roots.items():
+        if not root.exists():
+            continue
+        for path in sorted(root.rglob("*")):
+            rel = f"{label}/{path.relative_to(root)}"
+            if rel.startswith("base/logs/"):
+                continue
+            st = path.lstat()
+            if path.is_symlink():
+                out[rel] = ("link", os.readlink(path))
+            elif path.is_dir():
+                out[rel] = ("dir", oct(st.st_mode & 0o7777))
+            else:
+                out[rel] = ("file", oct(st.st_mode & 0o7777), st.st_nlink,
+                            hashlib.sha256(path.read_bytes()).hexdigest())
+    return out
+
+
+class PortBlocker:
+    """Another process on a board's port: an HTTP server that answers 404 to everything."""
+
+    def __init__(self, port: int) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_error(404)
+
+            do_POST = do_GET
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> PortBlocker:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def fleet(sim_session) -> Iterator[tuple[list[SimBoard], dict[str, str]]]:
+    """Four fresh boards in group `fleettest`, the first of them the canary; env for `edgekit`."""
+    boards = sim_session.boards(4, fresh=True)
+    env = {**os.environ, **sim_session.env, "EDGEKIT_LLAMA_SRC": str(sdist_or_skip())}
+    file = Boards(Path(sim_session.env["EDGEKIT_CONFIG"]))
+    data = file.load()
+    data.groups[GROUP] = [b.name for b in boards]
+    data.groups[CANARY] = [boards[0].name]
+    file.save(data)
+    yield boards, env
+    data = file.load()
+    data.groups.pop(GROUP, None)
+    data.groups.pop(CANARY, None)
+    file.save(data)
+
+
+def _group(*names: str) -> list[str]:
+    return ["--group", GROUP, "--canary", CANARY, *names]
+
+
+def test_canary_then_batches_all_healthy_then_nothing_to_do(fleet) -> None:
+    boards, env = fleet
+    first = rollout(env, "--recipe", "sim-tiny-mtp", *_group(), "--batch", "1,25%,100%")
+    names = [b.name for b in boards]
+    assert sorted(first["succeeded"]) == sorted(names) and not first["failed"] and not first["untouched"]
+    assert sorted(first["changed"]) == sorted(names) and first["canary"] == [names[0]]
+    manifests = []
+    for b in boards:
+        row = first["succeeded"][b.name]
+        assert row["release"] == first["planned"][b.name] and row["health"]["ok"]
+        assert row["health"]["draft_n"] > 0 and row["push"]["sent_blobs"] > 0  # the MTP drafter drafted
+        assert os.readlink(b.base / "current") == f"releases/{row['release']}"
+        assert (b.base / "serving").read_text().strip() == row["release"]
+        assert complete(b.service_port)["tokens_predicted"] > 0
+        manifests.append(json.loads((b.base / "current" / "release.json").read_text()))
+    # Same release everywhere: one build, the same models and binaries; only the board's port and base
+    # (in the unit files) differ, and with them the id.
+    same = {k: v for k, v in manifests[0]["files"].items() if not k.endswith(".service")}
+    for m in manifests[1:]:
+        assert {k: v for k, v in m["files"].items() if not k.endswith(".service")} == same
+        assert m["build"] == manifests[0]["build"] and m["recipe"] == "sim-tiny-mtp"
+    # The run's SSH masters and control sockets are gone.
+    assert not [p for p in psutil.process_iter(["cmdline"]) if "ek-cp-" in " ".join(p.info["cmdline"] or [])]
+
+    again = rollout(env, "--recipe", "sim-tiny-mtp", *_group())
+    assert again["changed"] == [] and sorted(again["succeeded"]) == sorted(names)
+    for row in again["succeeded"].values():
+        assert row["push"]["sent_bytes"] == 0 and row["push"]["sent_blobs"] == 0 and row["health"]["ok"]
+
+
+def test_check_mode_changes_nothing(fleet, tmp_path: Path) -> None:
+    boards, env = fleet
+    rollout(env, "--recipe", "sim-tiny-mtp", *_group(), "--batch", "100%")
+    before = {b.name: snapshot(b) for b in boards}
+    report = rollout(env, "--recipe", variant(tmp_path, draft_n_max=2), *_group(), "--batch", "100%", "--check")
+    assert report["check"] and report["changed"] == [] and not report["failed"]
+    for b in boards:
+        row = report["succeeded"][b.name]
+        assert row["would_activate"] and row["would_create_release"] and row["push"]["missing_blobs"] > 0
+        assert row["push"]["sent_blobs"] == 0
+    assert {b.name: snapshot(b) for b in boards} == before
+
+
+def test_failed_board_is_rolled_back_and_max_fail_is_respected(fleet, tmp_path: Path) -> None:
+    boards, env = fleet
+    base = rollout(env, "--recipe", "sim-tiny-mtp", *_group(), "--batch", "100%")
+    old = {n: r["release"] for n, r in base["succeeded"].items()}
+    bad = boards[2]
+    recipe = variant(tmp_path, draft_n_max=1)
+    # Another process holds the bad board's candidate port: its new release cannot come up there.
+    with PortBlocker(bad.service_port + 1):
+        stop = rollout(env, "--recipe", recipe, *_group(), "--batch", "1", "--max-fail", "0",
+                       "--health-timeout", "20", ok=False)
+        assert sorted(stop["succeeded"]) == sorted([boards[0].name, boards[1].name])
+        assert list(stop["failed"]) == [bad.name] and stop["untouched"] == [boards[3].name] and stop["stopped"]
+        reason = stop["failed"][bad.name]["reason"]
+        assert "failed its health check" in reason and f"still serves {old[bad.name]}" in reason, reason
+        assert "couldn't bind" in stop["failed"][bad.name]["logs"]
+        assert os.readlink(bad.base / "current") == f"releases/{old[bad.name]}"
+        assert complete(bad.service_port)["tokens_predicted"] > 0  # still serving its previous release
+        assert os.readlink(boards[3].base / "current") == f"releases/{old[boards[3].name]}"  # untouched
+
+        go_on = rollout(env, "--recipe", recipe, *_group(), "--batch", "100%", "--max-fail", "50",
+                        "--health-timeout", "20", ok=False)
+        assert list(go_on["failed"]) == [bad.name] and go_on["untouched"] == []
+        assert boards[3].name in go_on["changed"] and not go_on["stopped"]
+    status = json.loads(edgekit(env, "--json", "fleet", "status", "--group", GROUP).stdout)["boards"]
+    assert status[bad.name]["current"] == status[bad.name]["serving"] == old[bad.name]
+    assert all(row["health"]["ok"] for row in status.values())
+    assert status[boards[3].name]["current"] == go_on["succeeded"][boards[3].name]["release"]
+
+
+def test_status_and_rollback(fleet, tmp_path: Path) -> None:
+    boards, env = fleet
+    board = boards[1]
+    first = rollout(env, "--recipe", "sim-tiny-mtp", "--group", board.name)["succeeded"][board.name]["release"]
+    second = rollout(env, "--recipe", variant(tmp_path, draft_n_max=2), "--group", board.name)
+    assert second["changed"] == [board.name]
+    res = edgekit(env, "--json", "fleet", "rollback", "--group", board.name)
+    assert res.returncode == 0, res.stderr[-2000:]
+    back = json.loads(res.stdout)["succeeded"][board.name]
+    assert back["release"] == first and back["health"]["ok"]
+    status = json.loads(edgekit(env, "--json", "fleet", "status", "--group", board.name).stdout)["boards"]
+    row = status[board.name]
+    assert row["current"] == row["serving"] == first and row["recipe"] == "sim-tiny-mtp" and row["health"]["ok"]
+
+
+def test_unreachable_board_is_named_and_the_rest_proceeds(fleet, sim_session) -> None:
+    boards, env = fleet
+    file = Boards(Path(sim_session.env["EDGEKIT_CONFIG"]))
+    data = file.load()
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead_port = s.getsockname()[1]
+    ghost = data.boards[boards[0].name].model_copy(update={"port": dead_port})
+    data.boards["fleettest-ghost"] = ghost
+    data.groups["fleettest-pair"] = [boards[0].name, "fleettest-ghost"]
+    file.save(data)
+    try:
+        report = rollout(env, "--recipe", "sim-tiny-mtp", "--group", "fleettest-pair", "--canary", boards[0].name,
+                         ok=False)
+        assert report["failed"]["fleettest-ghost"]["phase"] == "connect"
+        assert "Cannot reach" in report["failed"]["fleettest-ghost"]["reason"]
+        assert list(report["succeeded"]) == [boards[0].name]
+    finally:
+        file.update(remove=["fleettest-ghost"])
+        data = file.load()
+        data.groups.pop("fleettest-pair", None)
+        file.save(data)
+
+
+def test_deploy_and_ansible_leave_identical_boards(sim_session) -> None:
+    (board,) = sim_session.boards(1, fresh=True)
+    env = {**os.environ, **sim_session.env, "EDGEKIT_LLAMA_SRC": str(sdist_or_skip())}
+    res = edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp")
+    assert res.returncode == 0, res.stderr[-2000:]
+    deployed = json.loads(res.stdout)["release"]
+    by_deploy = snapshot(board)
+    # Wipe the board (service stopped, releases, store and units gone), then let Ansible do it.
+    assert board.run("systemctl stop edgekit-llama.service").rc == 0
+    shutil.rmtree(board.base)
+    units = board.root / "etc" / "systemd" / "system"
+    for path in units.rglob("edgekit-llama*"):
+        path.unlink()
+    report = rollout(env, "--recipe", "sim-tiny-mtp", "--group", board.name)
+    assert report["succeeded"][board.name]["release"] == deployed
+    by_ansible = snapshot(board)
+    assert by_ansible == by_deploy
+    assert (board.base / "current" / "release.json").is_file()
+    # And each tool takes the other's work as current.
+    again = edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp")
+    assert again.returncode == 0 and not json.loads(again.stdout)["changed"]

@@ -1,0 +1,156 @@
+"""edgekit fleet without boards: inventory, batches, the plan file, the summary, ansible-lint."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from edgekit.cli import cli
+from edgekit.config.boardfile import Board, BoardFile
+from edgekit.errors import EdgekitError
+from edgekit.fleet import inventory as inv
+from edgekit.fleet.playbook import ansible_dir, dump_vars, largest_batch, parse_batches
+from edgekit.fleet.report import summarize
+from edgekit.fleet.rollout import choose_canary, run_inventory
+from edgekit.fleet.scripts import scripts
+
+REPO = Path(__file__).resolve().parents[1]
+ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
+
+
+def _board_file(tmp_path: Path) -> BoardFile:
+    key = tmp_path / "id_ed25519"
+    key.write_text("not a key")
+    return BoardFile(
+        boards={
+            "orin-1": Board(host="192.0.2.10", user="nvidia", key=str(key), profile="orin",
+                            known_hosts=str(tmp_path / "kh")),
+            "orin-2": Board(host="192.0.2.11", port=2222, user="nvidia", profile="orin-nx-16gb", service_port=9000,
+                            known_hosts=str(tmp_path / "kh")),
+            "thor-1": Board(host="thor.lab", user="ubuntu", profile="thor", base="/opt/edgekit",
+                            known_hosts=str(tmp_path / "kh")),
+        },
+        groups={"canary": ["orin-2"], "site-a.lab": ["orin-1", "orin-2"]},
+    )
+
+
+def test_inventory_has_every_board_fact_and_strict_host_keys(tmp_path: Path) -> None:
+    data = _board_file(tmp_path)
+    rendered = inv.render(data)
+    hosts = rendered["all"]["hosts"]
+    assert set(hosts) == {"orin-1", "orin-2", "thor-1"}
+    h = hosts["orin-2"]
+    assert (h["ansible_host"], h["ansible_port"], h["ansible_user"]) == ("192.0.2.11", 2222, "nvidia")
+    assert h["edgekit_profile"] == "orin-nx-16gb" and h["edgekit_base"] == "~/edgekit"
+    assert hosts["thor-1"]["edgekit_profile"] == "thor-agx-128gb"  # aliases resolved
+    assert h["edgekit_service_port"] == 9000 and "ansible_ssh_private_key_file" not in h
+    args = hosts["orin-1"]["ansible_ssh_common_args"]
+    assert f"UserKnownHostsFile={tmp_path / 'kh'}" in args and "StrictHostKeyChecking=yes" in args
+    assert "GlobalKnownHostsFile=/dev/null" in args and "IdentitiesOnly=yes" in args
+    assert hosts["orin-1"]["ansible_ssh_private_key_file"] == str(tmp_path / "id_ed25519")
+    children = rendered["all"]["children"]
+    assert set(children["site-a.lab"]["hosts"]) == {"orin-1", "orin-2"}
+    assert set(children["profile_thor_agx_128gb"]["hosts"]) == {"thor-1"}
+    with_canary = run_inventory(data, ["orin-1", "orin-2"], choose_canary(data, ["orin-1", "orin-2"], None))
+    assert set(with_canary["all"]["hosts"]) == {"orin-1", "orin-2"}
+    assert list(with_canary["all"]["children"]["edgekit_canary"]["hosts"]) == ["orin-2"]
+
+
+def test_canary_and_selection_rules(tmp_path: Path) -> None:
+    data = _board_file(tmp_path)
+    assert inv.select(data, "site-a.lab") == ["orin-1", "orin-2"]
+    assert inv.select(data, "thor-1") == ["thor-1"]
+    with pytest.raises(EdgekitError, match="neither a group nor a board"):
+        inv.select(data, "nope")
+    assert choose_canary(data, ["orin-1", "orin-2"], None) == ["orin-2"]  # the `canary` group
+    assert choose_canary(data, ["orin-1", "thor-1"], None) == ["orin-1"]  # else the first board
+    assert choose_canary(data, ["orin-1", "thor-1"], "thor-1") == ["thor-1"]
+    assert choose_canary(data, ["orin-1"], None, none=True) == []
+    with pytest.raises(EdgekitError, match="names none of the boards"):
+        choose_canary(data, ["thor-1"], "site-a.lab")
+
+
+def test_batches_and_forks() -> None:
+    assert parse_batches("1, 25%,100%") == [1, "25%", "100%"]
+    for bad in ("0", "150%", "x", ""):
+        with pytest.raises(EdgekitError):
+            parse_batches(bad)
+    assert largest_batch([1, "25%", "100%"], 7) == 7
+    assert largest_batch([2, "10%"], 3) == 2
+    assert largest_batch(["25%"], 2) == 1  # Ansible: int(25% of 2) = 0 → at least 1
+
+
+def test_inventory_command_renders_yaml_ansible_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "edgekit.yaml"
+    raw = _board_file(tmp_path).model_dump(exclude_defaults=True)
+    cfg.write_text(yaml.safe_dump(raw))
+    monkeypatch.setenv("EDGEKIT_CONFIG", str(cfg))
+    res = CliRunner().invoke(cli, ["fleet", "inventory", "--group", "site-a.lab"])
+    assert res.exit_code == 0, res.output
+    text = res.output
+    assert yaml.safe_load(text)["all"]["children"]["edgekit_canary"]["hosts"] == {"orin-2": None}
+    res = CliRunner().invoke(cli, ["--json", "fleet", "inventory"])
+    assert set(json.loads(res.output)["all"]["hosts"]) == {"orin-1", "orin-2", "thor-1"}
+    tool = Path(sys.executable).with_name("ansible-inventory")
+    if not tool.is_file():
+        pytest.skip("ansible-core is not installed (pip install 'ansible-core==2.19.*')")
+    path = tmp_path / "inventory.yml"
+    path.write_text(text)
+    listed = subprocess.run([str(tool), "-i", str(path), "--list"], capture_output=True, text=True, check=True,
+                            env={"ANSIBLE_CONFIG": str(ansible_dir() / "ansible.cfg"), "PATH": "/usr/bin:/bin"})
+    parsed = json.loads(listed.stdout)
+    assert parsed["_meta"]["hostvars"]["orin-2"]["ansible_port"] == 2222
+    assert sorted(parsed["edgekit_canary"]["hosts"]) == ["orin-2"]
+
+
+def test_plan_file_strings_are_never_templated(tmp_path: Path) -> None:
+    """Paths and scripts reach Ansible as !unsafe: a `{{ }}` in a base dir stays text."""
+    if not ANSIBLE_PLAYBOOK.is_file():
+        pytest.skip("ansible-core is not installed (pip install 'ansible-core==2.19.*')")
+    plan = tmp_path / "plan.yml"
+    plan.write_text(dump_vars({"x": "{{ 6 * 7 }} $(touch pwned) 'q' \"d\"", "n": 3, "l": ["{{ 1 }}", True]}))
+    play = tmp_path / "play.yml"
+    play.write_text(yaml.safe_dump([{"name": "p", "hosts": "localhost", "gather_facts": False, "tasks": [
+        {"name": "show", "ansible.builtin.debug": {"msg": "{{ [x, n, l] | to_json }}"}}]}]))
+    res = subprocess.run([str(ANSIBLE_PLAYBOOK), str(play), "-e", f"@{plan}", "-i", "localhost,", "-c", "local"],
+                         capture_output=True, text=True, cwd=tmp_path, check=False,
+                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "ANSIBLE_NOCOLOR": "1"})
+    assert res.returncode == 0, res.stdout[-2000:]
+    assert "{{ 6 * 7 }} $(touch pwned)" in res.stdout and "42" not in res.stdout
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_board_scripts_hold_no_template_markers() -> None:
+    for name, text in scripts().items():
+        assert "{{" not in text and "{%" not in text, name  # belt and braces: they are !unsafe anyway
+
+
+def test_summary_names_failed_succeeded_and_untouched() -> None:
+    report = {"stopped": True, "hosts": {
+        "a": {"touched": True, "stats": {"failures": 0}, "data": {"edgekit": {"release": "r", "changed": True}}},
+        "b": {"touched": True, "stats": {"failures": 1}, "failures": [{"task": "t", "msg": "boom"}],
+              "data": {"edgekit": {"release": "r", "failed": True, "reason": "Release r failed its health check"}}},
+        "c": {"touched": True, "stats": {"unreachable": 1}, "unreachable": "no route"},
+    }}
+    s = summarize("rollout", ["a", "b", "c", "d", "e"], report, {"e": "Cannot reach board 'e'"})
+    assert list(s.succeeded) == ["a"] and s.changed == ["a"]
+    assert s.failed["b"]["reason"].startswith("Release r failed") and s.failed["c"]["reason"] == "unreachable: no route"
+    assert s.failed["e"]["phase"] == "connect" and s.untouched == ["d"] and s.stopped and not s.ok
+    assert "1 succeeded (1 changed), 3 failed, 1 untouched" in s.headline()
+
+
+def test_ansible_lint_production_profile_is_clean() -> None:
+    lint = shutil.which("ansible-lint") or str(Path(sys.executable).with_name("ansible-lint"))
+    if not Path(lint).is_file():
+        pytest.skip("ansible-lint is not installed (pip install ansible-lint)")
+    res = subprocess.run([lint, "--offline", "--nocolor"], cwd=REPO / "ansible", capture_output=True, text=True,
+                         timeout=300, check=False)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    assert "production" in res.stdout + res.stderr
