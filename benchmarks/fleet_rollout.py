@@ -72,9 +72,14 @@ def main() -> None:
             again, second = rollout(env, f"bench{n}", args.canary)
             assert len(report["succeeded"]) == n and not report["failed"], report
             assert not second["changed"], second["changed"]
+            per_task: dict[str, float] = {}
+            for name, secs in report.get("task_seconds", []):
+                per_task[name] = round(per_task.get(name, 0.0) + secs, 2)
+            slowest = dict(sorted(per_task.items(), key=lambda kv: -kv[1])[:5])
             rows.append({"boards": n, "seconds": round(wall, 2), "ansible_seconds": report["ansible_seconds"],
                          "again_seconds": round(again, 2), "bytes_per_board": sum(
-                             r["push"]["sent_bytes"] for r in report["succeeded"].values()) // n})
+                             r["push"]["sent_bytes"] for r in report["succeeded"].values()) // n,
+                         "slowest_tasks": slowest, "load_avg_1m": round(os.getloadavg()[0], 2)})
     finally:
         sim.down(work / "sim", purge=True)
     base = rows[0]["seconds"] if rows else 0.0

@@ -19,8 +19,8 @@ from typing import Any
 import psutil
 import pytest
 import yaml
-
 from build_helpers import sdist_or_skip
+
 from edgekit.config.boardfile import Boards
 from edgekit.sim.testing import SimBoard
 
@@ -204,13 +204,22 @@ def test_status_and_rollback(fleet, tmp_path: Path) -> None:
     first = rollout(env, "--recipe", "sim-tiny-mtp", "--group", board.name)["succeeded"][board.name]["release"]
     second = rollout(env, "--recipe", variant(tmp_path, draft_n_max=2), "--group", board.name)
     assert second["changed"] == [board.name]
-    res = edgekit(env, "--json", "fleet", "rollback", "--group", board.name)
+    res = edgekit(env, "--json", "fleet", "rollback", "--group", board.name, "--to", first)
     assert res.returncode == 0, res.stderr[-2000:]
     back = json.loads(res.stdout)["succeeded"][board.name]
-    assert back["release"] == first and back["health"]["ok"]
+    assert back["release"] == first and back["previous"] == second["succeeded"][board.name]["release"]
+    assert back["health"]["ok"]
     status = json.loads(edgekit(env, "--json", "fleet", "status", "--group", board.name).stdout)["boards"]
     row = status[board.name]
     assert row["current"] == row["serving"] == first and row["recipe"] == "sim-tiny-mtp" and row["health"]["ok"]
+    # Without --to: the newest release older than current (by age, as `edgekit rollback` picks it).
+    older = row["releases"][: row["releases"].index(first)]
+    res = edgekit(env, "--json", "fleet", "rollback", "--group", board.name)
+    if older:
+        assert res.returncode == 0 and json.loads(res.stdout)["succeeded"][board.name]["release"] == older[-1]
+    else:
+        reason = json.loads(res.stdout)["failed"][board.name]["reason"]
+        assert res.returncode == 2 and "has no earlier release" in reason
 
 
 def test_unreachable_board_is_named_and_the_rest_proceeds(fleet, sim_session) -> None:

@@ -30,6 +30,8 @@ COMMANDS = {
     "fleet": "fleet",
     "bench": "bench",
     "tune": "bench",
+    "history": "history",
+    "gate": "history",
 }
 
 

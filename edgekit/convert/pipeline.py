@@ -28,9 +28,11 @@ class ConvertResult:
     recipe: str
     models: list[Converted] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)
+    litert: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"recipe": self.recipe, "models": [m.to_dict() for m in self.models], "skipped": self.skipped}
+        return {"recipe": self.recipe, "models": [m.to_dict() for m in self.models], "skipped": self.skipped,
+                "litert": self.litert}
 
 
 def _sources(recipe: Recipe) -> list[tuple[str, ModelSource]]:
@@ -59,12 +61,11 @@ def prepare_inputs(recipe: Recipe) -> tuple[list[tuple[ModelInput, ModelInfo, Mo
 def convert_recipe(recipe: Recipe, store: Store | None = None, src: str | None = None,
                    bin_dir: str | None = None, force: bool = False,
                    say: Callable[[str], None] = lambda _m: None) -> ConvertResult:
-    if recipe.convert.litert:
-        raise EdgekitError(f"Recipe {recipe.name} asks for LiteRT (convert.litert), which edgekit cannot "
-                           "export yet; set convert.litert: false.")
     store = store or Store()
     result = ConvertResult(recipe.name)
     ready, result.skipped = prepare_inputs(recipe)
+    if recipe.convert.litert:
+        _convert_litert(recipe, ready, store, force, say, result)
     if not recipe.convert.gguf:
         return result
     need_tools = any(s.quant in QUANTIZE_TYPES for _, _, s in ready)
@@ -78,6 +79,24 @@ def convert_recipe(recipe: Recipe, store: Store | None = None, src: str | None =
             f" → {conv.file}")
         result.models.append(conv)
     return result
+
+
+def _convert_litert(recipe: Recipe, ready: list[tuple[ModelInput, ModelInfo, ModelSource]], store: Store,
+                    force: bool, say: Callable[[str], None], result: ConvertResult) -> None:
+    from edgekit.convert.litert import convert_litert
+
+    spec = recipe.convert
+    for model, info, _source in ready:
+        if model.role != "target":
+            result.skipped.append({"role": model.role, "format": "litertlm",
+                                   "why": "no public exporter writes LiteRT-LM's MTP drafter section"})
+            continue
+        say(f"{model.role}: litert-torch export_hf → .litertlm ({spec.litert_quant}, prefill "
+            f"{spec.litert_prefill_lengths}, cache {spec.litert_cache_length})")
+        art, cached = convert_litert(model, info, spec.litert_prefill_lengths, spec.litert_cache_length,
+                                     spec.litert_quant, store, force)
+        result.litert.append({"role": model.role, "file": str(art.file(art.manifest["litertlm_file"])),
+                              "key": art.key, "cached": cached, "sections": art.manifest["sections"]})
 
 
 def repack_any(src: Path, out: Path, ref: Path | None = None, fallback: str = "Q8_0",

@@ -101,7 +101,8 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
     summary.seconds = round(time.monotonic() - start, 2)
     summary.extra = {"recipe": recipe.name, "canary": canary, "batches": options.batches,
                      "max_fail_percentage": options.max_fail, "planned": fp.releases(), "builds": fp.builds,
-                     "ansible_seconds": run.seconds, "ansible_rc": run.rc, "log": str(run.log)}
+                     "ansible_seconds": run.seconds, "ansible_rc": run.rc, "log": str(run.log),
+                     "task_seconds": run.report.get("tasks", [])}
     return summary
 
 

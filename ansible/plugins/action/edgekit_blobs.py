@@ -2,9 +2,11 @@
 
 Like edgekit's push (edgekit.remote.transfer): one command lists what the board has, only missing
 blobs are sent, each to `<sha>.part`, the board hashes the uploads, and a verified `.part` is
-renamed into place with its mode; a mismatch is deleted and fails the task. Runs no Python module
-on the board (the scripts are sh), so it costs a few round trips, not one module run per file.
-Supports check mode: reports what would be sent and sends nothing.
+renamed into place with its mode; a mismatch is deleted and fails the task. Small blobs travel
+together as one tar stream on one command (a release has dozens of small files: libraries, the
+agent, units), large ones one SFTP put each. No Python module runs on the board (the scripts are
+sh), so a push costs a few round trips, not several module runs per file. Supports check mode:
+reports what would be sent and sends nothing.
 
 Options:
   store:    the board's store directory (absolute)
@@ -14,9 +16,12 @@ Options:
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shlex
+import tarfile
+import time
 from typing import Any
 
 from ansible.errors import AnsibleError
@@ -24,6 +29,10 @@ from ansible.plugins.action import ActionBase
 
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 FREE_MARGIN_BYTES = 16 << 20  # as edgekit's push: plus 1 % of the payload
+SMALL_BLOB = 16 << 20  # blobs up to this size go in the tar stream ...
+TAR_BATCH = 64 << 20  # ... up to this much per stream (it is held in memory)
+# `sh -c UNTAR sh STORE`: unpack the stream of <sha>.part files into the store, as this user.
+UNTAR_SH = 'exec tar -x -o -f - -C "$1"'
 
 
 class ActionModule(ActionBase):
@@ -79,8 +88,45 @@ class ActionModule(ActionBase):
                 size = blobs[sha]["size"]
                 return {**result, "failed": True, "msg": f"The local file {src} for blob {sha[:12]} is missing "
                                                          f"or not {size} bytes; rebuild the artifact."}
-            self._connection.put_file(src, f"{store}/{sha}.part")
+        small = [s for s in missing if blobs[s]["size"] <= SMALL_BLOB]
+        for batch in self._batches(small, blobs):
+            sent = self._sh_in(UNTAR_SH, self._tar(batch, blobs), store)
+            if sent.get("rc") != 0:
+                why = (sent.get("stderr") or "").strip().splitlines()[-1:] or [f"exit {sent.get('rc')}"]
+                return {**result, "failed": True, "msg": f"Unpacking blobs into {store} failed: {why[0]}."}
+        for sha in missing:
+            if blobs[sha]["size"] > SMALL_BLOB:
+                self._connection.put_file(blobs[sha]["src"], f"{store}/{sha}.part")
         return self._place(result, store, scripts, blobs, missing)
+
+    def _sh_in(self, script: str, data: bytes, *args: str) -> dict[str, Any]:
+        cmd = shlex.join(["sh", "-c", script, "sh", *args])
+        return self._low_level_execute_command(cmd, sudoable=False, in_data=data)
+
+    @staticmethod
+    def _batches(shas: list[str], blobs: dict[str, Any]) -> list[list[str]]:
+        out: list[list[str]] = []
+        size = 0
+        for sha in shas:
+            if not out or size + blobs[sha]["size"] > TAR_BATCH:
+                out.append([])
+                size = 0
+            out[-1].append(sha)
+            size += blobs[sha]["size"]
+        return out
+
+    @staticmethod
+    def _tar(shas: list[str], blobs: dict[str, Any]) -> bytes:
+        """A tar of `<sha>.part` members (mode 0600; PLACE_SH gives each its final mode)."""
+        buf = io.BytesIO()
+        now = int(time.time())
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for sha in shas:
+                info = tarfile.TarInfo(f"{sha}.part")
+                info.size, info.mode, info.mtime = blobs[sha]["size"], 0o600, now
+                with open(blobs[sha]["src"], "rb") as fh:
+                    tar.addfile(info, fh)
+        return buf.getvalue()
 
     def _place(self, result: dict[str, Any], store: str, scripts: dict[str, str], blobs: dict[str, Any],
                missing: list[str]) -> dict[str, Any]:

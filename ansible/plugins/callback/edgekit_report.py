@@ -4,7 +4,8 @@ Writes the file named by $EDGEKIT_FLEET_REPORT (nothing when unset) at the end o
 
     {"hosts": {HOST: {"touched": bool, "changed": [task names], "failures": [{task, msg, rescued?}],
                       "unreachable": msg|null, "stats": {ok, changed, failures, ...}, "data": {set_stats}}},
-     "stopped": bool}   # true when max_fail_percentage / any_errors_fatal ended a play early
+     "stopped": bool,   # true when max_fail_percentage / any_errors_fatal ended a play early
+     "tasks": [[task name, seconds], ...]}   # wall time of each task across its hosts, in order
 
 Only data: the normal output still comes from the stdout callback.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from typing import Any
 
 from ansible.plugins.callback import CallbackBase
@@ -51,7 +53,21 @@ class CallbackModule(CallbackBase):
         super().__init__()
         self.hosts: dict[str, dict[str, Any]] = {}
         self.stopped = False
-        self._in_rescue: set[str] = set()
+        self._tasks: list[list[Any]] = []
+        self._task_start: float | None = None
+
+    def _close_task(self) -> None:
+        if self._task_start is not None and self._tasks:
+            self._tasks[-1][1] = round(time.monotonic() - self._task_start, 3)
+        self._task_start = None
+
+    def v2_playbook_on_task_start(self, task: Any, is_conditional: bool) -> None:
+        self._close_task()
+        self._tasks.append([task.get_name(), 0.0])
+        self._task_start = time.monotonic()
+
+    def v2_playbook_on_play_start(self, play: Any) -> None:
+        self._close_task()
 
     def _host(self, name: str) -> dict[str, Any]:
         return self.hosts.setdefault(name, {"touched": False, "changed": [], "failures": [], "unreachable": None})
@@ -86,6 +102,7 @@ class CallbackModule(CallbackBase):
         self.stopped = True
 
     def v2_playbook_on_stats(self, stats: Any) -> None:
+        self._close_task()
         path = os.environ.get("EDGEKIT_FLEET_REPORT")
         for name in stats.processed:
             entry = self._host(name)
@@ -97,5 +114,5 @@ class CallbackModule(CallbackBase):
             return
         fd, tmp = tempfile.mkstemp(prefix=".edgekit-report-", dir=os.path.dirname(path) or ".")
         with os.fdopen(fd, "w") as fh:
-            json.dump({"hosts": self.hosts, "stopped": self.stopped}, fh, indent=1, default=str)
+            json.dump({"hosts": self.hosts, "stopped": self.stopped, "tasks": self._tasks}, fh, indent=1, default=str)
         os.replace(tmp, path)
