@@ -40,7 +40,11 @@ def convert(app: App, recipe: str, src: str | None, llama_bin: str | None, force
                 rp = m["repack"]
                 status += f", {rp['tensors_exact']}/{rp['tensors_quantizable']} exact Q4_0"
             table.add_row(m["role"], m["quant"], m["arch"], str(m["tensors"]), _mb(m["size"]), status, m["file"])
+        for lt in data["litert"]:
+            table.add_row(lt["role"], "litertlm", "", "", "", "cached" if lt["cached"] else "exported", lt["file"])
         app.out.print(table)
+        for sk in data["skipped"]:
+            app.out.print(f"{sk['role']}: skipped ({sk['why']})")
 
     app.emit(data, human)
 

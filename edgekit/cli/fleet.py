@@ -41,6 +41,29 @@ def inventory(app: App, group: str | None) -> None:
         click.echo(inv.to_yaml(rendered), nl=False)
 
 
+def _success_cells(row: dict, check: bool) -> tuple[str, str, str]:
+    """(result, release, detail) of a board that succeeded (or, with --check, what would happen)."""
+    release = str(row.get("release"))
+    if check:
+        push = row.get("push") or {}
+        would = []
+        if push.get("missing_blobs"):
+            would.append(f"send {push['missing_blobs']} blobs ({push.get('missing_bytes', 0) / 1e6:.1f} MB)")
+        if row.get("would_create_release"):
+            would.append("create the release")
+        if row.get("would_activate"):
+            would.append(f"start it ({row.get('strategy')}) and switch from {row.get('previous') or 'nothing'}")
+        if would:
+            return "[yellow]would change[/yellow]", release, "would " + ", ".join(would)
+        return "[green]unchanged[/green]", release, "already current and healthy"
+    h = row.get("health") or {}
+    tps = f"{h['tokens_per_second']:.0f} tok/s" if h.get("tokens_per_second") else ""
+    drafts = f", {h['draft_n']} drafted" if h.get("draft_n") else ""
+    sent = (row.get("push") or {}).get("sent_bytes") or 0
+    what = "changed" if row.get("changed") else "unchanged"
+    return f"[green]{what}[/green]", release, f"{tps}{drafts}" + (f"; sent {sent / 1e6:.1f} MB" if sent else "")
+
+
 def _summary_table(app: App, summary: object) -> None:
     from edgekit.fleet.report import FleetSummary
 
@@ -49,12 +72,7 @@ def _summary_table(app: App, summary: object) -> None:
     for col in ("board", "result", "release", "detail"):
         table.add_column(col, overflow="fold")
     for name, row in summary.succeeded.items():
-        h = row.get("health") or {}
-        tps = f"{h['tokens_per_second']:.0f} tok/s" if h.get("tokens_per_second") else ""
-        drafts = f", {h['draft_n']} drafted" if h.get("draft_n") else ""
-        what = "would change" if summary.check and row.get("would_activate") else (
-            "changed" if row.get("changed") else "unchanged")
-        table.add_row(name, f"[green]{what}[/green]", str(row.get("release")), f"{tps}{drafts}")
+        table.add_row(name, *_success_cells(row, summary.check))
     for name, row in summary.failed.items():
         table.add_row(name, "[red]failed[/red]", str(row.get("release") or ""), row["reason"])
     for name in summary.untouched:

@@ -48,6 +48,16 @@ def ansible_version() -> str:
     return str(__version__)
 
 
+def preflight(warn: Callable[[str], None]) -> None:
+    """Fail early (before any board is touched) without ansible-core or the playbooks; warn off 2.19."""
+    version = ansible_version()
+    ansible_dir()
+    playbook_command()
+    if not version.startswith(SUPPORTED_SERIES + "."):
+        warn(f"ansible-core {version} is installed; edgekit is tested with {SUPPORTED_SERIES}.x, and 2.20+ cannot "
+             "manage JetPack 5 (Python 3.8) boards.")
+
+
 def playbook_command() -> str:
     beside = Path(sys.executable).with_name("ansible-playbook")  # the venv edgekit runs in
     found = str(beside) if beside.is_file() else shutil.which("ansible-playbook")

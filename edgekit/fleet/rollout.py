@@ -17,7 +17,7 @@ from edgekit.errors import EdgekitError
 from edgekit.fleet import inventory as inv
 from edgekit.fleet.connect import Fleet
 from edgekit.fleet.plan import fleet_vars, plan_fleet, rollout_vars
-from edgekit.fleet.playbook import Batch, largest_batch, run_playbook
+from edgekit.fleet.playbook import Batch, largest_batch, preflight, run_playbook
 from edgekit.fleet.report import FleetSummary, summarize
 
 CANARY_GROUP = "canary"
@@ -67,8 +67,13 @@ def _printer(console: Console, quiet: bool) -> Callable[[str], None] | None:
     return lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
+def _warn(console: Console) -> Callable[[str], None]:
+    return lambda msg: console.print(f"[yellow]warning:[/yellow] {msg}")
+
+
 def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: bool = False) -> FleetSummary:
     start = time.monotonic()
+    preflight(_warn(console))
     data = Boards(board_file).load()
     names = inv.select(data, group=options.group)
     if not names:
@@ -109,6 +114,7 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
 def rollback(board_file: Path, group: str | None, to: str | None, batches: list[Batch], max_fail: int,
              console: Console, health_timeout: float = 180.0, quiet: bool = False) -> FleetSummary:
     start = time.monotonic()
+    preflight(_warn(console))
     data = Boards(board_file).load()
     names = inv.select(data, group=group)
     with Fleet({n: data.boards[n] for n in names}) as fleet:  # the deploy locks, as `edgekit rollback` has none
@@ -129,6 +135,7 @@ def rollback(board_file: Path, group: str | None, to: str | None, batches: list[
 
 def status(board_file: Path, group: str | None, console: Console, quiet: bool = True) -> dict[str, Any]:
     """Per board: current/serving release, recipe, health (read-only; no locks)."""
+    preflight(_warn(console))
     data = Boards(board_file).load()
     names = inv.select(data, group=group)
     if not names:

@@ -8,11 +8,13 @@ The CI of Δ comes from resampling, all of it vectorized over the replicates:
 * baseline: every night's repetitions are redrawn from the baseline's *pooled* relative residuals
   (x / night mean − 1): a fixed-clock board's noise is one property of the board, and 70 residuals
   describe it better than 10; then the centre is the median of the redrawn nightly means;
-* current: its own relative residuals when it has ≥ 3 repetitions (a noisier night shows), else
-  the baseline's pool;
-* drift: when the nightly means scatter more than their repetitions explain, that extra
-  night-to-night spread τ (method of moments) is a noise of its own that a single night can't see,
-  so each replicate adds a N(0, τ²) night offset to the current mean (and τ²/k to the centre).
+* current: redrawn from the same pool plus its own residuals (10 residuals give a jumpy CI
+  width), unless tonight is significantly noisier than the baseline (χ² test at 5 %): then from
+  its own, so a noisy night can't pass for a clean one;
+* drift: when the nightly means scatter significantly more than their repetitions explain
+  (χ² test at 5 %), that extra night-to-night spread τ (method of moments) is a noise of its own
+  that a single night can't show, so each replicate adds a N(0, τ²) night offset to the current
+  mean (and the median's share, τ²·π/2k, to the centre).
 
 Residuals are scaled by √(n/(n−1)) so the resampled variance is the unbiased one (plain bootstrap
 under-states it by (n−1)/n, which matters at n = 10).
@@ -73,6 +75,23 @@ def _redraw_means(pool: np.ndarray, counts: np.ndarray, rng: np.random.Generator
     return (draws * mask).sum(axis=2) / counts[None, :]
 
 
+def _current_pool(pool: np.ndarray, own: np.ndarray, noise_var: float) -> np.ndarray:
+    """Residuals to redraw tonight's repetitions from: the pooled ones (baseline + tonight), unless
+    tonight is significantly noisier than the baseline (χ² at 5 %), then its own."""
+    if pool.size == 0:
+        return own
+    n = own.size
+    if n >= MIN_OWN_RESIDUALS and float(own.var()) * n > noise_var * _chi2_95(n - 1):
+        return own
+    return np.concatenate([pool, own])
+
+
+def _chi2_95(df: int) -> float:
+    """95th percentile of χ²(df), Wilson–Hilferty (within 1 % for df ≥ 2; no scipy needed)."""
+    z = 1.6448536
+    return df * (1.0 - 2.0 / (9 * df) + z * math.sqrt(2.0 / (9 * df))) ** 3
+
+
 def _row_median(x: np.ndarray) -> np.ndarray:
     """Median of each row; np.sort + pick is several times faster than np.median for short rows."""
     s = np.sort(x, axis=1)
@@ -96,15 +115,19 @@ def compare(nights: Sequence[Sequence[float]], current: Sequence[float], *, leve
 
     pool = np.concatenate([_residuals(a) for a in night_arrays])
     own = _residuals(cur)
-    cur_pool = own if cur.size >= MIN_OWN_RESIDUALS else pool
     noise_var = float(pool.var()) if pool.size else float(own.var()) if own.size else 0.0
+    cur_pool = _current_pool(pool, own, noise_var)
 
-    # Night-to-night variance beyond the repetitions' own (needs ≥ 3 nights to say anything).
+    # Night-to-night variance beyond the repetitions' own (needs ≥ 3 nights to say anything). Only
+    # counted when the nightly means scatter significantly more than their repetitions explain: with
+    # none, a moment estimate is still positive half the time and would only widen the CI.
     k = means.size
     tau2 = 0.0
     if k >= 3:
-        rel = means / centre - 1.0
-        tau2 = max(0.0, float(rel.var(ddof=1)) - noise_var * float(np.mean(1.0 / counts)))
+        expected = noise_var * float(np.mean(1.0 / counts))  # variance of a nightly mean from noise alone
+        observed = float((means / centre - 1.0).var(ddof=1))
+        if observed > expected * _chi2_95(k - 1) / (k - 1):
+            tau2 = observed - expected
 
     rng = np.random.default_rng(seed)
     base_star = _row_median(means[None, :] * (1.0 + _redraw_means(pool, counts, rng, resamples)))

@@ -36,7 +36,7 @@ UNTAR_SH = 'exec tar -x -o -f - -C "$1"'
 
 
 class ActionModule(ActionBase):
-    TRANSFERS_FILES = True
+    TRANSFERS_FILES = False  # put_file targets the store itself: no remote tmp dir
     _supports_check_mode = True
     _requires_connection = True
 

@@ -35,6 +35,14 @@ def _payload(result: Any) -> dict[str, Any]:
     return dict(data if isinstance(data, dict) else getattr(result, "_result", {}) or {})
 
 
+def _host_name(result: Any) -> str:
+    return str((getattr(result, "host", None) or result._host).get_name())
+
+
+def _task_name(result: Any) -> str:
+    return str((getattr(result, "task", None) or result._task).get_name())
+
+
 def _reason(res: dict[str, Any]) -> str:
     msg = str(res.get("msg") or "").strip()
     tail = (str(res.get("stderr") or "").strip() or str(res.get("stdout") or "").strip()).splitlines()[-1:]
@@ -73,7 +81,7 @@ class CallbackModule(CallbackBase):
         return self.hosts.setdefault(name, {"touched": False, "changed": [], "failures": [], "unreachable": None})
 
     def _seen(self, result: Any) -> dict[str, Any]:
-        entry = self._host(result._host.get_name())
+        entry = self._host(_host_name(result))
         entry["touched"] = True
         return entry
 
@@ -81,7 +89,7 @@ class CallbackModule(CallbackBase):
         entry = self._seen(result)
         res = _payload(result)
         if res.get("changed"):
-            entry["changed"].append(result._task.get_name())
+            entry["changed"].append(_task_name(result))
 
     def v2_runner_item_on_ok(self, result: Any) -> None:
         pass  # the task's own on_ok carries the loop's changed flag
@@ -89,7 +97,7 @@ class CallbackModule(CallbackBase):
     def v2_runner_on_failed(self, result: Any, ignore_errors: bool = False) -> None:
         entry = self._seen(result)
         if not ignore_errors:
-            entry["failures"].append({"task": result._task.get_name(), "msg": _reason(_payload(result))})
+            entry["failures"].append({"task": _task_name(result), "msg": _reason(_payload(result))})
 
     def v2_runner_on_skipped(self, result: Any) -> None:
         self._seen(result)
