@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from build_helpers import sdist_or_skip
+
+from edgekit.config.boardfile import Boards
 from edgekit.remote.lock import BoardLock
 from edgekit.remote.runner import SshRunner
-from edgekit.config.boardfile import Boards
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -76,7 +76,7 @@ class Watcher:
             try:
                 complete(self.port, n=2, timeout=30)
                 self.ok += 1
-            except Exception as exc:  # noqa: BLE001 - every failure is a finding
+            except Exception as exc:
                 self.failed.append(repr(exc))
             time.sleep(0.2)
 
