@@ -1,6 +1,6 @@
 """SSH connections to boards with a strict host-key policy.
 
-Fabric's Connection accepts any host key (AutoAddPolicy) and loads no known_hosts. edgekit pins
+Fabric's Connection accepts any host key by default and loads no known_hosts. edgekit pins
 each board's key in its own known_hosts and refuses unknown or changed keys: a board is trusted
 only through `edgekit board trust`, which shows the fingerprint first.
 """
