@@ -8,9 +8,8 @@ The CI of Δ comes from resampling, all of it vectorized over the replicates:
 * baseline: every night's repetitions are redrawn from the baseline's *pooled* relative residuals
   (x / night mean − 1): a fixed-clock board's noise is one property of the board, and 70 residuals
   describe it better than 10; then the centre is the median of the redrawn nightly means;
-* current: redrawn from the same pool plus its own residuals (10 residuals give a jumpy CI
-  width), unless tonight is significantly noisier than the baseline (χ² test at 5 %): then from
-  its own, so a noisy night can't pass for a clean one;
+* current: its own relative residuals when it has ≥ 3 repetitions (a noisier night must show;
+  pooling them with the baseline's bought no power in simulation), else the baseline's pool;
 * drift: when the nightly means scatter significantly more than their repetitions explain
   (χ² test at 5 %), that extra night-to-night spread τ (method of moments) is a noise of its own
   that a single night can't show, so each replicate adds a N(0, τ²) night offset to the current
@@ -75,17 +74,6 @@ def _redraw_means(pool: np.ndarray, counts: np.ndarray, rng: np.random.Generator
     return (draws * mask).sum(axis=2) / counts[None, :]
 
 
-def _current_pool(pool: np.ndarray, own: np.ndarray, noise_var: float) -> np.ndarray:
-    """Residuals to redraw tonight's repetitions from: the pooled ones (baseline + tonight), unless
-    tonight is significantly noisier than the baseline (χ² at 5 %), then its own."""
-    if pool.size == 0:
-        return own
-    n = own.size
-    if n >= MIN_OWN_RESIDUALS and float(own.var()) * n > noise_var * _chi2_95(n - 1):
-        return own
-    return np.concatenate([pool, own])
-
-
 def _chi2_95(df: int) -> float:
     """95th percentile of χ²(df), Wilson–Hilferty (within 1 % for df ≥ 2; no scipy needed)."""
     z = 1.6448536
@@ -116,7 +104,7 @@ def compare(nights: Sequence[Sequence[float]], current: Sequence[float], *, leve
     pool = np.concatenate([_residuals(a) for a in night_arrays])
     own = _residuals(cur)
     noise_var = float(pool.var()) if pool.size else float(own.var()) if own.size else 0.0
-    cur_pool = _current_pool(pool, own, noise_var)
+    cur_pool = own if cur.size >= MIN_OWN_RESIDUALS else pool  # a noisier night must show
 
     # Night-to-night variance beyond the repetitions' own (needs ≥ 3 nights to say anything). Only
     # counted when the nightly means scatter significantly more than their repetitions explain: with
