@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from edgekit.paths import cache_dir
 from edgekit.remote.lock import BoardLock
 from edgekit.remote.probe import BoardFacts, probe
 from edgekit.remote.runner import LocalRunner, SshRunner, runner_for
+from edgekit.remote.transfer import PushReport
+from edgekit.store import sha256_file
 
 Runner = SshRunner | LocalRunner
 
@@ -132,6 +135,28 @@ def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: s
     return plan_release(recipe.name, release_files(bin_dir, models), describe, render)
 
 
+def push_local(base: str, blobs: list) -> PushReport:
+    """A `local` board (edgekit runs on the board itself): copy missing blobs into its store."""
+    start = time.monotonic()
+    store = Path(os.path.expanduser(base)) / "store"
+    store.mkdir(parents=True, exist_ok=True)
+    sent = skipped = sent_bytes = 0
+    for blob in blobs:
+        final = store / blob.sha256
+        if final.is_file():
+            skipped += 1
+            continue
+        part = store / f"{blob.sha256}.part"
+        shutil.copyfile(blob.path, part)
+        if sha256_file(part) != blob.sha256:
+            part.unlink()
+            raise EdgekitError(f"{blob.path} changed while it was copied into {store}.")
+        part.chmod(0o755 if blob.executable else 0o644)
+        os.replace(part, final)
+        sent, sent_bytes = sent + 1, sent_bytes + blob.size
+    return PushReport(sent_bytes, sent, skipped, 0, time.monotonic() - start)
+
+
 def choose_strategy(options: DeployOptions, facts: BoardFacts, plan: ReleasePlan) -> str:
     """Two servers at once only when the board's memory holds both models with room to spare."""
     if options.strategy != "auto":
@@ -172,7 +197,10 @@ def deploy(name: str, board: Board, recipe: Recipe, options: DeployOptions, cons
         with BoardLock(runner, base, options.wait_s):
             t = time.monotonic()
             say(f"push {plan.payload_bytes / 1e6:.1f} MB of blobs (only what the board lacks is sent)")
-            report = push_blobs(runner, base, plan.blobs, progress=progress)
+            if isinstance(runner, LocalRunner):
+                report = push_local(base, plan.blobs)
+            else:
+                report = push_blobs(runner, base, plan.blobs, progress=progress)
             stages["push"] = time.monotonic() - t
             t = time.monotonic()
             activation = act.activate(

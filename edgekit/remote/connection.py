@@ -13,6 +13,7 @@ from fabric import Config, Connection
 from edgekit.config.boardfile import Board
 from edgekit.errors import EdgekitError
 from edgekit.remote import hostkeys
+from edgekit.remote.fastsftp import gcm_transport
 
 CONNECT_TIMEOUT_S = 10
 
@@ -41,6 +42,8 @@ def connection(board: Board, name: str, timeout: int = CONNECT_TIMEOUT_S) -> Con
     }
     if key_path is not None:
         connect_kwargs["key_filename"] = [str(key_path)]
+    # AES-GCM from the first key exchange: about twice the SFTP throughput of the default cipher.
+    connect_kwargs["transport_factory"] = gcm_transport
     # The board file is the single source of truth for addresses: ignore ~/.ssh/config.
     config = Config(overrides={"load_ssh_configs": False})
     conn = Connection(
