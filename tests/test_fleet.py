@@ -198,6 +198,20 @@ def test_failed_board_is_rolled_back_and_max_fail_is_respected(fleet, tmp_path: 
     assert status[boards[3].name]["current"] == go_on["succeeded"][boards[3].name]["release"]
 
 
+def test_in_place_failure_restores_the_previous_release(fleet, tmp_path: Path) -> None:
+    boards, env = fleet
+    board = boards[3]
+    good = rollout(env, "--recipe", "sim-tiny-mtp", "--group", board.name)["succeeded"][board.name]["release"]
+    broken = variant(tmp_path, extra_args=["--no-such-flag"])
+    report = rollout(env, "--recipe", broken, "--group", board.name, "--strategy", "in-place",
+                     "--health-timeout", "20", ok=False)
+    reason = report["failed"][board.name]["reason"]
+    assert "failed its health check" in reason and f"rolled back to {good}" in reason, reason
+    assert os.readlink(board.base / "current") == f"releases/{good}"
+    assert (board.base / "serving").read_text().strip() == good
+    assert complete(board.service_port)["tokens_predicted"] > 0
+
+
 def test_status_and_rollback(fleet, tmp_path: Path) -> None:
     boards, env = fleet
     board = boards[1]

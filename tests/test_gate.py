@@ -207,3 +207,19 @@ def test_gate_cli_exit_codes_markdown_and_json(tmp_path: Path) -> None:
 def test_make_doc_with_many_points() -> None:
     doc = make_doc({("drafter", c, 128): {"tokens_per_second": [10.0 * c, 10.1 * c]} for c in (1, 2, 4)})
     assert len(doc["runs"]) == 6 and len(doc["summary"]["points"]) == 3
+
+
+def test_zero_baselines_are_not_comparable_and_raise_no_warnings() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no division-by-zero RuntimeWarning from numpy
+        v = judge(_samples("tokens_per_second", np.array([0.0, 0.0, 0.0])), [[0.0, 0.0, 0.0]] * 3, 0.05)
+        assert v.verdict == "ok" and "not comparable" in v.reason
+        v = judge(_samples("tokens_per_second", np.array([0.0, 0.0])), [[1.0, 1.1], [0.0, 0.0], [1.0, 0.9]], 0.05)
+        assert v.verdict == "regression"
+
+
+def test_unknown_metric_selection_is_a_user_error(tmp_path: Path) -> None:
+    with History(tmp_path / "h.sqlite") as h, pytest.raises(EdgekitError, match="Unknown metric"):
+        run_gate(h, night(1), metrics=["watts"])

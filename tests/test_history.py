@@ -43,7 +43,8 @@ def _run(index: int, config: str, c: int, ctx: int | None, rep: int, tps: float,
     return {"index": index, "config": config, "concurrency": c, "context_length": ctx, "repetition": rep,
             "window": {"start": 10.0 * index, "end": 10.0 * index + duration, "duration_s": duration},
             "requests": c, "errors": 0, "tokens": tokens, "tokens_per_second": tps, "ttft_p50_s": 0.05,
-            "ttft_p95_s": 0.06, "decode_tokens_per_second_mean": tps, "latency_p50_s": 1.0, "latency_p95_s": 1.1, "draft_n": draft_n,
+            "ttft_p95_s": 0.06, "decode_tokens_per_second_mean": tps, "latency_p50_s": 1.0, "latency_p95_s": 1.1,
+            "draft_n": draft_n,
             "draft_n_accepted": round(draft_n * (acc or 0)), "acceptance": acc, "acceptance_by_category": {},
             "power": power, "requests_detail": []}
 

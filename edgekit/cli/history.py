@@ -205,6 +205,7 @@ def gate(app: App, db: Path | None, current: Path, thresholds: tuple[str, ...], 
         report = run_gate(h, doc, k=k, thresholds=th, seed=seed, update_baseline=update_baseline,
                           metrics=metrics or None)
     if markdown is not None:
+        markdown.parent.mkdir(parents=True, exist_ok=True)
         with markdown.open("a") as f:
             f.write(report.markdown() + "\n")
 

@@ -163,16 +163,44 @@ done
 echo "free $(df -Pk -- "$d" | awk 'NR==2 {print $4}')"
 """
 
-# `sh -c PLACE_SH sh STORE [SHA MODE OK]...`: after the board hashed the uploads (HASH_SH), give
-# each verified `<sha>.part` its mode and rename it into place (rename(2): atomic); delete the
-# ones whose hash did not match (OK = 0). The Ansible twin of transfer._Push.settle.
-PLACE_SH = r"""
-set -eu
-d="$1"; shift
-while [ $# -ge 3 ]; do
-  if [ "$3" = 1 ]; then chmod "$2" "$d/$1.part" && mv -f "$d/$1.part" "$d/$1"; else rm -f "$d/$1.part"; fi
-  shift 3
-done
+# `python3 -c PLACE_PY STORE [SHA MODE]...`: after an upload, hash each `<sha>.part` on the board
+# (one process for all: cheaper than a hashing tool per file), flush it to disk, and rename it into
+# place (rename(2): atomic) with its MODE only when the hash matches; delete it otherwise. Prints
+# `ok SHA` or `bad SHA HEX` per blob. The Ansible twin of transfer._Push.settle.
+PLACE_PY = r"""
+import hashlib, os, sys
+
+store, args = sys.argv[1], sys.argv[2:]
+for i in range(0, len(args) - 1, 2):
+    sha, mode = args[i], int(args[i + 1], 8)
+    part, final = os.path.join(store, sha + ".part"), os.path.join(store, sha)
+    digest = hashlib.sha256()
+    try:
+        fd = os.open(part, os.O_RDONLY)
+    except OSError as exc:
+        print("bad", sha, "missing")
+        continue
+    try:
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            digest.update(chunk)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if digest.hexdigest() == sha:
+        os.chmod(part, mode)
+        os.replace(part, final)
+        print("ok", sha)
+    else:
+        os.unlink(part)
+        print("bad", sha, digest.hexdigest())
+dfd = os.open(store, os.O_RDONLY)
+try:
+    os.fsync(dfd)  # the renames, durable
+finally:
+    os.close(dfd)
 """
 
 # releases.mark_serving's command, which is inline there.
@@ -194,6 +222,5 @@ def scripts() -> dict[str, str]:
         "unit_rm": UNIT_RM_SH,
         "inventory": boardscripts.INVENTORY_SH,
         "inventory_ro": INVENTORY_RO,
-        "hash": boardscripts.HASH_SH,
-        "place": PLACE_SH,
+        "place": PLACE_PY,
     }

@@ -166,11 +166,11 @@ class GateReport:
     @property
     def headline(self) -> str:
         where = f"{self.board} / {self.recipe}"
-        if not self.window:
-            return f"{where}: no baseline nights yet; nothing to compare (pass)."
         if self.baseline_updated:
             return f"{where}: baseline reset to this run ({len(self.regressions)} regression(s), " \
                    f"{len(self.improvements)} improvement(s) accepted)."
+        if not self.window:
+            return f"{where}: no baseline nights yet; nothing to compare (pass)."
         if self.regressions:
             n = len(self.regressions)
             return f"{where}: {n} regression(s) against the last {len(self.window)} night(s) (fail)."
@@ -214,6 +214,9 @@ def run_gate(history: History, doc: dict[str, Any], *, k: int = DEFAULT_K, thres
     samples = metrics_from_results(doc)
     if metrics:
         wanted = {_ALIASES.get(m.lower(), m) for m in metrics}
+        unknown = wanted - set(METRICS)
+        if unknown:
+            raise EdgekitError(f"Unknown metric {', '.join(sorted(unknown))}; known: {', '.join(METRICS)}.")
         samples = [s for s in samples if s.metric in wanted]
     digest = digest_of(doc)
     until = timestamp(labels["created"])

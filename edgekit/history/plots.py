@@ -90,7 +90,10 @@ def plot_metric(rows: list[dict[str, Any]], title: str, path: Path, baseline_ts:
         ax.text(t, 0.98, f" {text}", rotation=90, va="top", ha="left", fontsize=7, color=color,
                 transform=ax.get_xaxis_transform())
     if baseline_ts is not None:
-        ax.axvline(datetime.fromtimestamp(baseline_ts, tz=timezone.utc), color="#2e8b57", lw=1.5)
+        t = datetime.fromtimestamp(baseline_ts, tz=timezone.utc)
+        ax.axvline(t, color="#2e8b57", lw=1.5)
+        ax.text(t, 0.02, " baseline start", rotation=90, va="bottom", ha="left", fontsize=7, color="#2e8b57",
+                transform=ax.get_xaxis_transform())
     ax.set_title(title)
     ax.set_ylabel(f"{spec.label} ({'higher' if spec.direction == 'bigger' else 'lower'} is better)")
     ax.grid(alpha=0.3)

@@ -59,7 +59,10 @@ def _residuals(x: np.ndarray) -> np.ndarray:
     n = x.size
     if n < 2:
         return np.empty(0)
-    return (x / x.mean() - 1.0) * math.sqrt(n / (n - 1))
+    mean = x.mean()
+    if mean == 0.0:
+        return np.zeros(n)  # no relative spread around zero (e.g. a drafter that never hits)
+    return (x / mean - 1.0) * math.sqrt(n / (n - 1))
 
 
 def _redraw_means(pool: np.ndarray, counts: np.ndarray, rng: np.random.Generator, b: int) -> np.ndarray:

@@ -33,7 +33,6 @@ SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 60.0
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY,
     digest TEXT NOT NULL UNIQUE,
@@ -145,17 +144,19 @@ class History:
             self.db.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
             self.db.execute("PRAGMA foreign_keys = ON")
             self._wal()
-            with self._write():
-                for stmt in filter(str.strip, _SCHEMA.split(";")):
-                    self.db.execute(stmt)
-                self.db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            if version == 0:  # a new file: create the tables (a reader of an existing one takes no write lock)
+                with self._write():
+                    for stmt in filter(str.strip, _SCHEMA.split(";")):
+                        self.db.execute(stmt)
+                    self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                version = SCHEMA_VERSION
         except sqlite3.DatabaseError as exc:
             self.db.close()
             raise EdgekitError(f"{self.path} is not an edgekit history (SQLite said: {exc}).") from None
-        version = self.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-        if version and int(version[0]) > SCHEMA_VERSION:
+        if version > SCHEMA_VERSION:
             self.db.close()
-            raise EdgekitError(f"{self.path} was written by a newer edgekit (history schema {version[0]}).")
+            raise EdgekitError(f"{self.path} was written by a newer edgekit (history schema {version}).")
 
     def _wal(self) -> None:
         # Switching to WAL wants a moment alone with the file; another process may be doing the same.
@@ -197,12 +198,10 @@ class History:
         samples = metrics_from_results(doc)
         digest = digest_of(doc)
         created_ts = timestamp(labels["created"]) or time.time()
-        info = {k: labels.get(k) for k in ("profile", "edgekit_version")}
         settings = doc.get("settings") or {}
-        info["repetitions"] = settings.get("repetitions")
-        info["quick"] = settings.get("quick")
-        info["nvpmodel"] = ((doc.get("board") or {}).get("nvpmodel") or {}).get("name") \
-            if isinstance(doc.get("board"), dict) else None
+        board = doc.get("board") if isinstance(doc.get("board"), dict) else {}
+        info = {"profile": labels["profile"], "repetitions": settings.get("repetitions"),
+                "quick": settings.get("quick"), "nvpmodel": (board.get("nvpmodel") or {}).get("name")}
         with self._write() as db:
             row = db.execute(f"SELECT {_RUN_COLS} FROM runs WHERE digest = ?", (digest,)).fetchone()
             if row:

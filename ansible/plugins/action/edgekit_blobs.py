@@ -11,7 +11,7 @@ reports what would be sent and sends nothing.
 Options:
   store:    the board's store directory (absolute)
   blobs:    list of {sha256, src (local path), size, executable}
-  scripts:  {inventory, inventory_ro, hash, place} board-side sh programs (edgekit's, via the plan)
+  scripts:  {inventory, inventory_ro, place} board-side programs (via the plan)
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class ActionModule(ActionBase):
 
     @staticmethod
     def _tar(shas: list[str], blobs: dict[str, Any]) -> bytes:
-        """A tar of `<sha>.part` members (mode 0600; PLACE_SH gives each its final mode)."""
+        """A tar of `<sha>.part` members (mode 0600; PLACE_PY gives each its final mode)."""
         buf = io.BytesIO()
         now = int(time.time())
         with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -130,31 +130,29 @@ class ActionModule(ActionBase):
 
     def _place(self, result: dict[str, Any], store: str, scripts: dict[str, str], blobs: dict[str, Any],
                missing: list[str]) -> dict[str, Any]:
-        """Hash the uploads on the board, rename the good ones into place, delete the bad ones."""
-        hashed = self._sh(scripts["hash"], store, *missing)
-        if hashed.get("rc") != 0:
-            why = (hashed.get("stderr") or "").strip().splitlines()[-1:] or [f"exit {hashed.get('rc')}"]
-            return {**result, "failed": True, "msg": f"Hashing the uploads on the board failed: {why[0]}."}
-        digests = dict(line.split()[:2] for line in hashed.get("stdout", "").splitlines() if len(line.split()) >= 2)
-        place: list[str] = []
-        bad = []
+        """Hash the uploads on the board; rename the good ones into place, delete the bad ones (PLACE_PY)."""
+        argv = ["python3", "-c", scripts["place"], store]
         for sha in missing:
-            ok = digests.get(sha) == sha
-            place += [sha, "0755" if blobs[sha]["executable"] else "0644", "1" if ok else "0"]
-            if not ok:
-                bad.append(sha)
-        placed = self._sh(scripts["place"], store, *place)
+            argv += [sha, "0755" if blobs[sha]["executable"] else "0644"]
+        placed = self._low_level_execute_command(shlex.join(argv), sudoable=False)
         if placed.get("rc") != 0:
             why = (placed.get("stderr") or "").strip().splitlines()[-1:] or [f"exit {placed.get('rc')}"]
-            return {**result, "failed": True, "msg": f"Placing the uploads in {store} failed: {why[0]}."}
-        good = [s for s in missing if s not in bad]
+            return {**result, "failed": True, "msg": f"Verifying the uploads in {store} failed: {why[0]}."}
+        good, bad = set(), {}
+        for line in placed.get("stdout", "").splitlines():
+            word, *rest = line.split() or [""]
+            if word == "ok" and rest:
+                good.add(rest[0])
+            elif word == "bad" and len(rest) == 2:
+                bad[rest[0]] = rest[1]
         result["sent_blobs"] = len(good)
         result["sent_bytes"] = sum(blobs[s]["size"] for s in good)
-        if bad:
-            first = blobs[bad[0]]["src"]
-            return {**result, "failed": True,
-                    "msg": f"{os.path.basename(first)} arrived with sha256 {digests.get(bad[0], 'missing')[:16]}…, "
-                           f"not {bad[0][:16]}…; the upload was deleted."}
+        unsettled = [s for s in missing if s not in good]
+        if unsettled:
+            sha = unsettled[0]
+            name = os.path.basename(blobs[sha]["src"])
+            return {**result, "failed": True, "msg": f"{name} arrived with sha256 {bad.get(sha, 'missing')[:16]}…, "
+                                                     f"not {sha[:16]}…; the upload was deleted."}
         return result
 
     @staticmethod
