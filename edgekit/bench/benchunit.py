@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from edgekit.bench import boardfs
 from edgekit.deploy.health import wait_ready
-from edgekit.deploy.service import log_tail
+from edgekit.deploy.service import INSTALL_UNIT_SH, log_tail
 from edgekit.deploy.unit import UNIT_NAME, render_unit
 from edgekit.errors import EdgekitError
 from edgekit.remote.runner import LocalRunner, SshRunner
@@ -58,14 +58,7 @@ class ServiceState:
 
 
 # "$1" unit file on the board, "$2" unit name: install it and (re)start it in one round trip.
-_START_UNIT = r"""
-set -eu
-dir="${EDGEKIT_BOARD_ROOT:-}/etc/systemd/system"
-mkdir -p "$dir"
-cp "$1" "$dir/.$2.new"
-chmod 0644 "$dir/.$2.new"
-mv -f "$dir/.$2.new" "$dir/$2"
-systemctl daemon-reload
+_START_UNIT = INSTALL_UNIT_SH + """systemctl daemon-reload
 systemctl restart "$2"
 """
 

@@ -81,6 +81,10 @@ def json_option(f: click.decorators.FC) -> click.decorators.FC:
                         help="Machine-readable JSON on stdout.")(f)
 
 
+board_option = click.option("--board", "board_name", required=True, metavar="NAME",
+                            help="A board from the board file.")
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=False, prog_name="edgekit")

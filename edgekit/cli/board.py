@@ -7,15 +7,12 @@ import sys
 import click
 from rich.table import Table
 
-from edgekit.cli import json_option
+from edgekit.cli import board_option, json_option
 from edgekit.cli.app import App
 from edgekit.errors import EdgekitError
 from edgekit.remote import hostkeys
 from edgekit.remote.probe import probe as probe_board
 from edgekit.remote.runner import runner_for
-
-board_option = click.option("--board", "board_name", required=True, metavar="NAME",
-                            help="A board from the board file.")
 
 
 @click.group()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from edgekit.cli import json_option
+from edgekit.cli import board_option, json_option
 from edgekit.cli.app import App
 from edgekit.config.recipes import load_recipe
 from edgekit.deploy import activate as act
@@ -17,9 +17,6 @@ from edgekit.errors import EdgekitError
 from edgekit.remote import releases
 from edgekit.remote.probe import probe
 from edgekit.remote.runner import runner_for
-
-board_option = click.option("--board", "board_name", required=True, metavar="NAME",
-                            help="A board from the board file.")
 
 
 def _fail_with_logs(app: App, exc: HealthCheckFailed) -> None:

@@ -8,7 +8,7 @@ from edgekit.remote.runner import LocalRunner, Result, SshRunner
 Runner = SshRunner | LocalRunner
 
 # "$1" unit file to install, "$2" unit name. EDGEKIT_BOARD_ROOT is empty on a real board.
-_INSTALL = r"""
+INSTALL_UNIT_SH = r"""
 set -eu
 dir="${EDGEKIT_BOARD_ROOT:-}/etc/systemd/system"
 mkdir -p "$dir"
@@ -39,7 +39,7 @@ class Service:
 
     def install(self, unit_file: str) -> None:
         """Copy ``unit_file`` (a path on the board) into the unit directory and reload systemd."""
-        self._run(["sh", "-c", _INSTALL, "edgekit-unit", unit_file, self.unit])
+        self._run(["sh", "-c", INSTALL_UNIT_SH, "edgekit-unit", unit_file, self.unit])
         self._run(["systemctl", "daemon-reload"])
 
     def restart(self) -> None:
