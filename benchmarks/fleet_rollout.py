@@ -120,6 +120,7 @@ def main() -> None:
                          "slowest_tasks": slowest, "load_avg_1m": round(os.getloadavg()[0], 2)})
     finally:
         sim.down(work / "sim", purge=True)
+        shutil.rmtree(work, ignore_errors=True)
     base = rows[0]["seconds"] if rows else 0.0
     for r in rows:
         r["ratio_vs_first"] = round(r["seconds"] / base, 2) if base else None

@@ -110,12 +110,13 @@ def train(pair: Any, teacher: Teacher, heldout: Teacher, cfg: TrainConfig, ckpt:
             torch.nn.utils.clip_grad_norm_(params, cfg.clip)
             opt.step()
             step += 1
+            loss_value = loss.item()
             summary = None
             if step % cfg.eval_every == 0 or step == cfg.steps:
                 with grid.fake_quant(qparams):
                     summary = evaluate(pair, drafter, heldout, cfg.k).summary()
-                history.append({"step": step, "loss": round(float(loss), 6), "heldout": summary})
-            on_step(StepReport(step, cfg.steps, float(loss), summary, start))
+                history.append({"step": step, "loss": round(loss_value, 6), "heldout": summary})
+            on_step(StepReport(step, cfg.steps, loss_value, summary, start))
             if step % cfg.checkpoint_every == 0 and step < cfg.steps:
                 ckpt.save(step, drafter, opt, history)
     except KeyboardInterrupt:

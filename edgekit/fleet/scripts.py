@@ -218,7 +218,7 @@ def scripts() -> dict[str, str]:
         "switch": releases._SWITCH,
         "serving": SERVING_SH,
         "prune": releases._PRUNE,
-        "unit_install": service._INSTALL,
+        "unit_install": service.INSTALL_UNIT_SH,
         "unit_rm": UNIT_RM_SH,
         "inventory": boardscripts.INVENTORY_SH,
         "inventory_ro": INVENTORY_RO,
