@@ -214,10 +214,10 @@ def scripts() -> dict[str, str]:
     return {
         "state": STATE_PY,
         "health": HEALTH_PY,
-        "create": releases._CREATE,
-        "switch": releases._SWITCH,
+        "create": releases.CREATE_SH,
+        "switch": releases.SWITCH_SH,
         "serving": SERVING_SH,
-        "prune": releases._PRUNE,
+        "prune": releases.PRUNE_SH,
         "unit_install": service.INSTALL_UNIT_SH,
         "unit_rm": UNIT_RM_SH,
         "inventory": boardscripts.INVENTORY_SH,

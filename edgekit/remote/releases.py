@@ -26,7 +26,7 @@ _REL = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*(/[A-Za-z0-9_][A-Za-z0-9._+-]*)
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 
 # "$1" base, "$2" id, then pairs: relative path, sha256. Builds releases/<id>.tmp and renames it.
-_CREATE = r"""
+CREATE_SH = r"""
 set -eu
 base="$1"; id="$2"; shift 2
 final="$base/releases/$id"
@@ -43,7 +43,7 @@ echo created
 """
 
 # "$1" base, "$2" id: point current at releases/<id> with one rename(2).
-_SWITCH = r"""
+SWITCH_SH = r"""
 set -eu
 [ -d "$1/releases/$2" ] || { echo "no release $2" >&2; exit 3; }
 ln -sfn "releases/$2" "$1/.current.new"
@@ -51,7 +51,7 @@ mv -T "$1/.current.new" "$1/current"
 """
 
 # "$1" base: current, serving, then one line per release "<mtime> <id>".
-_LIST = r"""
+LIST_SH = r"""
 base="$1"
 printf 'current=%s\n' "$(readlink "$base/current" 2>/dev/null | sed 's#^releases/##')"
 printf 'serving=%s\n' "$(cat "$base/serving" 2>/dev/null)"
@@ -63,7 +63,7 @@ done
 """
 
 # "$1" base, then ids to remove; afterwards drop blobs that no release links any more.
-_PRUNE = r"""
+PRUNE_SH = r"""
 set -eu
 base="$1"; shift
 for id in "$@"; do rm -rf "$base/releases/$id"; done
@@ -93,7 +93,7 @@ class Layout:
 
 def create(runner: Runner, base: str, release_id: str, files: Mapping[str, str]) -> bool:
     """Make releases/<id> from blobs already in the store; False when it already existed."""
-    argv = ["sh", "-c", _CREATE, "edgekit-release", base, check_id(release_id)]
+    argv = ["sh", "-c", CREATE_SH, "edgekit-release", base, check_id(release_id)]
     for rel, sha in sorted(files.items()):
         if not _REL.match(rel) or ".." in rel.split("/"):
             raise EdgekitError(f"{rel!r} is not a safe path inside a release.")
@@ -105,7 +105,7 @@ def create(runner: Runner, base: str, release_id: str, files: Mapping[str, str])
 
 
 def switch(runner: Runner, base: str, release_id: str) -> None:
-    runner.run(["sh", "-c", _SWITCH, "edgekit-switch", base, check_id(release_id)], timeout=30)
+    runner.run(["sh", "-c", SWITCH_SH, "edgekit-switch", base, check_id(release_id)], timeout=30)
 
 
 def mark_serving(runner: Runner, base: str, release_id: str) -> None:
@@ -114,7 +114,7 @@ def mark_serving(runner: Runner, base: str, release_id: str) -> None:
 
 
 def layout(runner: Runner, base: str) -> Layout:
-    out = runner.run(["sh", "-c", _LIST, "edgekit-list", base], timeout=30).stdout
+    out = runner.run(["sh", "-c", LIST_SH, "edgekit-list", base], timeout=30).stdout
     current = serving = None
     releases: list[tuple[int, str]] = []
     for line in out.splitlines():
@@ -142,5 +142,5 @@ def prune(runner: Runner, base: str, keep: int, protect: set[str]) -> list[str]:
     lay = layout(runner, base)
     keep_ids = set(lay.releases[-keep:]) | {p for p in protect if p}
     doomed = [r for r in lay.releases if r not in keep_ids]
-    runner.run(["sh", "-c", _PRUNE, "edgekit-prune", base, *doomed], timeout=120)
+    runner.run(["sh", "-c", PRUNE_SH, "edgekit-prune", base, *doomed], timeout=120)
     return doomed
