@@ -117,6 +117,7 @@ groups:
         (BOARDS.replace("host: 10.0.0.5", "host: '10.0.0.5; reboot'"), "is not a host name"),
         (BOARDS.replace("orin-1:\n", "'orin 1':\n", 1), "board name 'orin 1' is not a valid name"),
         (BOARDS.replace("key: ~/.ssh/id_ed25519", "base: ../../etc"), "must be an absolute path"),
+        (BOARDS.replace("key: ~/.ssh/id_ed25519", "base: \"/srv/it's\""), "must not contain quotes"),
         (BOARDS.replace("[orin-1]", "[thor-9]"), "names board 'thor-9'"),
         (BOARDS.replace("    user: nvidia\n", ""), r"field 'boards.orin-1.user': Field required"),
         (BOARDS + "  bad: [\n", "YAML syntax error"),

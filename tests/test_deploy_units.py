@@ -89,3 +89,26 @@ def test_probe_parsing() -> None:
     assert (facts.l4t, facts.jetpack, facts.cuda, facts.mem_total_mb, facts.disk_free_mb) == (
         "38.2.0", "7.0", "13.0.48", 128000, 2000)
     assert [r.label for r in facts.power_rails] == ["VIN"] and facts.is_jetson
+
+
+def test_rendered_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
+    """The unit edgekit installs is one systemd itself accepts (quoting, paths, settings)."""
+    import shutil
+    import subprocess
+
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed (Debian package systemd)")
+    release = tmp_path / "we ird $(reboot) `id` ;x 100%" / "releases" / "r1"
+    (release / "bin").mkdir(parents=True)
+    server = release / "bin" / "llama-server"
+    server.write_text("#!/bin/sh\n")
+    server.chmod(0o755)
+    rt = Runtime(spec_type="draft-mtp", draft_n_max=3)
+    args = server_args(rt, HELP_2026, "models/target.gguf", "models/drafter.gguf", port=8080)
+    unit = tmp_path / "edgekit-llama.service"
+    unit.write_text(render_unit(str(release), [str(server), *args, "--alias", "$(reboot) 50%"],
+                                str(tmp_path / "logs" / "llama-server.log"), "edgekit test", user="root"))
+    res = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, check=False)
+    problems = [ln for ln in res.stderr.splitlines() if "edgekit-llama.service" in ln]
+    assert res.returncode == 0 and not problems, res.stderr

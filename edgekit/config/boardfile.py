@@ -61,8 +61,11 @@ class Board(BaseModel):
         parts = v.split("/")
         if not (v.startswith("/") or v == "~" or v.startswith("~/")) or ".." in parts:
             raise ValueError(f"base {v!r} must be an absolute path or start with ~/, without '..'")
-        if any(c in v for c in "\n\0"):
+        if any(c in v for c in "\n\r\t\0"):
             raise ValueError("base contains a control character")
+        if any(c in v for c in "'\"\\"):
+            # systemd refuses to run an executable whose path holds quotes or backslashes.
+            raise ValueError(f"base {v!r} must not contain quotes or backslashes (systemd cannot run from there)")
         return v.rstrip("/") or "/"
 
     def key_path(self) -> Path | None:

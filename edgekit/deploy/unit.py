@@ -7,9 +7,14 @@ from collections.abc import Mapping, Sequence
 UNIT_NAME = "edgekit-llama.service"
 
 
-def systemd_quote(arg: str) -> str:
-    """Quote one ExecStart argument: systemd expands $VAR and %specifiers, and splits on spaces."""
-    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+def systemd_quote(arg: str, executable: bool = False) -> str:
+    """Quote one ExecStart argument: systemd expands $VAR and %specifiers, and splits on spaces.
+
+    The executable itself gets no `$$`: systemd takes its path literally after %specifiers.
+    """
+    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    if not executable:
+        escaped = escaped.replace("$", "$$")
     if escaped and not any(c in escaped for c in " \t'\"\\") and escaped == arg:
         return arg
     return f'"{escaped}"'
@@ -46,7 +51,7 @@ def render_unit(
         "Type=simple",
         f"WorkingDirectory={systemd_path(release_dir)}",
         *(f"Environment={systemd_quote(f'{k}={v}')}" for k, v in env.items()),
-        "ExecStart=" + " ".join(systemd_quote(a) for a in argv),
+        "ExecStart=" + " ".join(systemd_quote(a, executable=i == 0) for i, a in enumerate(argv)),
         "Restart=on-failure",
         "RestartSec=3",
         f"StandardOutput=append:{systemd_path(log_file)}",
