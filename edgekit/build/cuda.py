@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,6 +163,22 @@ def assemble_wheel_tree(root: Path, wheels_dir: Path | None = None) -> None:
         extra += ["--platform", plat]
     pip_download(list(CUDA13_AARCH64_WHEELS), wheels_dir, extra)
 
+    def fill(sbsa: Path) -> None:
+        for req in CUDA13_AARCH64_WHEELS:
+            _unpack_wheel(_wheel_file(wheels_dir, req), sbsa)
+
+    layout_cross_toolkit(root, nvcc, fill, "sbsa-linux", "\n".join(CUDA13_AARCH64_WHEELS) + "\n")
+
+
+def layout_cross_toolkit(root: Path, nvcc: Path, fill: Callable[[Path], None], target_dir: str,
+                         stamp: str) -> None:
+    """Host nvcc + an aarch64 target tree that ``fill(dir)`` writes, laid out as one toolkit at ``root``.
+
+    nvcc finds its includes relative to its own binary (nvcc.profile's $(_HERE_)), so the nvcc
+    binary and profile are hard-linked (or copied) into the tree; the rest of bin/ and nvvm/ are
+    symlinks to the host toolkit. The target tree lands in targets/<target_dir>, with
+    targets/aarch64-linux pointing there and the unversioned .so links made.
+    """
     host_root = nvcc.parent.parent
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".cuda-", dir=root.parent))
@@ -174,20 +191,23 @@ def assemble_wheel_tree(root: Path, wheels_dir: Path | None = None) -> None:
             else:
                 (tmp / "bin" / item.name).symlink_to(item)
         (tmp / "nvvm").symlink_to(host_root / "nvvm")
-        sbsa = tmp / "targets" / "sbsa-linux"
-        for req in CUDA13_AARCH64_WHEELS:
-            _unpack_wheel(_wheel_file(wheels_dir, req), sbsa)
-        _make_so_links(sbsa / "lib")
+        target = tmp / "targets" / target_dir
+        target.mkdir(parents=True)
+        fill(target)
+        (target / "lib").mkdir(exist_ok=True)
+        (target / "include").mkdir(exist_ok=True)
+        _make_so_links(target / "lib")
         # nvcc's own headers (fatbinary_section.h, nvPTXCompiler.h, ...) come with the host nvcc
-        # wheel and are the same for every target: link the ones the aarch64 wheels lack.
+        # and are the same for every target: link the ones the target tree lacks.
         for item in sorted((host_root / "include").iterdir()):
-            if not (sbsa / "include" / item.name).exists():
-                (sbsa / "include" / item.name).symlink_to(item)
-        (tmp / "targets" / CROSS_TARGET_DIR).symlink_to("sbsa-linux")
+            if not (target / "include" / item.name).exists():
+                (target / "include" / item.name).symlink_to(item)
+        if target_dir != CROSS_TARGET_DIR:
+            (tmp / "targets" / CROSS_TARGET_DIR).symlink_to(target_dir)
         (tmp / "include").symlink_to(f"targets/{CROSS_TARGET_DIR}/include")
         # Host-side libraries nvcc's own tools may load (its profile adds $(TOP)/lib).
         (tmp / "lib").symlink_to(host_root / "lib")
-        (tmp / ".complete").write_text("\n".join(CUDA13_AARCH64_WHEELS) + "\n")
+        (tmp / ".complete").write_text(stamp)
         if root.exists():
             shutil.rmtree(root)
         os.rename(tmp, root)

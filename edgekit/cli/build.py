@@ -26,7 +26,7 @@ def _target_for_board(app: App, board_name: str) -> str:
     return "host" if entry.sim else entry.profile  # a simulated board runs host binaries
 
 
-@click.command()
+@click.group(invoke_without_command=True)
 @click.option("--board", "board_name", metavar="NAME", help="A board from the board file (sets the target).")
 @click.option("--target", "target_name", metavar="|".join(TARGET_NAMES),
               help="Build for host (simulated boards), orin, thor or any board profile.")
@@ -44,7 +44,12 @@ def _target_for_board(app: App, board_name: str) -> str:
 def build(app: App, board_name: str | None, target_name: str | None, cpu_only: bool, on_board: bool,
           src: str | None, cuda_home: str | None, bundle_cuda_libs: bool, jobs: int | None, force: bool,
           dry_run: bool) -> None:
-    """Build llama-server, -cli, -bench, -quantize and -perplexity for a board."""
+    """Build llama-server, -cli, -bench, -quantize and -perplexity for a board.
+
+    `edgekit build sysroot --board B` pulls the board's own CUDA headers and libraries instead.
+    """
+    if click.get_current_context().invoked_subcommand:
+        return
     if board_name and target_name:
         raise EdgekitError("Give --board or --target, not both.")
     if on_board and not board_name:
@@ -99,5 +104,32 @@ def build(app: App, board_name: str | None, target_name: str | None, cpu_only: b
             app.out.print(f"  cubins: {', '.join(archs)} in {len(cubins)} file(s)")
         if verified.get("version_output"):
             app.out.print(f"  --version: {verified['version_output'].splitlines()[0]}")
+
+    app.emit(data, human)
+
+
+@build.command("sysroot")
+@click.option("--board", "board_name", required=True, metavar="NAME", help="A board from the board file.")
+@click.option("--nvcc", type=click.Path(dir_okay=False, exists=True), help="Host nvcc to pair with the sysroot.")
+@json_option
+@click.pass_obj
+def sysroot(app: App, board_name: str, nvcc: str | None) -> None:
+    """Pull the board's CUDA target tree (include/, lib/) for cross builds against its JetPack."""
+    from pathlib import Path
+
+    from edgekit.build.sysroot import pull_sysroot
+    from edgekit.remote.probe import probe
+    from edgekit.remote.runner import runner_for
+
+    entry = app.board(board_name)
+    with runner_for(entry, board_name) as runner:
+        facts = probe(runner, entry.base)
+        result = pull_sysroot(runner, board_name, facts.cuda, Path(nvcc) if nvcc else None)
+    data = result.to_dict()
+
+    def human() -> None:
+        app.out.print(f"{board_name}: CUDA {result.cuda_version} target tree, {result.files} files "
+                      f"({result.bytes / 1e6:.1f} MB) → {result.path}")
+        app.out.print(result.note)
 
     app.emit(data, human)
