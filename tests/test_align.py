@@ -142,29 +142,33 @@ def _align_json(recipe: Path, store: Path, *extra: str) -> dict:
 
 def test_interrupted_training_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     """Killed mid-run, the next run continues from the checkpoint and ends bit-identical to a clean run."""
+    from edgekit.align.recipe import recipe_job, recipe_spec
+    from edgekit.align.run import job_key
+    from edgekit.config.recipes import load_recipe
+    from edgekit.paths import cache_dir
+
     recipe = write_recipe(tmp_path / "resume.yaml", {"synthetic": "tiny-gemma4", "quant": "F32"},
                           {"synthetic": "tiny-gemma4-assistant", "quant": "F32",
-                           "align": {"steps": 40, "lr": 0.01, "new_tokens": 16, "batch_size": 8,
-                                     "seed": int(time.time()) % 1000}})  # a fresh key: no checkpoint of old runs
+                           "align": {"steps": 40, "lr": 0.01, "new_tokens": 16, "batch_size": 8}})
+    r = load_recipe(str(recipe))
+    ckpt = cache_dir() / "align" / job_key(recipe_job(r, recipe_spec(r)))[0][:24] / "checkpoint.pt"
+    ckpt.unlink(missing_ok=True)  # left by an earlier killed run of this test
     store = tmp_path / "store"
     proc = subprocess.Popen([sys.executable, "-m", "edgekit", "drafter", "align", "--recipe", str(recipe),
-                             "--measure-prompts", "0", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "EDGEKIT_STORE": str(store)})
+                             "--measure-prompts", "0", "--json"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, "EDGEKIT_STORE": str(store)})
     try:
         deadline = time.monotonic() + 300
-        ckpts: list[Path] = []
-        while not ckpts and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)
-            ckpts = list((Path(os.environ.get("EDGEKIT_CACHE", Path.home() / ".cache/edgekit")) / "align")
-                         .glob("*/checkpoint.pt"))
-            ckpts = [c for c in ckpts if c.stat().st_mtime > time.time() - 300]
-        assert ckpts, "no checkpoint appeared before the run ended"
+        while not ckpt.is_file() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert ckpt.is_file(), "no checkpoint appeared before the run ended"
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.kill()
         proc.wait(30)
     resumed = _align_json(recipe, store)
     assert resumed["train"]["resumed_from"] >= 2 and not resumed["cached"]
+    assert not ckpt.exists()  # a finished run removes its checkpoint
     clean = _align_json(recipe, tmp_path / "store2")
     assert clean["train"]["resumed_from"] == 0
     assert clean["fingerprint"] == resumed["fingerprint"]  # same weights: deterministic in the seed
