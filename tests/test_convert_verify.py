@@ -56,3 +56,19 @@ def test_verify_exact_q4_0_target(tmp_path_factory: pytest.TempPathFactory, llam
     # The weights are identical; only llama.cpp's Q8 activations in Q4_0 matmuls differ from F32.
     assert 0 <= t["mean_kld"] < 0.01 and t["same_top1"] > 0.5
     assert data["skipped"] == [{"role": "drafter", "why": "an MTP drafter runs only inside its target"}]
+
+
+def test_kld_falls_back_to_the_last_chunk_line_when_the_summary_is_lost() -> None:
+    from edgekit.convert.verify import parse_kld
+
+    # Real llama-perplexity output whose asynchronous logger exited before printing the summary.
+    out = (
+        "chunk             PPL               ln(PPL(Q)/PPL(base))          KL Divergence              Δp RMS"
+        "            Same top p\n"
+        "  62     406.1856 ±    1.4362       0.00048 ±    0.00031       0.00009 ±    0.00001     0.003 ±  0.000 %"
+        "    89.646 ±  0.695 %\n"
+        "  63     406.3982 ±    1.4259       0.00046 ±    0.00031       0.00009 ±    0.00000     0.003 ±  0.000 %"
+        "    89.759 ±  0.686 %\n"
+    )
+    r = parse_kld(out)
+    assert r["mean_kld"] == 0.00009 and abs(r["same_top1"] - 0.89759) < 1e-9 and r["ppl"] == 406.3982

@@ -9,6 +9,7 @@ without its target, so only targets are measured.
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 from dataclasses import dataclass
@@ -78,10 +79,31 @@ def parse_kld(output: str) -> dict[str, float]:
             if key == "mean_kld":
                 found["mean_kld_err"] = float(m.group(2))
     if "mean_kld" not in found or "same_top1" not in found:
+        found = _from_last_chunk(output) or found
+    if "mean_kld" not in found or "same_top1" not in found:
         raise EdgekitError("llama-perplexity printed no KL divergence summary (is the text long enough for "
                            "two contexts?).")
     found["same_top1"] /= 100.0
     return found
+
+
+_CHUNK = re.compile(
+    rf"^\s*\d+\s+{_FLOAT}\s+±\s+{_FLOAT}\s+{_FLOAT}\s+±\s+{_FLOAT}\s+{_FLOAT}\s+±\s+{_FLOAT}"
+    rf"\s+{_FLOAT}\s+±\s+{_FLOAT}\s*%\s+{_FLOAT}\s+±\s+{_FLOAT}\s*%\s*$", re.MULTILINE)
+
+
+def _from_last_chunk(output: str) -> dict[str, float] | None:
+    """The running totals of the last per-chunk line.
+
+    llama-perplexity logs its final summary through an asynchronous logger that, now and then,
+    exits before flushing it; the last chunk line carries the same running means (fewer digits).
+    """
+    rows = _CHUNK.findall(output)
+    if not rows:
+        return None
+    ppl, _ppl_err, ln_ratio, _ln_err, kld, kld_err, _dp, _dp_err, top1, _top1_err = (float(v) for v in rows[-1])
+    return {"mean_kld": kld, "mean_kld_err": kld_err, "same_top1": top1, "ppl": ppl,
+            "ppl_base": ppl / math.exp(ln_ratio)}
 
 
 def _perplexity(bin_dir: Path, args: list[str], log: Path) -> str:
