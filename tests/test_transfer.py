@@ -60,7 +60,8 @@ def make_board(sim_board: SimBoard, base: Path | str) -> Board:
 
 @pytest.fixture
 def base(tmp_path: Path) -> Path:
-    return tmp_path / "board base 'q' \"dq\" $(touch PWNED) ;x"
+    # No quotes: the board file refuses them in a base (systemd cannot run from such a path).
+    return tmp_path / "board base $(touch PWNED) `touch PWNED` ;x & 100%"
 
 
 @pytest.fixture

@@ -153,15 +153,7 @@ result(True, "healthy", ready, **more)
 INVENTORY_RO = r"""
 d="$1"; shift
 [ -d "$d" ] || { echo "free $(df -Pk / | awk 'NR==2 {print $4}')"; exit 0; }
-for s in "$@"; do
-  if [ -f "$d/$s" ]; then
-    if [ -x "$d/$s" ]; then echo "have $s x"; else echo "have $s -"; fi
-  elif [ -f "$d/$s.part" ]; then
-    echo "part $s $(wc -c < "$d/$s.part" | tr -d ' ')"
-  fi
-done
-echo "free $(df -Pk -- "$d" | awk 'NR==2 {print $4}')"
-"""
+""" + boardscripts.INVENTORY_LIST_SH
 
 # `python3 -c PLACE_PY STORE [SHA MODE]...`: after an upload, hash each `<sha>.part` on the board
 # (one process for all: cheaper than a hashing tool per file), flush it to disk, and rename it into

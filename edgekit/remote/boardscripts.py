@@ -8,9 +8,8 @@ from __future__ import annotations
 # `sh -c INVENTORY sh STORE SHA...`: create the store, then one line per blob the board has
 # (`have SHA x|-`: executable or not) or has partly (`part SHA BYTES`), the free space of the
 # store's filesystem (`free KB`) and whether python3 is there for the streaming verifier.
-INVENTORY_SH = r"""
-d="$1"; shift
-mkdir -p -- "$d" || exit 3
+# The listing part, shared with the fleet's read-only (--check) inventory.
+INVENTORY_LIST_SH = r"""
 for s in "$@"; do
   if [ -f "$d/$s" ]; then
     if [ -x "$d/$s" ]; then echo "have $s x"; else echo "have $s -"; fi
@@ -19,7 +18,11 @@ for s in "$@"; do
   fi
 done
 echo "free $(df -Pk -- "$d" | awk 'NR==2 {print $4}')"
-if command -v python3 >/dev/null 2>&1; then echo "python3 yes"; fi
+"""
+INVENTORY_SH = r"""
+d="$1"; shift
+mkdir -p -- "$d" || exit 3
+""" + INVENTORY_LIST_SH + r"""if command -v python3 >/dev/null 2>&1; then echo "python3 yes"; fi
 """
 
 # `sh -c 'printf %s "$HOME"'`: the login's home, to expand a base of ~/...
