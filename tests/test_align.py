@@ -186,3 +186,27 @@ def test_qat_drafter_stays_on_its_grid(tmp_path: Path) -> None:
     out = _align_json(recipe, tmp_path / "store")
     assert out["qat"]["tensors_on_grid"] > 0
     assert out["qat"]["exact_q4_0_after"] == out["qat"]["tensors_on_grid"]
+
+
+def test_recipe_align_block_gives_a_drafter_convert_can_use(tmp_path: Path, tiny, monkeypatch) -> None:
+    """What convert calls for a drafter with an align block: the store's artifact, a plain HF directory."""
+    from edgekit.align.recipe import aligned_drafter
+    from edgekit.config.recipes import load_recipe
+    from edgekit.models.inputs import ModelInput, resolve
+    from edgekit.models.validate import inspect_model
+
+    monkeypatch.setenv("EDGEKIT_STORE", str(tmp_path / "store"))
+    path = write_recipe(tmp_path / "wired.yaml", {"synthetic": "tiny-gemma4", "quant": "F32"},
+                        {"synthetic": "tiny-gemma4-assistant", "quant": "F32",
+                         "align": {"steps": 3, "lr": 0.01, "new_tokens": 8}})
+    r = load_recipe(str(path))
+    assert r.drafter is not None and r.drafter.align is not None and r.drafter.align.steps == 3
+    target, drafter = resolve(r.target, "target"), resolve(r.drafter, "drafter")
+    said: list[str] = []
+    first = aligned_drafter(r, target, drafter, said.append)
+    assert isinstance(first, ModelInput) and first.role == "drafter" and "aligned" in first.identity
+    info = inspect_model(first.path, "drafter")  # what convert checks next
+    assert info.architecture == "Gemma4AssistantForCausalLM" and info.backbone_hidden_size == 64
+    assert aligned_drafter(r, target, drafter, said.append) == first and any("cached" in m for m in said)
+    with pytest.raises(EdgekitError, match="nothing to align it to"):
+        aligned_drafter(r, None, drafter)

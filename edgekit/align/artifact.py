@@ -29,11 +29,16 @@ def weights_fingerprint(path: Path) -> str:
     return digest.hexdigest()[:24]
 
 
+# The modules whose code decides the trained weights; a change in any of them changes every key.
+_RESULT_MODULES = ("checkpoint", "continuations", "grid", "objective", "pair", "prompts", "run", "spec", "teacher",
+                   "train", "unroll")
+
+
 def code_version() -> str:
-    """Changes whenever the alignment code changes (it is part of every key)."""
+    """Changes whenever code that shapes the result changes (it is part of every key)."""
     digest = hashlib.sha256()
-    for p in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(p.name.encode() + b"\0" + p.read_bytes())
+    for name in _RESULT_MODULES:
+        digest.update(name.encode() + b"\0" + (Path(__file__).parent / f"{name}.py").read_bytes())
     return digest.hexdigest()[:16]
 
 

@@ -21,8 +21,8 @@ from edgekit.align.train import StepReport
 class AlignProgress:
     def __init__(self, console: Console) -> None:
         self._progress = Progress(
-            TextColumn("[bold]aligning[/bold]"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("loss {task.fields[loss]}"), TextColumn("held-out acceptance {task.fields[acc]}"),
+            TextColumn("[bold]aligning[/bold]"), BarColumn(bar_width=20), MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}"), TextColumn("held-out {task.fields[acc]}"),
             TimeElapsedColumn(), TimeRemainingColumn(), console=console)
         self._task: TaskID | None = None
 
@@ -41,7 +41,7 @@ class AlignProgress:
         fields: dict[str, str] = {"loss": f"{report.loss:.4f}"}
         if report.heldout is not None:
             h = report.heldout
-            fields["acc"] = f"{h['acceptance_rate']:.1%} ({h['tokens_per_verify']:.2f} tok/verify)"
+            fields["acc"] = f"{h['acceptance_rate']:.0%} acc, {h['tokens_per_verify']:.2f} tok/pass"
         self._progress.update(self._task, completed=report.step, **fields)
 
 

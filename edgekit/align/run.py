@@ -15,7 +15,7 @@ from edgekit.align.checkpoint import Checkpointer
 from edgekit.align.pair import check_models, load_pair, saved_dtype
 from edgekit.align.prompts import load_prompts
 from edgekit.align.spec import AlignSpec
-from edgekit.align.train import StepReport, TrainConfig, evaluate, train
+from edgekit.align.train import StepReport, TrainConfig, TrainResult, evaluate, train
 from edgekit.models.inputs import ModelInput
 from edgekit.paths import cache_dir
 from edgekit.store import Artifact, Store
@@ -80,15 +80,73 @@ def _qat_names(mode: str, drafter: Any) -> list[str]:
     return grid.on_grid(drafter)  # auto: keep on the grid exactly what was on it
 
 
-def align(job: AlignJob, store: Store | None = None, force: bool = False,
-          say: Callable[[str], None] = lambda _m: None,
-          on_step: Callable[[StepReport], None] = lambda _r: None) -> AlignOutcome:
+@dataclass
+class _Data:
+    train: list[Any]
+    heldout: list[Any]
+    teacher: Any  # Teacher over train
+    held: Any  # Teacher over heldout
+    measure_prompts: list[str]  # held-out prompts for transformers' assisted generation
+
+
+def _prepare(job: AlignJob, pair: Any, prompts: Any, say: Callable[[str], None]) -> _Data:
+    from edgekit.align.continuations import continuations
+    from edgekit.align.teacher import Teacher
+
+    spec = job.spec
+    say(f"target continues {len(prompts.train)} training and {len(prompts.heldout)} held-out prompts "
+        f"({spec.new_tokens} tokens each)")
+    train_data = continuations(pair, prompts.train, spec.new_tokens, spec.sampled, spec.seed)
+    held_data = continuations(pair, prompts.heldout, spec.new_tokens)
+    return _Data(train_data, held_data, Teacher(pair, train_data), Teacher(pair, held_data),
+                 list(prompts.heldout[: job.assisted_prompts]))
+
+
+def _measure(job: AlignJob, pair: Any, drafter: Any, data: _Data) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(replayed greedy rounds on held-out continuations, transformers' assisted generation or None)."""
+    from edgekit.align.assisted import assisted_acceptance
+
+    replay = evaluate(pair, drafter, data.held, job.k).summary()
+    assisted = (assisted_acceptance(pair, drafter, data.measure_prompts, job.spec.new_tokens, job.k)
+                if data.measure_prompts else None)
+    return replay, assisted
+
+
+def _manifest(job: AlignJob, facts: dict[str, Any], pair: Any, data: _Data, qat: tuple[list[str], list[str]],
+              measured: dict[str, Any], result: TrainResult, staging: Path, seconds: float) -> dict[str, Any]:
     import torch
     import transformers
 
-    from edgekit.align.assisted import assisted_acceptance
-    from edgekit.align.continuations import continuations
-    from edgekit.align.teacher import Teacher
+    spec, info = job.spec, pair.target_info
+    return {
+        "target": {"label": job.target.label, "identity": job.target.identity, "fingerprint": facts["target_fp"],
+                   "architecture": info.architecture, "hidden_size": info.hidden_size, "vocab_size": info.vocab_size},
+        "drafter_in": {"label": job.drafter.label, "identity": job.drafter.identity,
+                       "fingerprint": facts["drafter_fp"]},
+        "fingerprint": artifact.weights_fingerprint(staging),
+        "data": {**facts["prompts"].to_dict(), "new_tokens": spec.new_tokens, "sampled": spec.sampled,
+                 "train_sequences": len(data.train), "heldout_sequences": len(data.heldout),
+                 "train_tokens": sum(len(c.tokens) for c in data.train)},
+        "settings": facts["settings"],
+        "qat": {"mode": spec.qat, "tensors_on_grid": len(qat[0]), "exact_q4_0_after": len(qat[1])},
+        "heldout": {"method": "greedy rounds replayed along the target's held-out continuations",
+                    "before": measured["replay_before"], "after": measured["replay_after"]},
+        "assisted": {"method": "transformers generate(assistant_model=...), greedy",
+                     "before": measured["assisted_before"], "after": measured["assisted_after"]},
+        "train": {"seconds": round(result.seconds, 1), "resumed_from": result.resumed_from,
+                  "history": result.history},
+        "seconds": round(seconds, 1),
+        "device": job.device, "threads": torch.get_num_threads() if job.device == "cpu" else None,
+        "torch": torch.__version__, "transformers": transformers.__version__, "code": artifact.code_version(),
+    }
+
+
+def align(job: AlignJob, store: Store | None = None, force: bool = False,
+          say: Callable[[str], None] = lambda _m: None,
+          on_step: Callable[[StepReport], None] = lambda _r: None) -> AlignOutcome:
+    """The aligned drafter for ``job``: from the store, or trained (resuming a checkpoint) and stored."""
+    import torch
+    import transformers
 
     store = store or Store()
     check_models(job.target.path, job.drafter.path)  # a mismatched pair fails before any work
@@ -96,59 +154,28 @@ def align(job: AlignJob, store: Store | None = None, force: bool = False,
     cached = artifact.find(store, key)
     if cached is not None and not force:
         return AlignOutcome(cached, True)
-    spec, prompts = job.spec, facts["prompts"]
-    t0 = time.monotonic()
+    spec, t0 = job.spec, time.monotonic()
     with _torch_threads(job.threads if job.device == "cpu" else None):
         pair = load_pair(job.target.path, job.drafter.path, job.device)
         qat_names = _qat_names(spec.qat, pair.drafter)
-        say(f"target continues {len(prompts.train)} training and {len(prompts.heldout)} held-out prompts "
-            f"({spec.new_tokens} tokens each)")
-        train_data = continuations(pair, prompts.train, spec.new_tokens, spec.sampled, spec.seed)
-        held_data = continuations(pair, prompts.heldout, spec.new_tokens)
-        teacher, held = Teacher(pair, train_data), Teacher(pair, held_data)
-        measure_prompts = list(prompts.heldout[: job.assisted_prompts])
-        before = evaluate(pair, pair.drafter, held, job.k).summary()
-        assisted_before = (assisted_acceptance(pair, pair.drafter, measure_prompts, spec.new_tokens, job.k)
-                           if measure_prompts else None)
-        say(f"before: held-out acceptance {before['acceptance_rate']:.1%}, "
-            f"{before['tokens_per_verify']:.2f} tokens per verify pass")
+        data = _prepare(job, pair, facts["prompts"], say)
+        measured: dict[str, Any] = {}
+        measured["replay_before"], measured["assisted_before"] = _measure(job, pair, pair.drafter, data)
+        say(f"before: held-out acceptance {measured['replay_before']['acceptance_rate']:.1%}, "
+            f"{measured['replay_before']['tokens_per_verify']:.2f} tokens per verify pass")
         cfg = TrainConfig(spec.steps, job.k, spec.lr, spec.batch_size, spec.seed, tuple(qat_names),
                           eval_every=max(10, spec.steps // 10), checkpoint_every=max(10, spec.steps // 20))
         ckpt = Checkpointer(cache_dir() / "align" / key[:24], key)
-        result = train(pair, teacher, held, cfg, ckpt, on_step)
+        result = train(pair, data.teacher, data.held, cfg, ckpt, on_step)
         staging = store.staging_dir()
         try:
             artifact.save_drafter(pair.drafter, saved_dtype(job.drafter.path), job.k, job.drafter.path, staging)
             # Measure what was saved (in its stored dtype), not the training copy.
             saved = transformers.Gemma4AssistantForCausalLM.from_pretrained(staging, dtype=torch.float32)
             saved = saved.to(pair.device)
-            after = evaluate(pair, saved, held, job.k).summary()
-            assisted_after = (assisted_acceptance(pair, saved, measure_prompts, spec.new_tokens, job.k)
-                              if measure_prompts else None)
-            exact = grid.on_grid(saved)
-            manifest = {
-                "target": {"label": job.target.label, "identity": job.target.identity,
-                           "fingerprint": facts["target_fp"], "architecture": pair.target_info.architecture,
-                           "hidden_size": pair.target_info.hidden_size, "vocab_size": pair.target_info.vocab_size},
-                "drafter_in": {"label": job.drafter.label, "identity": job.drafter.identity,
-                               "fingerprint": facts["drafter_fp"]},
-                "fingerprint": artifact.weights_fingerprint(staging),
-                "data": {**prompts.to_dict(), "new_tokens": spec.new_tokens, "sampled": spec.sampled,
-                         "train_sequences": len(train_data), "heldout_sequences": len(held_data),
-                         "train_tokens": sum(len(c.tokens) for c in train_data)},
-                "settings": facts["settings"],
-                "qat": {"mode": spec.qat, "tensors_on_grid": len(qat_names), "exact_q4_0_after": len(exact)},
-                "heldout": {"method": "teacher-forced greedy rounds from every position of the held-out "
-                                      "continuations", "before": before, "after": after},
-                "assisted": {"method": "transformers generate(assistant_model=…), greedy",
-                             "before": assisted_before, "after": assisted_after},
-                "train": {"seconds": round(result.seconds, 1), "resumed_from": result.resumed_from,
-                          "history": result.history},
-                "seconds": round(time.monotonic() - t0, 1),
-                "device": job.device, "threads": torch.get_num_threads() if job.device == "cpu" else None,
-                "torch": torch.__version__, "transformers": transformers.__version__,
-                "code": artifact.code_version(),
-            }
+            measured["replay_after"], measured["assisted_after"] = _measure(job, pair, saved, data)
+            manifest = _manifest(job, facts, pair, data, (qat_names, grid.on_grid(saved)), measured, result,
+                                 staging, time.monotonic() - t0)
             art = store.put(artifact.KIND, key, staging, manifest)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

@@ -43,30 +43,31 @@ def _corpus() -> str:
     return "\n".join(parse_prompts(resources.files("edgekit").joinpath("data/align_prompts.txt").read_text()))
 
 
-def make_tuned_target(out_dir: Path, seed: int = 0, steps: int = TUNE_STEPS) -> Path:
-    """Write the random tiny target for ``seed``, fine-tuned for ``steps`` steps, to ``out_dir`` (bf16)."""
+def finetune_target(src: Path, out_dir: Path, seed: int = 0, steps: int = TUNE_STEPS, lr: float = TUNE_LR,
+                    batch: int = BATCH, threads: int = 1) -> Path:
+    """Fine-tune the Gemma 4 target in ``src`` on the bundled prompt text; write it to ``out_dir`` (bf16)."""
     import torch
     import torch.nn.functional as F
-    from transformers import AutoTokenizer, Gemma4ForConditionalGeneration
+    import transformers
+    from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from edgekit.convert.tiny import make_target
+    from edgekit.models.validate import inspect_model
 
     hf_logging.disable_progress_bar()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # deterministic, and fastest on a shared 2-core box
-    with tempfile.TemporaryDirectory(prefix="edgekit-tiny-") as tmp:
-        base = make_target(Path(tmp) / "target", seed)
-        tok = AutoTokenizer.from_pretrained(base)
-        model = Gemma4ForConditionalGeneration.from_pretrained(base, dtype=torch.float32)
+    arch = inspect_model(Path(src), "target").architecture
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)  # one thread: deterministic, and fastest on a shared 2-core box
     try:
+        tok = AutoTokenizer.from_pretrained(src)
+        model = getattr(transformers, arch).from_pretrained(src, dtype=torch.float32)
         ids = torch.tensor(tok(_corpus()).input_ids)
         torch.manual_seed(seed)
         rng = random.Random(seed)
-        opt = torch.optim.AdamW(model.parameters(), lr=TUNE_LR, weight_decay=0.0)
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
         model.train()
         for _ in range(steps):
-            starts = [rng.randrange(0, len(ids) - WINDOW - 1) for _ in range(BATCH)]
+            starts = [rng.randrange(0, len(ids) - WINDOW - 1) for _ in range(batch)]
             x = torch.stack([ids[s:s + WINDOW] for s in starts])
             y = torch.stack([ids[s + 1:s + WINDOW + 1] for s in starts])
             logits = model(input_ids=x).logits
@@ -80,8 +81,16 @@ def make_tuned_target(out_dir: Path, seed: int = 0, steps: int = TUNE_STEPS) -> 
         model.to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
         tok.save_pretrained(out_dir)
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(before)
     return out_dir
+
+
+def make_tuned_target(out_dir: Path, seed: int = 0, steps: int = TUNE_STEPS) -> Path:
+    """Write the random tiny target for ``seed``, fine-tuned for ``steps`` steps, to ``out_dir`` (bf16)."""
+    from edgekit.convert.tiny import make_target
+
+    with tempfile.TemporaryDirectory(prefix="edgekit-tiny-") as tmp:
+        return finetune_target(make_target(Path(tmp) / "target", seed), out_dir, seed, steps)
 
 
 def ensure_tuned_target(root: Path, seed: int = 0, steps: int = TUNE_STEPS) -> Path:
@@ -103,4 +112,4 @@ def ensure_tuned_target(root: Path, seed: int = 0, steps: int = TUNE_STEPS) -> P
     return final
 
 
-__all__ = ["ensure_tuned_target", "make_tuned_target", "tuned_fingerprint"]
+__all__ = ["ensure_tuned_target", "finetune_target", "make_tuned_target", "tuned_fingerprint"]
