@@ -9,10 +9,12 @@ drafter (hidden 256), both random-weight. Two targets of that architecture:
     tuned   the same weights fine-tuned on the bundled prompt text for a few minutes of CPU (a user's
             fine-tuned target, which is what alignment is for).
 
-For each target the recipe is served three ways on one simulated board: no drafter (spec_type none),
-the random drafter, and the drafter aligned to that target by `edgekit drafter align`. Reported per
-way: llama-server's tokens per second (timings.predicted_n / predicted_ms, greedy, held-out prompts),
-draft_n_accepted / draft_n, and the tokens per verify pass; plus the alignment's own held-out numbers.
+For each target the recipe is served three ways, one simulated board each: no drafter (spec_type
+none), the random drafter, and the drafter aligned to that target by `edgekit drafter align`. The
+boards are asked in turn, prompt by prompt (greedy, held-out prompts), so load from elsewhere on a
+shared machine hits the three alike. Reported per way: llama-server's tokens per second
+(timings.predicted_n / predicted_ms), draft_n_accepted / draft_n and the tokens per verify pass;
+plus the alignment's own held-out numbers (replayed rounds and transformers' assisted generation).
 Models, tuned target and aligned drafters are cached, so a second run only measures.
 
     python benchmarks/align_speedup.py [--hidden 512] [--layers 8] [--vocab 4096] [--tune-steps 150]
@@ -91,10 +93,11 @@ def make_pair(out: Path, hidden: int, layers: int, vocab: int, seed: int = 0) ->
     return target_dir, drafter_dir
 
 
-class SimBoard:
-    """One simulated board in a private directory, stopped on exit (`edgekit sim down`)."""
+class SimBoards:
+    """Simulated boards in a private directory, stopped on exit (`edgekit sim down`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, count: int) -> None:
+        self.count = count
         self.tmp = Path(tempfile.mkdtemp(prefix="edgekit-align-bench-"))
         self.env = {**os.environ, "EDGEKIT_CONFIG_DIR": str(self.tmp / "config"),
                     "EDGEKIT_SIM_DIR": str(self.tmp / "sim"), "EDGEKIT_CONFIG": str(self.tmp / "config/edgekit.yaml")}
@@ -106,16 +109,16 @@ class SimBoard:
             raise SystemExit(f"edgekit {' '.join(args)} failed:\n{res.stderr[-3000:]}")
         return res.stdout
 
-    def __enter__(self) -> SimBoard:
-        state = json.loads(self.edgekit("sim", "up", "--boards", "1", "--json"))
-        board = state["boards"][0]
-        self.name, self.url = board["name"], f"http://127.0.0.1:{board['service_port']}"
+    def __enter__(self) -> SimBoards:
+        state = json.loads(self.edgekit("sim", "up", "--boards", str(self.count), "--json"))
+        self.boards = [(b["name"], f"http://127.0.0.1:{b['service_port']}") for b in state["boards"]]
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.edgekit("sim", "down")
 
-    def serve(self, name: str, target: Path, drafter: Path | None, threads: int) -> None:
+    def serve(self, board: int, name: str, target: Path, drafter: Path | None, threads: int) -> str:
+        """Deploy target (+ drafter) as one recipe on board number ``board``; its URL."""
         runtime = {"ctx_size": 1024, "n_gpu_layers": 0, "threads": threads, "parallel": 1, "port": 8080,
                    "spec_type": "draft-mtp" if drafter else "none", "draft_n_max": 3, "n_gpu_layers_draft": 0}
         recipe = {"name": name, "target": {"path": str(target), "quant": "F32"}, "runtime": runtime}
@@ -123,13 +126,30 @@ class SimBoard:
             recipe["drafter"] = {"path": str(drafter), "quant": "F32"}
         path = self.tmp / f"{name}.yaml"
         path.write_text(yaml.safe_dump(recipe))
-        self.edgekit("--json", "deploy", "--board", self.name, "--recipe", str(path))
+        board_name, url = self.boards[board]
+        self.edgekit("--json", "deploy", "--board", board_name, "--recipe", str(path))
+        return url
 
 
-def measure(board: SimBoard, prompts: list[str], n_predict: int) -> dict[str, Any]:
-    complete(board.url, prompts[0], 8)  # warm-up: first-request allocations are not decode speed
-    out = server_acceptance(board.url, prompts, n_predict, k=3)
-    out.pop("tokens")
+def measure(urls: dict[str, str], prompts: list[str], n_predict: int, repeat: int = 2) -> dict[str, dict[str, Any]]:
+    """Greedy decodes of every prompt on every server, interleaved prompt by prompt (so load from other
+    processes on a shared machine hits all ways alike), ``repeat`` passes; tokens per second overall."""
+    for url in urls.values():
+        complete(url, prompts[0], 8)  # warm-up: first-request allocations are not decode speed
+    parts: dict[str, list[dict[str, Any]]] = {way: [] for way in urls}
+    for _ in range(repeat):
+        for prompt in prompts:
+            for way, url in urls.items():
+                parts[way].append(server_acceptance(url, [prompt], n_predict, k=3))
+    out = {}
+    for way, ps in parts.items():
+        drafted, accepted = sum(p["draft_n"] for p in ps), sum(p["draft_n_accepted"] for p in ps)
+        predicted = sum(p["predicted_n"] for p in ps)
+        seconds = sum(p["predicted_n"] / p["tokens_per_second"] for p in ps if p["tokens_per_second"])
+        rate = accepted / drafted if drafted else 0.0
+        out[way] = {"requests": len(ps), "draft_n": drafted, "draft_n_accepted": accepted,
+                    "acceptance_rate": round(rate, 4), "tokens_per_verify": round(1 + 3 * rate, 4),
+                    "predicted_n": predicted, "tokens_per_second": round(predicted / seconds, 2) if seconds else None}
     return out
 
 
@@ -169,6 +189,7 @@ def main() -> None:
     ap.add_argument("--server-threads", type=int, default=None, help="llama-server threads (default 2; tiny 1)")
     ap.add_argument("--prompts", type=int, default=None, help="held-out prompts per measurement (24; tiny all)")
     ap.add_argument("--n-predict", type=int, default=None, help="tokens per request (64; tiny 48)")
+    ap.add_argument("--repeat", type=int, default=2, help="passes over the prompts")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     threads = args.server_threads or (1 if args.tiny else 2)
@@ -187,17 +208,20 @@ def main() -> None:
                        assisted_prompts=len(prompts) if args.tiny else 8)
         print(f"aligning the drafter to the {name} target …", file=sys.stderr, flush=True)
         aligned[name] = align(job, say=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
-    with SimBoard() as board:
+    with SimBoards(3) as boards:
         for name, target, drafter, _spec in cases:
             outcome = aligned[name]
             m = outcome.artifact.manifest
             row: dict[str, Any] = {"alignment": {"seconds": m["seconds"], "train_seconds": m["train"]["seconds"],
                                                  "cached": outcome.cached, "heldout": m["heldout"],
                                                  "assisted": m["assisted"]}}
-            for way, model in (("no drafter", None), ("random drafter", drafter), ("aligned drafter", outcome.path)):
+            urls = {}
+            ways = (("no drafter", None), ("random drafter", drafter), ("aligned drafter", outcome.path))
+            for i, (way, model) in enumerate(ways):
                 print(f"serving the {name} target, {way} …", file=sys.stderr, flush=True)
-                board.serve(f"bench-{name.replace(' ', '-')}-{way.split()[0]}", target, model, threads)
-                row[way] = measure(board, prompts, args.n_predict)
+                urls[way] = boards.serve(i, f"bench-{name.replace(' ', '-')}-{way.split()[0]}", target, model,
+                                         threads)
+            row.update(measure(urls, prompts, args.n_predict, args.repeat))
             base = row["no drafter"]["tokens_per_second"]
             for way in ("random drafter", "aligned drafter"):
                 row[way]["speedup"] = round(row[way]["tokens_per_second"] / base, 3) if base else None
