@@ -129,7 +129,7 @@ def test_bench_results_plots_and_the_known_power_integral(traced_nx, env: dict[s
         assert run["errors"] == 0 and run["tokens"] == run["requests"] * 200 and run["tokens_per_second"] > 0
         assert run["ttft_p50_s"] > 0
         if run["config"] == "drafter":
-            assert run["draft_n"] > 0 and run["acceptance"] is not None
+            assert run["draft_n"] > 0 and run["acceptance"] > 0.1  # the recipe's drafter is aligned
             assert set(run["acceptance_by_category"]) == {"code", "qa", "chat", "math", "repetitive"}
         else:
             assert run["draft_n"] == 0 and run["acceptance"] is None

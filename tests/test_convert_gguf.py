@@ -68,8 +68,10 @@ def test_sim_recipe_converts_checks_and_stores(f32_pair: ConvertResult, store: S
     assert models["target"]["tensors"] == 68 and models["drafter"]["tensors"] == 27
     manifest = f32_pair.models[0].artifact.manifest
     assert manifest["converter"]["commit"].startswith("0c1e570")
-    assert manifest["source"]["synthetic"] == "tiny-gemma4" and manifest["quant"] == "F32"
+    assert manifest["source"]["synthetic"] == "tiny-gemma4-tuned" and manifest["quant"] == "F32"
     assert {f["name"] for f in manifest["files"]} == {"target-f32.gguf", "target-convert.log"}
+    # The recipe's align block: the drafter converted is the one re-fitted to this target.
+    assert "aligned" in f32_pair.models[1].artifact.manifest["source"]
     assert all(len(f["sha256"]) == 64 for f in manifest["files"])
 
     start = time.monotonic()

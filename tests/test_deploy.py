@@ -94,6 +94,7 @@ def test_tiny_mtp_deploys_drafts_and_redeploys_for_free(boards) -> None:
     first = deploy(board.name, "sim-tiny-mtp")
     assert first["changed"] and first["health"]["ok"] and first["bytes_sent"] > 0
     assert first["health"]["draft_n"] > 0  # the MTP drafter really drafted
+    assert first["health"]["acceptance"] > 0.2  # and, aligned to this target, its drafts are accepted
     answer = complete(board.service_port)
     assert answer["tokens_predicted"] > 0 and "draft_n" in answer["timings"]
     again = deploy(board.name, "sim-tiny-mtp")

@@ -55,7 +55,7 @@ def aligned_drafter(recipe: Recipe, target: ModelInput | None, drafter: ModelInp
     say(f"drafter: aligning to {target.label} ({spec.steps} steps; kept in the store afterwards)")
     outcome = align(job, say=say)
     m: dict[str, Any] = outcome.artifact.manifest
-    say(f"drafter: aligned {'(cached)' if outcome.cached else ''} held-out acceptance "
+    say(f"drafter: aligned{' (cached)' if outcome.cached else ''}, held-out acceptance "
         f"{m['heldout']['before']['acceptance_rate']:.1%} → {m['heldout']['after']['acceptance_rate']:.1%}")
     return ModelInput("drafter", outcome.path, {"aligned": outcome.artifact.key, "fingerprint": m["fingerprint"],
                                                  "from": drafter.identity})

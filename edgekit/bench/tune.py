@@ -27,7 +27,7 @@ from edgekit.bench.session import Run, Session, SessionOptions, check_restored
 from edgekit.bench.stats import Estimate, estimate
 from edgekit.bench.workloads import Point, requests_per_run
 from edgekit.config.boardfile import Board
-from edgekit.config.recipes import Recipe
+from edgekit.config.recipes import ModelSource, Recipe
 from edgekit.errors import EdgekitError
 
 
@@ -162,7 +162,7 @@ def tune(name: str, board: Board, recipe: Recipe, grid: Grid, opts: TuneOptions,
         "draft_n_max": best["draft_n_max"], "draft_p_min": best["draft_p_min"],
         "draft_n_min": min(recipe.runtime.draft_n_min, best["draft_n_max"]),
         "parallel": best["parallel"] or recipe.runtime.parallel})
-    tuned = recipe.model_copy(update={"runtime": runtime})
+    tuned = recipe.model_copy(update={"runtime": runtime, "drafter": _measured_drafter(recipe)})
     deployed = None
     if opts.deploy:
         from edgekit.deploy.pipeline import DeployOptions, deploy
@@ -192,3 +192,15 @@ def tune(name: str, board: Board, recipe: Recipe, grid: Grid, opts: TuneOptions,
         data = tuned.model_dump(mode="json", exclude_defaults=True)
         (opts.out_dir / f"{recipe.name}.tuned.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     return result
+
+
+def _measured_drafter(recipe: Recipe) -> ModelSource | None:
+    """The drafter that was measured: an aligned drafter keeps the K it was fitted for.
+
+    Its ``align.k`` defaults to ``runtime.draft_n_max``; without pinning it, deploying a new draft
+    length would re-fit the drafter (minutes to hours) and deploy one that was never measured.
+    """
+    drafter = recipe.drafter
+    if drafter is None or drafter.align is None or drafter.align.k is not None:
+        return drafter
+    return drafter.model_copy(update={"align": drafter.align.model_copy(update={"k": recipe.runtime.draft_n_max})})

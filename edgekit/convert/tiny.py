@@ -233,7 +233,15 @@ SYNTHETIC_MAKERS = {
     "tiny-gemma4-qat": lambda d, seed: make_target(d, seed, qat=True),
     "tiny-gemma4-assistant": lambda d, seed: make_drafter(d, seed, qat=False),
     "tiny-gemma4-assistant-qat": lambda d, seed: make_drafter(d, seed, qat=True),
+    "tiny-gemma4-tuned": lambda d, seed: _tuned_target(d, seed),
 }
+
+
+def _tuned_target(out_dir: Path, seed: int) -> Path:
+    """The random target fine-tuned on text: a target that a small drafter can learn to follow."""
+    from edgekit.align.tinytarget import make_tuned_target  # trains with torch: imported on demand
+
+    return make_tuned_target(out_dir, seed)
 
 
 def tiny_fingerprint() -> str:

@@ -75,10 +75,19 @@ def _from_hub(repo: str, revision: str) -> tuple[Path, str]:
     return local, local.name
 
 
-def synthetic_dir(name: str, seed: int = 0) -> Path:
+def synthetic_fingerprint(name: str) -> str:
+    """Changes whenever the generator of ``name`` would write different bytes."""
+    if name == "tiny-gemma4-tuned":
+        from edgekit.align.tinytarget import tuned_fingerprint
+
+        return tuned_fingerprint()
     from edgekit.convert.tiny import tiny_fingerprint
 
-    return cache_dir() / "synthetic" / f"{name}-{tiny_fingerprint()}-s{seed}"
+    return tiny_fingerprint()
+
+
+def synthetic_dir(name: str, seed: int = 0) -> Path:
+    return cache_dir() / "synthetic" / f"{name}-{synthetic_fingerprint(name)}-s{seed}"
 
 
 def ensure_synthetic(name: str, seed: int = 0) -> Path:
@@ -111,11 +120,9 @@ def resolve(source: ModelSource, role: str, base_dir: Path | None = None, seed: 
         path, commit = _from_hub(source.repo, source.revision)
         return ModelInput(role, path, {"repo": source.repo, "revision": source.revision, "commit": commit})
     if source.synthetic:
-        from edgekit.convert.tiny import tiny_fingerprint
-
         path = ensure_synthetic(source.synthetic, seed)
-        return ModelInput(role, path, {"synthetic": source.synthetic, "generator": tiny_fingerprint(),
-                                       "seed": seed})
+        return ModelInput(role, path, {"synthetic": source.synthetic,
+                                       "generator": synthetic_fingerprint(source.synthetic), "seed": seed})
     if source.path:
         path = source.local_path(base_dir or Path.cwd())
         assert path is not None
