@@ -1,0 +1,195 @@
+"""Worker run by the Python that has ``litert_torch``: a ``.litertlm`` with a Gemma 4 target *and* its MTP drafter.
+
+Reads JSON ``{"target", "drafter", "out_dir", "prefill_lengths", "cache_length", "quant", "draft_steps"}``
+on stdin; writes ``out_dir/model.litertlm`` and prints one JSON line describing it.
+
+LiteRT-LM 0.18.1 runs speculative decoding (CPU/GPU executor, ``LlmLiteRtMtpDrafter``) when the bundle
+has a ``tf_lite_mtp_drafter`` section. Its contract, read from LiteRT-LM's sources and checked here:
+
+- target ``decode`` and ``verify`` signatures also output ``activations`` (the final hidden state after
+  the last norm, float32); ``verify`` takes ``embeddings`` ``[1, G+1, H]`` and ``input_pos`` ``[G+1]``
+  (G, the draft length, is fixed at export). litert-torch 0.10 adds ``verify`` when ``assistant_model``
+  is set, but its Gemma 4 module returns no ``activations`` and traces the verify mask as bool where the
+  graph adds it to the scores: both are patched below, around the export only.
+- the drafter's signature 0 (``mtp_drafter``): inputs ``activations`` ``[1, 1, 2H]`` (target embedding of
+  the last token ++ the previous hidden state), ``input_pos`` ``[1]`` (= the last position in the KV
+  cache) and every ``kv_cache_*`` tensor it reads, bound by name to the target's own buffers; outputs
+  ``logits`` ``[1, 1, V]`` and ``projected_activations`` ``[1, 1, H]``.
+
+The drafter graph computes what transformers' ``Gemma4AssistantForCausalLM`` computes in a drafting
+round: query at position t + 1 (LiteRT-LM passes t), keys 0…t of the last non-shared target layer of
+each attention type, llama.cpp's sliding window ((t + 1) − p < W, as edgekit's alignment trains), dense
+logits over the vocabulary (as llama.cpp; the ordered-embedding centroids are a speed-up only).
+"""
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+
+def _patch_target_export():  # -> None
+    """Make litert-torch's Gemma 4 decode/verify signatures meet LiteRT-LM's MTP verifier contract."""
+    import torch
+    from litert_torch.generative.export_hf.core import exportable_module as core
+    from litert_torch.generative.export_hf.model_ext.gemma4 import exportable_module as g4
+
+    cls = g4.LiteRTExportableModuleForDecoderOnlyLMGenerateExternalEmbedder
+    forward = cls.forward
+
+    def forward_with_activations(self, *args, **kwargs):
+        seen = {}
+        hook = self.model.model.language_model.register_forward_hook(
+            lambda _m, _a, out: seen.__setitem__("h", out.last_hidden_state))
+        try:
+            out = forward(self, *args, **kwargs)
+        finally:
+            hook.remove()
+        if self.export_verifier:
+            out["activations"] = seen["h"].to(torch.float32)
+        return out
+
+    cls.forward = forward_with_activations
+
+    sample_inputs = core.LiteRTExportableModuleForDecoderOnlyLMGenerate.get_sample_inputs
+
+    def sample_inputs_float_verify_mask(self, model_config):
+        graphs = sample_inputs(self, model_config)
+        if "verify" in graphs and not self.export_config.extra_kwargs.get("use_bool_mask", False):
+            inputs, shapes = graphs["verify"]
+            inputs = dict(inputs, mask=inputs["mask"].to(torch.float32))  # additive, like decode's
+            graphs["verify"] = (inputs, shapes)
+        return graphs
+
+    core.LiteRTExportableModuleForDecoderOnlyLMGenerate.get_sample_inputs = sample_inputs_float_verify_mask
+
+
+def _export_target(req, work):  # -> str
+    from litert_torch.generative.export_hf.export import export
+
+    _patch_target_export()
+    kwargs = dict(prefill_lengths=req["prefill_lengths"], cache_length=req["cache_length"],
+                  externalize_embedder=True, export_vision_encoder=False, export_audio_encoder=False,
+                  assistant_model="edgekit-mtp", mtp_verifier_step=req["draft_steps"] + 1)
+    if req.get("quantization_recipe"):
+        kwargs["quantization_recipe"] = req["quantization_recipe"]
+    export(req["target"], work, **kwargs)
+    return os.path.join(work, "model.litertlm")
+
+
+def _kv_layout(bundle_dir):  # -> dict[str, tuple[list[int], str]]
+    """The target's KV tensors as its ``decode`` signature declares them: name -> (shape, dtype)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    path = next(os.path.join(bundle_dir, f) for f in sorted(os.listdir(bundle_dir))
+                if f.endswith("tf_lite_prefill_decode.tflite"))
+    runner = Interpreter(model_path=path).get_signature_runner("decode")
+    return {name: (list(d["shape"]), d["dtype"].__name__) for name, d in runner.get_input_details().items()
+            if name.startswith("kv_cache_")}
+
+
+class _DrafterStep:
+    """Builds the ``mtp_drafter`` module around a ``Gemma4AssistantForCausalLM`` (defined lazily: torch)."""
+
+    @staticmethod
+    def build(drafter, target_text, kv):  # -> torch.nn.Module
+        import torch
+
+        text = drafter.config.get_text_config()
+        layer_types = list(target_text.layer_types)
+        first_shared = target_text.num_hidden_layers - (target_text.num_kv_shared_layers or 0)
+        # KV tensor i of the target is its i-th non-shared layer; the drafter reads the last one of each type.
+        donors = {kind: max(i for i in range(first_shared) if layer_types[i] == kind) for kind in set(layer_types)}
+        cache_length = kv[f"kv_cache_k_{donors[layer_types[0]]}"][0][2]
+        window = getattr(text, "sliding_window", None) or getattr(target_text, "sliding_window", None)
+        neg = torch.finfo(torch.float32).min
+
+        class MtpDrafter(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.drafter = drafter
+
+            def forward(self, activations, input_pos, kv_cache):
+                t = input_pos.to(torch.int64)  # [1]: the last position already in the target's cache
+                p = torch.arange(cache_length, dtype=torch.int64)
+                full = p <= t
+                sliding = full & (p >= t + 2 - window) if window else full
+                masks = {"full_attention": torch.where(full, 0.0, neg)[None, None, None, :],
+                         "sliding_attention": torch.where(sliding, 0.0, neg)[None, None, None, :]}
+                # litert-torch stores V transposed: [1, heads, head_dim, cache].
+                shared = {kind: (kv_cache[f"k_{i}"], kv_cache[f"v_{i}"].transpose(2, 3)) for kind, i in donors.items()}
+                x = self.drafter.pre_projection(activations)
+                out = self.drafter.model(inputs_embeds=x, attention_mask=masks, position_ids=(t + 1)[None],
+                                         shared_kv_states=shared, use_cache=False)
+                last = out.last_hidden_state
+                return {"logits": self.drafter.lm_head(last).to(torch.float32),
+                        "projected_activations": self.drafter.post_projection(last).to(torch.float32)}
+
+        sample_kv = {}
+        for i in sorted(set(donors.values())):
+            for kind in ("k", "v"):
+                shape, dtype = kv[f"kv_cache_{kind}_{i}"]
+                sample_kv[f"{kind}_{i}"] = torch.zeros(shape, dtype=getattr(torch, dtype))
+        hidden = target_text.hidden_size
+        sample = {"activations": torch.zeros((1, 1, 2 * hidden), dtype=torch.float32),
+                  "input_pos": torch.zeros((1,), dtype=torch.int32), "kv_cache": sample_kv}
+        return MtpDrafter().eval(), sample, donors
+
+
+def _export_drafter(req, kv, path):  # -> dict
+    import litert_torch
+    import torch
+    import transformers
+
+    from edgekit.convert.hfcompat import patch_transformers
+
+    patch_transformers()
+    target_config = transformers.AutoConfig.from_pretrained(req["target"])
+    drafter = transformers.Gemma4AssistantForCausalLM.from_pretrained(req["drafter"], dtype=torch.float32,
+                                                                      attn_implementation="eager").eval()
+    module, sample, donors = _DrafterStep.build(drafter, target_config.get_text_config(), kv)
+    converter = litert_torch.Converter()
+    converter.add_signature("mtp_drafter", module, sample_kwargs=sample)
+    converter.convert(strict_export=False).export(path)
+    if req.get("quantization_recipe"):
+        from litert_torch.generative.export_hf.core import export_lib
+
+        quantized = export_lib.maybe_quantize_model(path, req["quantization_recipe"])
+        if quantized != path:
+            shutil.move(quantized, path)
+    return {"reads": {kind: f"kv_cache_{{k,v}}_{i}" for kind, i in sorted(donors.items())}}
+
+
+def _bundle(target_bundle, drafter_tflite, out):  # -> None
+    import litert_lm_builder as lb
+
+    with tempfile.TemporaryDirectory(prefix="edgekit-litertlm-") as tmp:
+        toml = lb.unpack(target_bundle, tmp)
+        shutil.copy(drafter_tflite, os.path.join(tmp, "mtp_drafter.tflite"))
+        with open(toml, "a") as fh:
+            fh.write('\n[[section]]\nmodel_type = "mtp_drafter"\nsection_type = "TFLiteModel"\n'
+                     'data_path = "mtp_drafter.tflite"\n')
+        lb.pack(toml, out)
+
+
+def main():  # -> None
+    req = json.load(sys.stdin)
+    out_dir = req["out_dir"]
+    os.makedirs(out_dir, exist_ok=True)
+    work = os.path.join(out_dir, "target")
+    target_bundle = _export_target(req, work)
+    with tempfile.TemporaryDirectory(prefix="edgekit-peek-") as peek:
+        import litert_lm_builder as lb
+
+        lb.unpack(target_bundle, peek)
+        kv = _kv_layout(peek)
+    drafter_path = os.path.join(out_dir, "mtp_drafter.tflite")
+    facts = _export_drafter(req, kv, drafter_path)
+    out = os.path.join(out_dir, "model.litertlm")
+    _bundle(target_bundle, drafter_path, out)
+    print(json.dumps({"bundle": out, "draft_steps": req["draft_steps"], "kv_cache": sorted(kv), **facts}))
+
+
+if __name__ == "__main__":
+    main()
