@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from edgekit.config.recipes import Recipe
-from edgekit.convert import litert
+from edgekit.convert import litert, litert_run
 from edgekit.convert.pipeline import convert_recipe
 from edgekit.convert.tiny import ensure_tiny_pair
 from edgekit.store import Store
@@ -56,13 +56,13 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def test_export_holds_tflite_models_and_runs_in_litert_lm(exported: dict, tmp_path: Path) -> None:
     assert exported["sections"].count("TFLiteModel") >= 1 and "LlmMetadataProto" in exported["sections"]
-    scores = litert.score_text(Path(exported["file"]), PROMPT, CONTINUATION, tmp_path)
+    scores = litert_run.score_text(Path(exported["file"]), PROMPT, CONTINUATION, tmp_path)
     assert len(scores) == 16 and all(-12 < s < 0 for s in scores)  # a random 400-token model: ≈ ln(1/400)
 
 
 @pytest.mark.xfail(reason="on the tiny target LiteRT-LM's log-probs differ from transformers' by up to 0.3 nats "
                           "(FLOAT32 activations too); greedy tokens agree for 5 steps, then diverge", strict=False)
 def test_litert_scores_match_transformers(exported: dict, tmp_path_factory: pytest.TempPathFactory) -> None:
-    scores = litert.score_text(Path(exported["file"]), PROMPT, CONTINUATION, tmp_path_factory.mktemp("lt"))
+    scores = litert_run.score_text(Path(exported["file"]), PROMPT, CONTINUATION, tmp_path_factory.mktemp("lt"))
     target, _ = ensure_tiny_pair(tmp_path_factory.getbasetemp() / "edgekit-tiny")
     np.testing.assert_allclose(scores, hf_token_logprobs(target, PROMPT, CONTINUATION), atol=0.01)

@@ -89,6 +89,27 @@ def _kv_layout(bundle_dir):  # -> dict[str, tuple[list[int], str]]
             if name.startswith("kv_cache_")}
 
 
+def _grouped_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **_kwargs):
+    """Eager attention that groups query heads instead of repeating K/V (transformers' ``repeat_kv``).
+
+    litert-torch 0.10 miscompiles expand → reshape → transpose (``repeat_kv`` then ``k.transpose(2, 3)``):
+    the converted graph reads K as if it were stored transposed (measured: logits off by up to 5 on the
+    tiny drafter, 2e-6 once K is read transposed). Grouping the queries needs neither op.
+    """
+    import torch
+
+    b, heads, q_len, dim = query.shape
+    groups = key.shape[1]
+    q = query.reshape(b, groups, (heads // groups) * q_len, dim)
+    scores = torch.matmul(q, key.transpose(2, 3)) * (dim**-0.5 if scaling is None else scaling)
+    if attention_mask is not None:
+        mask = attention_mask[:, :, :, : key.shape[-2]]
+        scores = scores + mask.repeat(1, 1, heads // groups, 1) if mask.shape[2] == q_len else scores + mask
+    probs = torch.softmax(scores.to(torch.float32), dim=-1).to(query.dtype)
+    out = torch.matmul(probs, value).reshape(b, heads, q_len, dim)
+    return out.transpose(1, 2).contiguous(), None
+
+
 class _DrafterStep:
     """Builds the ``mtp_drafter`` module around a ``Gemma4AssistantForCausalLM`` (defined lazily: torch)."""
 
@@ -145,20 +166,64 @@ def _export_drafter(req, kv, path):  # -> dict
     from edgekit.convert.hfcompat import patch_transformers
 
     patch_transformers()
+    transformers.AttentionInterface.register("edgekit_grouped", _grouped_attention)
     target_config = transformers.AutoConfig.from_pretrained(req["target"])
     drafter = transformers.Gemma4AssistantForCausalLM.from_pretrained(req["drafter"], dtype=torch.float32,
-                                                                      attn_implementation="eager").eval()
+                                                                      attn_implementation="edgekit_grouped").eval()
     module, sample, donors = _DrafterStep.build(drafter, target_config.get_text_config(), kv)
     converter = litert_torch.Converter()
     converter.add_signature("mtp_drafter", module, sample_kwargs=sample)
     converter.convert(strict_export=False).export(path)
+    text = drafter.config.get_text_config()
+    check = _self_check(drafter, module, sample, donors, path, getattr(text, "sliding_window", None))
     if req.get("quantization_recipe"):
         from litert_torch.generative.export_hf.core import export_lib
 
         quantized = export_lib.maybe_quantize_model(path, req["quantization_recipe"])
         if quantized != path:
             shutil.move(quantized, path)
-    return {"reads": {kind: f"kv_cache_{{k,v}}_{i}" for kind, i in sorted(donors.items())}}
+    return {"reads": {kind: f"kv_cache_{{k,v}}_{i}" for kind, i in sorted(donors.items())}, "check": check}
+
+
+def _self_check(drafter, module, sample, donors, path, window):  # -> dict
+    """The converted drafter against its torch graph and against transformers' own drafter forward.
+
+    Random target KV and activations; ``t`` inside the sliding window for the transformers check
+    (there its window convention and llama.cpp's agree), ``t`` past it for the conversion check.
+    """
+    import torch
+    from ai_edge_litert.interpreter import Interpreter
+
+    gen = torch.Generator().manual_seed(0)
+    kv = {name: torch.randn(t.shape, generator=gen) for name, t in sample["kv_cache"].items()}
+    act = torch.randn(sample["activations"].shape, generator=gen)
+    runner = Interpreter(model_path=path).get_signature_runner("mtp_drafter")
+    cache = next(iter(kv.values())).shape[2]
+
+    def converted(t):  # -> dict[str, Tensor]
+        feeds = {"activations": act.numpy(), "input_pos": torch.tensor([t], dtype=torch.int32).numpy(),
+                 **{f"kv_cache_{n}": v.numpy() for n, v in kv.items()}}
+        return {k: torch.from_numpy(v) for k, v in runner(**feeds).items()}
+
+    report = {}
+    t_late = cache - 2
+    with torch.no_grad():
+        eager = module(act, torch.tensor([t_late], dtype=torch.int32), kv)
+        got = converted(t_late)
+        report["conversion_max_abs_diff"] = max(float((got[k] - eager[k]).abs().max()) for k in eager)
+        t_early = max(0, min(cache - 2, (window or cache) - 2))
+        shared = {kind: (kv[f"k_{i}"][:, :, :t_early + 1], kv[f"v_{i}"].transpose(2, 3)[:, :, :t_early + 1])
+                  for kind, i in donors.items()}
+        drafter.set_attn_implementation("eager")  # the reference is transformers' own attention
+        try:
+            ref = drafter(inputs_embeds=act, position_ids=torch.tensor([[t_early + 1]]), shared_kv_states=shared)
+        finally:
+            drafter.set_attn_implementation("edgekit_grouped")
+        got = converted(t_early)
+        logits = ref.logits if hasattr(ref, "logits") else ref[0]
+        report["transformers_max_abs_diff_logits"] = float((got["logits"] - logits).abs().max())
+        report["transformers_argmax_equal"] = bool(int(got["logits"].argmax()) == int(logits.argmax()))
+    return report
 
 
 def _bundle(target_bundle, drafter_tflite, out):  # -> None
@@ -188,7 +253,9 @@ def main():  # -> None
     facts = _export_drafter(req, kv, drafter_path)
     out = os.path.join(out_dir, "model.litertlm")
     _bundle(target_bundle, drafter_path, out)
-    print(json.dumps({"bundle": out, "draft_steps": req["draft_steps"], "kv_cache": sorted(kv), **facts}))
+    result = {"bundle": out, "draft_steps": req["draft_steps"], "kv_cache": sorted(kv), **facts}
+    with open(os.path.join(out_dir, "export.json"), "w") as fh:  # stdout carries litert-torch's progress
+        json.dump(result, fh)
 
 
 if __name__ == "__main__":

@@ -5,12 +5,14 @@ exporter, ``litert-lm-peek`` and the ``litert_lm`` smoke run all run in a subpro
 that has them (``$EDGEKIT_LITERT_PYTHON``, else this interpreter). Its HF exporter imports
 ``tensorflow.lite.python.schema_py_generated``: install ``tensorflow-cpu==2.21.0`` next to it.
 
-The MTP drafter is not part of the bundle: LiteRT-LM's speculative decoding needs a
-``tf_lite_mtp_drafter`` section that no public exporter writes (its own issue).
+With a drafter, edgekit writes what no public exporter does: the target with LiteRT-LM's MTP verifier
+signatures and the ``Gemma4AssistantForCausalLM`` drafter as a ``tf_lite_mtp_drafter`` section
+(``_litert_mtp.py``, run in that Python), so ``Engine(enable_speculative_decoding=True)`` drafts.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -27,7 +29,7 @@ from edgekit.models.validate import ModelInfo
 from edgekit.store import Artifact, Store
 
 QUANT_RECIPES = {"int8": "dynamic_wi8_afp32", "none": None}
-_SMOKE = Path(__file__).with_name("_litert_smoke.py")
+_MTP_WORKER = Path(__file__).with_name("_litert_mtp.py")
 
 
 def litert_python() -> str:
@@ -53,15 +55,23 @@ class LitertExport:
     quant: str
     prefill_lengths: list[int]
     cache_length: int
+    model_types: list[str]
+    draft_steps: int | None = None  # with an MTP drafter: tokens drafted per verify pass
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": str(self.path), "sections": self.sections, "quant": self.quant,
-                "prefill_lengths": self.prefill_lengths, "cache_length": self.cache_length}
+        return {"path": str(self.path), "sections": self.sections, "model_types": self.model_types,
+                "quant": self.quant, "prefill_lengths": self.prefill_lengths, "cache_length": self.cache_length,
+                "draft_steps": self.draft_steps}
 
 
 def export_litertlm(model_dir: Path, out_dir: Path, prefill_lengths: list[int], cache_length: int,
-                    quant: str = "int8", log: Path | None = None, python: str | None = None) -> LitertExport:
-    """``litert-torch export_hf`` with an externalized embedder, text only; checked with peek."""
+                    quant: str = "int8", log: Path | None = None, python: str | None = None,
+                    drafter_dir: Path | None = None, draft_steps: int = 3) -> LitertExport:
+    """``litert-torch export_hf`` with an externalized embedder, text only; checked with peek.
+
+    With ``drafter_dir`` the bundle also carries the MTP drafter (``draft_steps`` tokens per round,
+    fixed in the target's ``verify`` signature).
+    """
     python = python or litert_python()
     if quant not in QUANT_RECIPES:
         raise EdgekitError(f"LiteRT quantization must be one of {', '.join(QUANT_RECIPES)}, not {quant!r}.")
@@ -69,49 +79,53 @@ def export_litertlm(model_dir: Path, out_dir: Path, prefill_lengths: list[int], 
         raise EdgekitError(f"{python} cannot import litert_torch and litert_lm: pip install litert-torch==0.10.0 "
                            "tensorflow-cpu==2.21.0 litert-lm-api==0.18.1 (or set EDGEKIT_LITERT_PYTHON).")
     out_dir.mkdir(parents=True, exist_ok=True)
-    argv = [_bin(python, "litert-torch"), "export_hf", str(model_dir), str(out_dir),
-            f"--prefill_lengths=[{','.join(str(n) for n in prefill_lengths)}]", f"--cache_length={cache_length}",
-            "--externalize_embedder=True", "--export_vision_encoder=False", "--export_audio_encoder=False"]
-    if QUANT_RECIPES[quant]:
-        argv.append(f"--quantization_recipe={QUANT_RECIPES[quant]}")
     log = log or out_dir / "export.log"
+    if drafter_dir is None:
+        argv = [_bin(python, "litert-torch"), "export_hf", str(model_dir), str(out_dir),
+                f"--prefill_lengths=[{','.join(str(n) for n in prefill_lengths)}]", f"--cache_length={cache_length}",
+                "--externalize_embedder=True", "--export_vision_encoder=False", "--export_audio_encoder=False"]
+        if QUANT_RECIPES[quant]:
+            argv.append(f"--quantization_recipe={QUANT_RECIPES[quant]}")
+        stdin = None
+    else:
+        argv = [python, str(_MTP_WORKER)]
+        stdin = json.dumps({"target": str(model_dir), "drafter": str(drafter_dir), "out_dir": str(out_dir),
+                            "prefill_lengths": list(prefill_lengths), "cache_length": cache_length,
+                            "quantization_recipe": QUANT_RECIPES[quant], "draft_steps": draft_steps}).encode()
     with open(log, "wb") as fh:
-        proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, check=False)
+        proc = subprocess.run(argv, input=stdin, stdout=fh, stderr=subprocess.STDOUT, check=False)
     bundle = out_dir / "model.litertlm"
     if proc.returncode != 0 or not bundle.is_file():
         tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-1:] or ["no output"]
-        raise EdgekitError(f"litert-torch export_hf failed (exit {proc.returncode}): {tail[0][:300]} (log: {log}).")
+        what = "litert-torch export_hf" if drafter_dir is None else "the LiteRT-LM MTP export"
+        raise EdgekitError(f"{what} failed (exit {proc.returncode}): {tail[0][:300]} (log: {log}).")
     sections = peek_sections(bundle, python)
     if "TFLiteModel" not in " ".join(sections):
         raise EdgekitError(f"{bundle.name} holds no TFLite model section (sections: {', '.join(sections)}).")
-    return LitertExport(bundle, sections, quant, list(prefill_lengths), cache_length)
+    model_types = peek_model_types(bundle, python)
+    if drafter_dir is not None and "tf_lite_mtp_drafter" not in model_types:
+        raise EdgekitError(f"{bundle.name} has no tf_lite_mtp_drafter section (models: {', '.join(model_types)}).")
+    return LitertExport(bundle, sections, quant, list(prefill_lengths), cache_length, model_types,
+                        draft_steps if drafter_dir is not None else None)
 
 
-def peek_sections(bundle: Path, python: str | None = None) -> list[str]:
-    """The ``Data Type`` of each section, as ``litert-lm-peek`` lists them."""
+def _peek(bundle: Path, python: str | None = None) -> str:
     python = python or litert_python()
     proc = subprocess.run([_bin(python, "litert-lm-peek"), "--litertlm_file", str(bundle)], capture_output=True,
                           text=True, check=False)
     if proc.returncode != 0:
         raise EdgekitError(f"litert-lm-peek cannot read {bundle}: {(proc.stderr.strip().splitlines() or [''])[-1]}")
-    return re.findall(r"Data Type:\s+(\S+)", proc.stdout)
+    return proc.stdout
 
 
-def score_text(bundle: Path, prompt: str, continuation: str, workdir: Path,
-               python: str | None = None) -> list[float]:
-    """LiteRT-LM's log-prob of each token of ``continuation`` after ``prompt`` (CPU backend)."""
-    python = python or litert_python()
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "home").mkdir(exist_ok=True)
-    (workdir / "cache").mkdir(exist_ok=True)
-    # The runtime writes under ~/.litert-lm: keep that out of the user's home.
-    env = {**os.environ, "HOME": str(workdir / "home")}
-    req = json.dumps({"bundle": str(bundle), "prompt": prompt, "continuation": continuation,
-                      "cache_dir": str(workdir / "cache")})
-    proc = subprocess.run([python, str(_SMOKE)], input=req, capture_output=True, text=True, env=env, check=False)
-    if proc.returncode != 0:
-        raise EdgekitError(f"LiteRT-LM could not run {bundle.name}: {(proc.stderr.strip().splitlines() or [''])[-1]}")
-    return [float(x) for x in json.loads(proc.stdout.strip().splitlines()[-1])["token_scores"]]
+def peek_sections(bundle: Path, python: str | None = None) -> list[str]:
+    """The ``Data Type`` of each section, as ``litert-lm-peek`` lists them."""
+    return re.findall(r"Data Type:\s+(\S+)", _peek(bundle, python))
+
+
+def peek_model_types(bundle: Path, python: str | None = None) -> list[str]:
+    """The ``model_type`` of each TFLite section (``tf_lite_prefill_decode``, ``tf_lite_mtp_drafter``, …)."""
+    return re.findall(r"Key: model_type, Value \(String\):\s+(\S+)", _peek(bundle, python))
 
 
 def litert_torch_version(python: str | None = None) -> str:
@@ -122,24 +136,29 @@ def litert_torch_version(python: str | None = None) -> str:
 
 
 def convert_litert(model: ModelInput, info: ModelInfo, prefill_lengths: list[int], cache_length: int, quant: str,
-                   store: Store, force: bool = False) -> tuple[Artifact, bool]:
-    """The target as a ``.litertlm`` store artifact (kind ``litertlm``); skipped when unchanged."""
+                   store: Store, force: bool = False, drafter: tuple[ModelInput, ModelInfo] | None = None,
+                   draft_steps: int = 3) -> tuple[Artifact, bool]:
+    """The target (and its MTP drafter) as a ``.litertlm`` store artifact (kind ``litertlm``); cached."""
     python = litert_python()
     version = litert_torch_version(python)
+    mtp = ({"drafter": drafter[0].identity, "draft_steps": draft_steps,
+            "worker": hashlib.sha256(_MTP_WORKER.read_bytes()).hexdigest()[:16]} if drafter else None)
     key = Store.key({"stage": "convert-litert", "version": 1, "source": model.identity, "quant": quant,
                      "prefill_lengths": list(prefill_lengths), "cache_length": cache_length,
-                     "litert_torch": version})
+                     "litert_torch": version, **({"mtp": mtp} if mtp else {})})
     if not force and (art := store.get("litertlm", key)) is not None:
         return art, True
     staging = store.staging_dir()
     try:
         work = staging / "work"
         exported = export_litertlm(info.path, work, prefill_lengths, cache_length, quant, staging / "export.log",
-                                   python)
+                                   python, drafter[1].path if drafter else None, draft_steps)
         shutil.move(str(exported.path), staging / "target.litertlm")
         shutil.rmtree(work)
         manifest = {"stage": "convert-litert", "role": "target", "litertlm_file": "target.litertlm",
                     "source": model.identity, "architecture": info.architecture, "litert_torch": version,
+                    "drafter": ({"source": drafter[0].identity, "architecture": drafter[1].architecture}
+                                if drafter else None),
                     **{k: v for k, v in exported.to_dict().items() if k != "path"}}
         art = store.put("litertlm", key, staging, manifest)
     finally:

@@ -99,17 +99,25 @@ def _convert_litert(recipe: Recipe, ready: list[tuple[ModelInput, ModelInfo, Mod
     from edgekit.convert.litert import convert_litert
 
     spec = recipe.convert
-    for model, info, _source in ready:
-        if model.role != "target":
-            result.skipped.append({"role": model.role, "format": "litertlm",
-                                   "why": "no public exporter writes LiteRT-LM's MTP drafter section"})
-            continue
-        say(f"{model.role}: litert-torch export_hf → .litertlm ({spec.litert_quant}, prefill "
-            f"{spec.litert_prefill_lengths}, cache {spec.litert_cache_length})")
-        art, cached = convert_litert(model, info, spec.litert_prefill_lengths, spec.litert_cache_length,
-                                     spec.litert_quant, store, force)
-        result.litert.append({"role": model.role, "file": str(art.file(art.manifest["litertlm_file"])),
-                              "key": art.key, "cached": cached, "sections": art.manifest["sections"]})
+    target = next(((m, i) for m, i, _ in ready if m.role == "target"), None)
+    if target is None:
+        result.skipped.append({"role": "target", "format": "litertlm", "why": "ships a GGUF only"})
+        return
+    # An MTP drafter travels inside the target's bundle (LiteRT-LM's tf_lite_mtp_drafter section).
+    drafter = next(((m, i) for m, i, _ in ready if m.role == "drafter"), None)
+    if drafter is not None and recipe.runtime.spec_type != "draft-mtp":
+        result.skipped.append({"role": "drafter", "format": "litertlm",
+                               "why": f"LiteRT-LM drafts with MTP drafters only, not {recipe.runtime.spec_type}"})
+        drafter = None
+    steps = recipe.runtime.draft_n_max
+    say(f"target: litert-torch export → .litertlm ({spec.litert_quant}, prefill {spec.litert_prefill_lengths}, "
+        f"cache {spec.litert_cache_length}{f', MTP drafter drafting {steps}' if drafter else ''})")
+    art, cached = convert_litert(target[0], target[1], spec.litert_prefill_lengths, spec.litert_cache_length,
+                                 spec.litert_quant, store, force, drafter, steps)
+    result.litert.append({"role": "target+drafter" if drafter else "target",
+                          "file": str(art.file(art.manifest["litertlm_file"])), "key": art.key, "cached": cached,
+                          "sections": art.manifest["sections"], "model_types": art.manifest.get("model_types", []),
+                          "draft_steps": art.manifest.get("draft_steps")})
 
 
 def repack_any(src: Path, out: Path, ref: Path | None = None, fallback: str = "Q8_0",
