@@ -71,9 +71,10 @@ def _export_target(req, work):  # -> str
     _patch_target_export()
     kwargs = dict(prefill_lengths=req["prefill_lengths"], cache_length=req["cache_length"],
                   externalize_embedder=True, export_vision_encoder=False, export_audio_encoder=False,
-                  assistant_model="edgekit-mtp", mtp_verifier_step=req["draft_steps"] + 1)
-    if req.get("quantization_recipe"):
-        kwargs["quantization_recipe"] = req["quantization_recipe"]
+                  assistant_model="edgekit-mtp", mtp_verifier_step=req["draft_steps"] + 1,
+                  quantization_recipe=req.get("quantization_recipe") or "none")  # None: litert-torch's int8
+    if req.get("tokenizer_path_override"):
+        kwargs["tokenizer_path_override"] = req["tokenizer_path_override"]
     export(req["target"], work, **kwargs)
     return os.path.join(work, "model.litertlm")
 
@@ -176,7 +177,7 @@ def _export_drafter(req, kv, path):  # -> dict
     converter.convert(strict_export=False).export(path)
     text = drafter.config.get_text_config()
     check = _self_check(drafter, module, sample, donors, path, getattr(text, "sliding_window", None))
-    if req.get("quantization_recipe"):
+    if req.get("quantization_recipe") not in (None, "none"):
         from litert_torch.generative.export_hf.core import export_lib
 
         quantized = export_lib.maybe_quantize_model(path, req["quantization_recipe"])

@@ -20,9 +20,18 @@ def _greedy(litert_lm):  # -> SamplerConfig
 
 
 def score(litert_lm, req):  # -> dict
+    # LiteRT-LM 0.18.1 prefills <bos> + prompt but its last token, which stays pending; run_text_scoring then
+    # runs that token one position early, over the last prefilled token's cache slot, so its scores miss the
+    # prompt's second-to-last token (run_decode is not affected). With the last token repeated, that write
+    # lands on an identical token at the same position: a no-op, and the scores equal transformers'.
     engine = litert_lm.Engine(req["bundle"], backend=litert_lm.Backend.CPU(), cache_dir=req["cache_dir"])
     session = engine.create_session(apply_prompt_template=False, sampler_config=_greedy(litert_lm))
-    session.run_prefill([req["prompt"]])
+    prompt = req["prompt"]
+    ids = [engine.bos_token_id, *engine.tokenize(prompt)]
+    repeated = prompt + engine.detokenize([ids[-1]])  # "<bos>" for an empty prompt
+    if [engine.bos_token_id, *engine.tokenize(repeated)] != [*ids, ids[-1]]:
+        raise SystemExit(f"Error: cannot repeat the last token of {prompt!r} as text (LiteRT-LM scoring workaround)")
+    session.run_prefill([repeated])
     res = session.run_text_scoring([req["continuation"]], store_token_lengths=True)
     return {"score": res.scores[0], "token_scores": list(res.token_scores[0])}
 

@@ -26,20 +26,38 @@ from typing import Any
 from edgekit.errors import EdgekitError
 from edgekit.models.inputs import ModelInput
 from edgekit.models.validate import ModelInfo
+from edgekit.paths import cache_dir
 from edgekit.store import Artifact, Store
 
-QUANT_RECIPES = {"int8": "dynamic_wi8_afp32", "none": None}
+# litert-torch quantizes to int8 unless told "none" (no recipe at all means its default, dynamic_wi8_afp32).
+QUANT_RECIPES = {"int8": "dynamic_wi8_afp32", "none": "none"}
 _MTP_WORKER = Path(__file__).with_name("_litert_mtp.py")
 
 
 def litert_python() -> str:
-    return os.environ.get("EDGEKIT_LITERT_PYTHON") or sys.executable
+    """``$EDGEKIT_LITERT_PYTHON``, else the venv ``.ci/install`` makes in edgekit's cache, else this Python."""
+    if os.environ.get("EDGEKIT_LITERT_PYTHON"):
+        return os.environ["EDGEKIT_LITERT_PYTHON"]
+    venv = cache_dir() / "litert-venv" / "bin" / "python"
+    return str(venv) if venv.is_file() else sys.executable
 
 
 def _bin(python: str, name: str) -> str:
     """A console script installed next to ``python`` (venvs put them side by side)."""
     candidate = Path(python).parent / name
     return str(candidate) if candidate.exists() else name
+
+
+def tokenizer_override(model_dir: Path) -> str | None:
+    """The checkpoint's ``tokenizer.json``, for checkpoints without a SentencePiece ``tokenizer.model``.
+
+    litert-torch 0.10.0 fails on a ``tokenizer.json`` whose ``pre_tokenizer`` is null (edgekit's tiny
+    tokenizer; any plain BPE) and silently falls back to a lossy SentencePiece copy (byte pieces as
+    characters, a lone "▁" unreachable) that tokenizes differently from transformers. Shipping the
+    original (an ``HF_Tokenizer_Zlib`` section) tokenizes exactly like transformers.
+    """
+    tj = Path(model_dir) / "tokenizer.json"
+    return str(tj) if tj.is_file() and not (Path(model_dir) / "tokenizer.model").is_file() else None
 
 
 def available(python: str | None = None) -> bool:
@@ -57,11 +75,12 @@ class LitertExport:
     cache_length: int
     model_types: list[str]
     draft_steps: int | None = None  # with an MTP drafter: tokens drafted per verify pass
+    mtp: dict[str, Any] | None = None  # with an MTP drafter: KV it reads, and its graph's self-check
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": str(self.path), "sections": self.sections, "model_types": self.model_types,
                 "quant": self.quant, "prefill_lengths": self.prefill_lengths, "cache_length": self.cache_length,
-                "draft_steps": self.draft_steps}
+                "draft_steps": self.draft_steps, "mtp": self.mtp}
 
 
 def export_litertlm(model_dir: Path, out_dir: Path, prefill_lengths: list[int], cache_length: int,
@@ -83,15 +102,17 @@ def export_litertlm(model_dir: Path, out_dir: Path, prefill_lengths: list[int], 
     if drafter_dir is None:
         argv = [_bin(python, "litert-torch"), "export_hf", str(model_dir), str(out_dir),
                 f"--prefill_lengths=[{','.join(str(n) for n in prefill_lengths)}]", f"--cache_length={cache_length}",
-                "--externalize_embedder=True", "--export_vision_encoder=False", "--export_audio_encoder=False"]
-        if QUANT_RECIPES[quant]:
-            argv.append(f"--quantization_recipe={QUANT_RECIPES[quant]}")
+                "--externalize_embedder=True", "--export_vision_encoder=False", "--export_audio_encoder=False",
+                f"--quantization_recipe={QUANT_RECIPES[quant]}"]
+        if tokenizer := tokenizer_override(model_dir):
+            argv.append(f"--tokenizer_path_override={tokenizer}")
         stdin = None
     else:
         argv = [python, str(_MTP_WORKER)]
         stdin = json.dumps({"target": str(model_dir), "drafter": str(drafter_dir), "out_dir": str(out_dir),
                             "prefill_lengths": list(prefill_lengths), "cache_length": cache_length,
-                            "quantization_recipe": QUANT_RECIPES[quant], "draft_steps": draft_steps}).encode()
+                            "quantization_recipe": QUANT_RECIPES[quant], "draft_steps": draft_steps,
+                            "tokenizer_path_override": tokenizer_override(model_dir)}).encode()
     with open(log, "wb") as fh:
         proc = subprocess.run(argv, input=stdin, stdout=fh, stderr=subprocess.STDOUT, check=False)
     bundle = out_dir / "model.litertlm"
@@ -105,8 +126,16 @@ def export_litertlm(model_dir: Path, out_dir: Path, prefill_lengths: list[int], 
     model_types = peek_model_types(bundle, python)
     if drafter_dir is not None and "tf_lite_mtp_drafter" not in model_types:
         raise EdgekitError(f"{bundle.name} has no tf_lite_mtp_drafter section (models: {', '.join(model_types)}).")
-    return LitertExport(bundle, sections, quant, list(prefill_lengths), cache_length, model_types,
-                        draft_steps if drafter_dir is not None else None)
+    if drafter_dir is None:
+        return LitertExport(bundle, sections, quant, list(prefill_lengths), cache_length, model_types)
+    facts = json.loads((out_dir / "export.json").read_text())
+    mtp = {k: facts[k] for k in ("reads", "check", "kv_cache")}
+    check = mtp["check"]
+    if check["conversion_max_abs_diff"] > 1e-3 or check["transformers_max_abs_diff_logits"] > 1e-3:
+        raise EdgekitError(f"The converted MTP drafter does not compute what transformers' drafter computes "
+                           f"(max |Δ logits| {check['transformers_max_abs_diff_logits']:.3g}, conversion "
+                           f"{check['conversion_max_abs_diff']:.3g}); log: {log}.")
+    return LitertExport(bundle, sections, quant, list(prefill_lengths), cache_length, model_types, draft_steps, mtp)
 
 
 def _peek(bundle: Path, python: str | None = None) -> str:
@@ -143,7 +172,7 @@ def convert_litert(model: ModelInput, info: ModelInfo, prefill_lengths: list[int
     version = litert_torch_version(python)
     mtp = ({"drafter": drafter[0].identity, "draft_steps": draft_steps,
             "worker": hashlib.sha256(_MTP_WORKER.read_bytes()).hexdigest()[:16]} if drafter else None)
-    key = Store.key({"stage": "convert-litert", "version": 1, "source": model.identity, "quant": quant,
+    key = Store.key({"stage": "convert-litert", "version": 2, "source": model.identity, "quant": quant,
                      "prefill_lengths": list(prefill_lengths), "cache_length": cache_length,
                      "litert_torch": version, **({"mtp": mtp} if mtp else {})})
     if not force and (art := store.get("litertlm", key)) is not None:

@@ -1,0 +1,102 @@
+"""LiteRT-LM speculative decoding with an MTP drafter that edgekit exports itself.
+
+The sim recipe's pair (the text-tuned tiny Gemma 4 target and its aligned Gemma4AssistantForCausalLM
+drafter) goes into one `.litertlm`: the target with LiteRT-LM's `verify` signature and `activations`
+outputs, the drafter as a `tf_lite_mtp_drafter` section. LiteRT-LM (CPU) then loads the drafter,
+drafts, and must produce exactly the text it produces without it. Needs the LiteRT venv of
+`.ci/install` (or $EDGEKIT_LITERT_PYTHON); skipped without it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgekit.config.recipes import load_recipe
+from edgekit.convert import litert, litert_run
+from edgekit.convert.pipeline import ConvertResult, convert_recipe
+from edgekit.errors import EdgekitError
+from edgekit.store import Store
+
+pytestmark = pytest.mark.skipif(not litert.available(), reason="litert-torch / litert-lm-api not installed")
+
+PROMPTS = ["What is the capital of France?", "Write a haiku about rain.", "How do plants make food?",
+           "Explain what a prime number is."]
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[ConvertResult, Store]:
+    base = load_recipe("sim-tiny-mtp")
+    recipe = base.model_copy(update={"convert": base.convert.model_copy(update={
+        "gguf": False, "litert": True, "litert_quant": "none", "litert_prefill_lengths": [8],
+        "litert_cache_length": 128})})
+    store = Store(tmp_path_factory.getbasetemp() / "edgekit-store")
+    return convert_recipe(recipe, store), store
+
+
+def test_bundle_carries_the_drafter_and_its_graph_equals_transformers(bundle: tuple[ConvertResult, Store]) -> None:
+    result, store = bundle
+    (entry,) = result.litert
+    assert entry["role"] == "target+drafter" and entry["draft_steps"] == 3
+    assert {"tf_lite_prefill_decode", "tf_lite_embedder", "tf_lite_mtp_drafter"} <= set(entry["model_types"])
+    manifest = store.get("litertlm", entry["key"]).manifest
+    mtp = manifest["mtp"]
+    # The drafter reads the target's last non-shared sliding and full layers' KV, by name.
+    assert mtp["reads"] == {"full_attention": "kv_cache_{k,v}_1", "sliding_attention": "kv_cache_{k,v}_0"}
+    # Converted graph vs its torch graph, and vs transformers' own drafter forward (random KV, in float32).
+    assert mtp["check"]["conversion_max_abs_diff"] < 1e-4
+    assert mtp["check"]["transformers_max_abs_diff_logits"] < 1e-4 and mtp["check"]["transformers_argmax_equal"]
+    assert manifest["drafter"]["architecture"] == "Gemma4AssistantForCausalLM"
+
+
+def test_speculative_decoding_drafts_and_keeps_the_greedy_text(bundle: tuple[ConvertResult, Store],
+                                                              tmp_path: Path) -> None:
+    file = Path(bundle[0].litert[0]["file"])
+    rates = []
+    for i, prompt in enumerate(PROMPTS):
+        plain = litert_run.generate(file, prompt, 32, tmp_path / f"p{i}", speculative=False)
+        fast = litert_run.generate(file, prompt, 32, tmp_path / f"s{i}", speculative=True)
+        assert plain.acceptance is None and fast.acceptance is not None
+        # A verify pass may run past max_tokens by up to the draft length: compare the common length.
+        assert len(plain.tokens) > 8 and fast.tokens[:len(plain.tokens)] == plain.tokens, (plain.text, fast.text)
+        rates.append(fast.acceptance)
+    # Aligned to this target, the drafter is right about half the time (llama-server measures ≈ 44%).
+    assert sum(rates) / len(rates) > 0.25, rates
+
+
+def hf_greedy_text(model_dir: Path, prompt: str, n: int) -> str:
+    import torch
+    from transformers import AutoTokenizer, Gemma4ForConditionalGeneration
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = Gemma4ForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32).eval()
+    ids = tok(prompt, return_tensors="pt").input_ids  # with <bos>, as LiteRT-LM's session starts
+    out = model.generate(ids, max_new_tokens=n, do_sample=False)
+    return tok.decode(out[0, ids.shape[1]:])
+
+
+def test_speculative_text_equals_transformers_greedy_text(bundle: tuple[ConvertResult, Store],
+                                                          tmp_path: Path) -> None:
+    from edgekit.models.inputs import synthetic_dir
+
+    file = Path(bundle[0].litert[0]["file"])
+    for i, prompt in enumerate(PROMPTS[:2]):
+        fast = litert_run.generate(file, prompt, 24, tmp_path / f"s{i}", speculative=True)
+        reference = hf_greedy_text(synthetic_dir("tiny-gemma4-tuned"), prompt, 24)
+        assert len(reference) > 10 and fast.text.startswith(reference), (fast.text, reference)
+
+
+def test_a_bundle_without_a_drafter_is_refused_for_speculative_decoding(tmp_path: Path) -> None:
+    base = load_recipe("sim-tiny-mtp")
+    recipe = base.model_copy(update={
+        "drafter": None, "runtime": base.runtime.model_copy(update={"spec_type": "none"}),
+        "convert": base.convert.model_copy(update={"gguf": False, "litert": True, "litert_quant": "none",
+                                                   "litert_prefill_lengths": [8], "litert_cache_length": 64})})
+    result = convert_recipe(recipe, Store(tmp_path / "store"))
+    (entry,) = result.litert
+    assert entry["role"] == "target" and "tf_lite_mtp_drafter" not in entry["model_types"]
+    with pytest.raises(EdgekitError, match=r"could not run|without its MTP drafter"):
+        litert_run.generate(Path(entry["file"]), PROMPTS[0], 8, tmp_path / "run", speculative=True)
+    assert json.dumps(litert_run.generate(Path(entry["file"]), PROMPTS[0], 8, tmp_path / "ok").to_dict())
