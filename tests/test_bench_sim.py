@@ -236,3 +236,43 @@ def test_tune_shows_its_table_and_deploys_the_best_as_a_new_release(agx: SimBoar
     args = manifest["server_args"]
     assert args[args.index("--spec-draft-n-max") + 1] == str(result["best"]["draft_n_max"])
     assert (tmp_path / "tune" / f"{RECIPE}.tuned.yaml").exists()
+
+
+# ------------------------------------------------------------------------- LiteRT-LM backend
+
+def _litert_available() -> bool:
+    from edgekit.convert import litert
+
+    return litert.available()
+
+
+@pytest.mark.skipif(not _litert_available(), reason="litert-torch / litert-lm-api not installed")
+def test_bench_litert_backend_measures_the_mtp_bundle_in_the_same_schema(agx: SimBoard, env: dict[str, str],
+                                                                          tmp_path: Path) -> None:
+    before = _service(agx)
+    out = tmp_path / "lt"
+    res = edgekit(env, "--json", "bench", "--board", agx.name, "--recipe", RECIPE, "--backend", "litert-lm",
+                  "--quick", "--out", str(out))
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads(res.stdout)
+    results.validate(doc)
+    _assert_board_as_it_was(agx, before)
+    assert doc["backend"] == "litert-lm" and doc["llama_bench"] == [] and doc["roofline"] is None
+    assert "tf_lite_mtp_drafter" in doc["litert"]["model_types"] and doc["litert"]["draft_steps"] == 3
+    assert all(c["server_command"][-1].endswith("/litert_server.py") for c in doc["configurations"])
+    for run in doc["runs"]:
+        assert run["errors"] == 0 and run["tokens"] > 0 and run["tokens_per_second"] > 0
+        if run["config"] == "drafter":  # LiteRT-LM drafted with the aligned drafter, per verify pass
+            assert run["draft_n"] > 0 and 0.1 < run["acceptance"] <= 1.0
+        else:
+            assert run["draft_n"] == 0 and run["acceptance"] is None
+    assert "LiteRT-LM" in (out / "report.md").read_text()
+
+
+@pytest.mark.skipif(not _litert_available(), reason="litert-torch / litert-lm-api not installed")
+def test_bench_litert_backend_refuses_a_board_python_without_litert_lm(agx: SimBoard, env: dict[str, str]) -> None:
+    before = _service(agx)
+    res = edgekit(env, "bench", "--board", agx.name, "--recipe", RECIPE, "--backend", "litert-lm", "--quick",
+                  "--litert-python", "/usr/bin/python3")
+    assert res.returncode == 2 and "cannot import litert_lm" in res.stderr, res.stderr[-2000:]
+    _assert_board_as_it_was(agx, before)

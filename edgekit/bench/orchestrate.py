@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from edgekit import __version__
-from edgekit.bench import plots, prompts, report, results, roofline, serverconf
+from edgekit.bench import litert_backend, plots, prompts, report, results, roofline, serverconf
 from edgekit.bench.plan import Overrides, Plan, make_plan
 from edgekit.bench.power import window_power
 from edgekit.bench.session import Run, Session, SessionOptions, check_restored
 from edgekit.config.boardfile import Board
 from edgekit.config.profiles import get_profile
 from edgekit.config.recipes import Recipe
+from edgekit.errors import EdgekitError
 
 
 @dataclass
@@ -33,6 +34,8 @@ class BenchOptions:
     llama_bench: bool = True
     ignore_eos: bool = False
     plots: bool = True
+    backend: str = "llama.cpp"  # or "litert-lm": the recipe's .litertlm bundle through LiteRT-LM
+    litert_python: str | None = None  # the board's Python with litert_lm (default: see _litert_python)
 
 
 def default_out_dir(board: str, recipe: str) -> Path:
@@ -55,25 +58,52 @@ def measure(name: str, board: Board, recipe: Recipe, opts: BenchOptions,
     plan = make_plan(recipe, opts.overrides, opts.quick, len(prompts.categories(prompt_set)))
     sopts = opts.session
     sopts.cooldown_temp_c = plan.cooldown_temp_c
+    litert = opts.backend == "litert-lm"
+    bundle = litert_backend.bundle_for(recipe, say=say) if litert else None  # on the host, before the board
+    if bundle is not None and not plan.fits(bundle["cache_length"]):
+        raise EdgekitError(f"The LiteRT-LM bundle's KV cache holds {bundle['cache_length']} tokens, fewer than the "
+                           f"bench's longest prompt + n_gen; raise convert.litert_cache_length in {recipe.name}.")
     sess = Session(name, board, recipe, sopts, say=say)
     with sess:
-        configs = serverconf.pair(sess.release_args, sess.bench_port, plan.parallel, plan.slot_ctx)
+        if bundle is not None:
+            python = litert_backend.board_python(sess.runner, name, _litert_python(board, opts))
+            say(f"pushing the LiteRT-LM bundle ({Path(bundle['file']).stat().st_size / 1e6:.1f} MB) to {name}")
+            remote = litert_backend.push_bundle(sess.runner, sess.facts.base if sess.facts else board.base,
+                                                Path(bundle["file"]), sess.work)
+            configs = litert_backend.configs(python, sess.agent, remote, sess.bench_port, bundle["cache_length"],
+                                             bundle.get("draft_steps"))
+        else:
+            configs = serverconf.pair(sess.release_args, sess.bench_port, plan.parallel, plan.slot_ctx)
         power_on = sess.start_power()
         sess.take_board()
         idle = sess.idle(plan.idle_s) if power_on else None
-        lb = sess.llama_bench(plan.llama_bench_pp, plan.n_gen, plan.llama_bench_reps) if opts.llama_bench else []
+        lb = (sess.llama_bench(plan.llama_bench_pp, plan.n_gen, plan.llama_bench_reps)
+              if opts.llama_bench and not litert else [])
         runs = sess.run_matrix([(c, plan.points) for c in configs], plan.repetitions, plan.n_gen, plan.warmup,
                                plan.requests, opts.ignore_eos, on_run=lambda r, n: say(_run_line(r, n)))
-        gguf = roofline.read_remote_header(sess.runner, f"{sess.release_dir}/models/target.gguf")
+        gguf = None if litert else roofline.read_remote_header(sess.runner, f"{sess.release_dir}/models/target.gguf")
     check_restored(sess)
     doc = build_document(sess, plan, configs, runs, lb, idle, gguf, opts)
+    if bundle is not None:
+        doc["litert"] = {k: bundle.get(k) for k in ("key", "model_types", "draft_steps", "cache_length")}
     doc["_power_samples"] = sess.power_text  # written beside results.json, not into it
     return doc
 
 
+def _litert_python(board: Board, opts: BenchOptions) -> str:
+    """A simulated board runs on this machine: it has this machine's LiteRT-LM Python."""
+    if opts.litert_python:
+        return opts.litert_python
+    if board.sim:
+        from edgekit.convert.litert import litert_python
+
+        return litert_python()
+    return "python3"
+
+
 def build_document(sess: Session, plan: Plan, configs: list[serverconf.ServerConfig], runs: list[Run],
                    llama_bench: list[dict[str, Any]], idle: tuple[float, float] | None,
-                   gguf: roofline.GGUFInfo, opts: BenchOptions) -> dict[str, Any]:
+                   gguf: roofline.GGUFInfo | None, opts: BenchOptions) -> dict[str, Any]:
     profile = get_profile(sess.board.profile)
     log = sess.power_log
     if log is not None and idle is not None:
@@ -116,6 +146,7 @@ def build_document(sess: Session, plan: Plan, configs: list[serverconf.ServerCon
     doc: dict[str, Any] = {
         "schema": results.SCHEMA_VERSION,
         "kind": "bench",
+        "backend": opts.backend,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "edgekit_version": __version__,
         "board": {"name": sess.name, "profile": sess.board.profile, "sim": sess.board.sim,
@@ -145,7 +176,8 @@ def build_document(sess: Session, plan: Plan, configs: list[serverconf.ServerCon
         "runs": run_docs,
         "summary": {"points": summary, "speedups": ups,
                     "headline": results.headline(summary, ups, model)},
-        "roofline": roofline.roofline(gguf, profile.mem_bandwidth_gbs, decode(base_pt), decode(spec_pt)),
+        "roofline": (roofline.roofline(gguf, profile.mem_bandwidth_gbs, decode(base_pt), decode(spec_pt))
+                     if gguf is not None else None),  # the GGUF's bytes: llama.cpp's backend only
         "phases": [p.to_json() for p in sess.phases],
         "power_trace": log.trace(0.0) if available else [],  # type: ignore[union-attr]
         "board_state": sess.snapshots,

@@ -49,6 +49,10 @@ class Plan:
     def requests(self, point: Point) -> int:
         return requests_per_run(point.concurrency, self.categories, self.rounds)
 
+    def fits(self, cache_length: int) -> bool:
+        """Every point's prompt plus n_gen fits one sequence of ``cache_length`` tokens (a LiteRT-LM bundle)."""
+        return all((p.context_length or 0) + self.n_gen <= cache_length for p in self.points)
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["points"] = [{"concurrency": p.concurrency, "context_length": p.context_length} for p in self.points]

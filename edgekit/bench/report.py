@@ -30,7 +30,9 @@ def render(doc: dict[str, Any]) -> str:
     st = doc["settings"]
     lines = [f"# {doc['recipe']['name']} on {b['name']} ({doc['profile']['name']})", "",
              f"**{s['headline']['text']}**", "",
-             f"Release `{rel['id']}` · llama.cpp {doc['llama_cpp'].get('ref') or '?'} · "
+             (f"LiteRT-LM (CPU), bundle `{(doc.get('litert') or {}).get('key', '?')[:12]}` with the MTP drafter · "
+              if doc.get("backend") == "litert-lm" else
+              f"Release `{rel['id']}` · llama.cpp {doc['llama_cpp'].get('ref') or '?'} · ") +
              f"{b.get('model') or 'board'} · L4T {b.get('l4t') or '?'} · nvpmodel "
              f"{(b.get('nvpmodel') or {}).get('name') or '?'}" + (" · simulated board" if b.get("sim") else ""), "",
              f"{st['repetitions']} repetitions per point, configurations alternated "

@@ -92,9 +92,11 @@ class ServerConfig:
     args: list[str]
     speculative: bool
     settings: dict[str, Any] = field(default_factory=dict)
+    exe: list[str] | None = None  # the server command before ``args``; None: the release's llama-server
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "server_args": self.args, "speculative": self.speculative, **self.settings}
+        exe = {"server_command": self.exe} if self.exe else {}
+        return {"name": self.name, "server_args": self.args, "speculative": self.speculative, **exe, **self.settings}
 
 
 def for_bench(args: list[str], port: int, parallel: int | None, slot_ctx: int | None) -> list[str]:

@@ -279,7 +279,7 @@ class Session:
         for rep in range(reps):
             for cfg, points in matrix:
                 ready: float | None = self.svc.start_server(cfg.args, self.bench_port, f"edgekit bench: {cfg.name}",
-                                                            self.opts.server_timeout_s)
+                                                            self.opts.server_timeout_s, cfg.exe)
                 self.say(f"server {cfg.name} ready in {ready:.1f} s (repetition {rep + 1}/{reps})")
                 for point in points:
                     runs.append(self._run(len(runs), cfg, point, rep, n_gen, warmup, requests(point), ignore_eos,

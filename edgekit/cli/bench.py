@@ -103,11 +103,15 @@ def _session_opts(kw: dict[str, Any]) -> Any:
               help="Seconds of idle baseline (default 5, quick 2).")
 @click.option("--no-llama-bench", is_flag=True, help="Skip llama-bench (pp/tg of the target alone).")
 @click.option("--no-plots", is_flag=True, help="Write results.json and report.md only.")
+@click.option("--backend", type=click.Choice(["llama.cpp", "litert-lm"]), default="llama.cpp", show_default=True,
+              help="llama.cpp: the deployed release. litert-lm: the recipe's .litertlm (target + MTP drafter).")
+@click.option("--litert-python", metavar="PATH",
+              help="The board's Python with litert_lm (default: python3; a simulated board: this machine's).")
 @json_option
 @click.pass_obj
 def bench(app: App, board_name: str, recipe_name: str, out_dir: Path | None, concurrency: str | None,
           context_lengths: str | None, slots: str, idle_s: float | None, no_llama_bench: bool, no_plots: bool,
-          **kw: Any) -> None:
+          backend: str, litert_python: str | None, **kw: Any) -> None:
     """Measure the deployed release on a board with and without its drafter: tok/s, TTFT, acceptance, J/token.
 
     The board's service is stopped while measuring (unless --shared) and started again afterwards,
@@ -122,7 +126,8 @@ def bench(app: App, board_name: str, recipe_name: str, out_dir: Path | None, con
                    repetitions=kw["repetitions"], warmup=kw["warmup"], cooldown_temp_c=_cooldown(kw["cooldown"]),
                    slots=slots, idle_s=idle_s)
     opts = orchestrate.BenchOptions(out_dir=out_dir, quick=kw["quick"], overrides=ov, session=_session_opts(kw),
-                                    llama_bench=not no_llama_bench, ignore_eos=kw["ignore_eos"], plots=not no_plots)
+                                    llama_bench=not no_llama_bench, ignore_eos=kw["ignore_eos"], plots=not no_plots,
+                                    backend=backend, litert_python=litert_python)
     # Ctrl-C inside: the session puts the board back and raises Interrupted (exit 130).
     doc = orchestrate.measure(board_name, board, recipe, opts, say=lambda m: app.info(f"[dim]{board_name}:[/] {m}"))
     target = out_dir or orchestrate.default_out_dir(board_name, recipe.name)

@@ -1,0 +1,197 @@
+"""A llama-server-compatible HTTP front for LiteRT-LM, so `edgekit bench --backend litert-lm` measures a
+``.litertlm`` bundle with the bench's own load, power windows, A/B order and results schema.
+
+Run by the board's LiteRT-LM Python (``litert-lm-api``), not by the agent's python3::
+
+    python litert_server.py --model B.litertlm --port P [--speculative --draft-steps G]
+
+It answers what the load and the health check ask llama-server: ``GET /health``, ``GET /props``,
+``POST /tokenize``, ``/detokenize``, ``/apply-template`` (404: prompts are sent raw) and ``/completion``
+(streamed as server-sent events, or one JSON). One engine serves one request at a time (a lock):
+concurrent requests queue, which the bench's latency figures then show.
+
+Draft statistics per request: with MTP, LiteRT-LM returns each verify pass's tokens as one streamed
+chunk, so ``rounds`` = chunks, ``draft_n`` = rounds × G and ``draft_n_accepted`` = decoded tokens −
+rounds (every pass keeps its accepted drafts plus one token of the target). LiteRT-LM's own total
+(``MTP Drafter - Success rate``) is logged when the engine closes, at the end of the log, to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Model:
+    def __init__(self, path: str, speculative: bool, draft_steps: int, cache_dir: str, ctx: int) -> None:
+        import litert_lm
+
+        self.lm = litert_lm
+        self.speculative, self.draft_steps, self.ctx = speculative, draft_steps, ctx
+        litert_lm.set_min_log_severity(litert_lm.LogSeverity.INFO)  # the drafter's success rate, on close
+        self.engine = litert_lm.Engine(path, backend=litert_lm.Backend.CPU(), cache_dir=cache_dir,
+                                       enable_speculative_decoding=speculative, enable_benchmark=True)
+        self.lock = threading.Lock()
+
+    def tokenize(self, text: str, special: bool) -> list:
+        ids = list(self.engine.tokenize(text))
+        bos = self.engine.bos_token_id
+        return ([bos] if special and bos is not None else []) + ids
+
+    def detokenize(self, ids: list) -> str:
+        return self.engine.detokenize([int(i) for i in ids])
+
+    def prompt_text(self, prompt) -> str:
+        """llama-server takes text or token ids; a LiteRT-LM session takes text and adds <bos> itself."""
+        if isinstance(prompt, list):
+            ids = [int(i) for i in prompt]
+            bos = self.engine.bos_token_id
+            while ids and ids[0] == bos:
+                ids = ids[1:]
+            return self.detokenize(ids)
+        return str(prompt)
+
+    def complete(self, body: dict, emit) -> dict:
+        """Greedy completion; ``emit(text)`` per streamed chunk; returns llama-server's final fields."""
+        text = self.prompt_text(body.get("prompt", ""))
+        n_predict = int(body.get("n_predict") or 128)
+        with self.lock:
+            session = self.engine.create_session(
+                apply_prompt_template=False, max_output_tokens=n_predict,
+                sampler_config=self.lm.SamplerConfig(top_k=1, temperature=0.0))
+            try:
+                t0 = time.monotonic()
+                session.run_prefill([text])
+                t1 = time.monotonic()
+                rounds, first, parts = 0, None, []
+                for resp in session.run_decode_async():
+                    chunk = "".join(resp.texts)
+                    if not chunk:
+                        continue
+                    first = first if first is not None else time.monotonic()
+                    rounds += 1
+                    parts.append(chunk)
+                    emit(chunk)
+                t2 = time.monotonic()
+                info = session.get_benchmark_info()
+            finally:
+                session.close()
+        tokens = int(info.last_decode_token_count) or len(self.engine.tokenize("".join(parts)))
+        prompt_n = int(info.last_prefill_token_count)
+        timings = {"prompt_n": prompt_n, "prompt_ms": (t1 - t0) * 1000.0, "predicted_n": tokens,
+                   "predicted_ms": (t2 - t1) * 1000.0,
+                   "predicted_per_second": tokens / (t2 - t1) if t2 > t1 else None}
+        if self.speculative:
+            drafted = rounds * self.draft_steps
+            timings.update(draft_n=drafted, draft_n_accepted=max(0, min(drafted, tokens - rounds)), rounds=rounds)
+        return {"content": "" if body.get("stream") else "".join(parts), "stop": True,
+                "tokens_predicted": tokens, "tokens_evaluated": prompt_n, "timings": timings,
+                "stop_type": "limit" if tokens >= n_predict else "eos"}
+
+
+def handler_for(model: Model):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *args) -> None:  # quiet: the bench reads this log for errors only
+            pass
+
+        def _json(self, status: int, data) -> None:
+            raw = json.dumps(data).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def _body(self) -> dict:
+            n = int(self.headers.get("Content-Length") or 0)
+            return json.loads(self.rfile.read(n).decode("utf-8") or "{}") if n else {}
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                self._json(200, {"status": "ok"})
+            elif self.path == "/props":
+                self._json(200, {"default_generation_settings": {"n_ctx": model.ctx}, "backend": "litert-lm",
+                                 "speculative": model.speculative, "draft_steps": model.draft_steps})
+            else:
+                self._json(404, {"error": "not found"})
+
+        def do_POST(self) -> None:
+            try:
+                body = self._body()
+            except ValueError:
+                self._json(400, {"error": "the body is not JSON"})
+                return
+            if self.path == "/tokenize":
+                self._json(200, {"tokens": model.tokenize(str(body.get("content", "")), bool(body.get("add_special")))})
+            elif self.path == "/detokenize":
+                self._json(200, {"content": model.detokenize(body.get("tokens") or [])})
+            elif self.path == "/completion":
+                self._completion(body)
+            else:
+                self._json(404, {"error": "not supported by edgekit's LiteRT-LM front"})
+
+        def _completion(self, body: dict) -> None:
+            if not body.get("stream"):
+                try:
+                    self._json(200, model.complete(body, lambda _c: None))
+                except Exception as exc:  # the client sees why, the server keeps serving
+                    self._json(500, {"error": str(exc)})
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+
+            def event(data: dict) -> None:
+                self.wfile.write(b"data: " + json.dumps(data).encode() + b"\n\n")
+                self.wfile.flush()
+
+            try:
+                final = model.complete(body, lambda chunk: event({"content": chunk, "stop": False}))
+            except (BrokenPipeError, ConnectionResetError):
+                return
+            except Exception as exc:
+                final = {"error": str(exc)}
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                event(final)
+            self.close_connection = True
+
+    return Handler
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--speculative", action="store_true", help="run the bundle's MTP drafter")
+    p.add_argument("--draft-steps", type=int, default=0, help="G: tokens drafted per verify pass")
+    p.add_argument("--ctx", type=int, default=4096, help="the bundle's KV cache length (reported in /props)")
+    p.add_argument("--cache-dir", default="/tmp/edgekit-litert-cache")
+    args = p.parse_args(argv)
+    os.makedirs(args.cache_dir, exist_ok=True)  # LiteRT-LM refuses a cache dir that does not exist
+    model = Model(args.model, args.speculative, args.draft_steps, args.cache_dir, args.ctx)
+    server = ThreadingHTTPServer((args.host, args.port), handler_for(model))
+    server.daemon_threads = True
+    # systemd stops with SIGTERM: close the engine so LiteRT-LM logs the drafter's success rate.
+    signal.signal(signal.SIGTERM, lambda *_a: threading.Thread(target=server.shutdown, daemon=True).start())
+    print(f"edgekit litert-lm front on {args.host}:{args.port} (speculative={args.speculative})", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+        model.engine.close()
+        sys.stderr.flush()
+
+
+if __name__ == "__main__":
+    main()
