@@ -15,7 +15,9 @@ import pytest
 from test_agent_support import AGENT_DIR, ina3221, run_agent, set_ina3221
 
 AGENT_FILES = sorted(AGENT_DIR.glob("*.py"))
-ALLOWED_THIRD_PARTY = {"jtop"}  # imported only when the board has jetson-stats
+# jtop: imported only when the board has jetson-stats; litert_lm: only by litert_server.py, which the
+# board's LiteRT-LM Python runs for `bench --backend litert-lm` (never the agent's python3).
+ALLOWED_THIRD_PARTY = {"jtop", "litert_lm"}
 
 
 def test_agent_files_parse_as_python_3_8() -> None:
