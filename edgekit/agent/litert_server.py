@@ -30,13 +30,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Model:
-    def __init__(self, path: str, speculative: bool, draft_steps: int, cache_dir: str, ctx: int) -> None:
+    def __init__(self, path: str, speculative: bool, draft_steps: int, cache_dir: str, ctx: int,
+                 accelerator: str = "cpu") -> None:
         import litert_lm
 
         self.lm = litert_lm
         self.speculative, self.draft_steps, self.ctx = speculative, draft_steps, ctx
         litert_lm.set_min_log_severity(litert_lm.LogSeverity.INFO)  # the drafter's success rate, on close
-        self.engine = litert_lm.Engine(path, backend=litert_lm.Backend.CPU(), cache_dir=cache_dir,
+        backend = litert_lm.Backend.GPU() if accelerator == "gpu" else litert_lm.Backend.CPU()
+        self.engine = litert_lm.Engine(path, backend=backend, cache_dir=cache_dir,
                                        enable_speculative_decoding=speculative, enable_benchmark=True)
         self.lock = threading.Lock()
 
@@ -177,9 +179,10 @@ def main(argv=None) -> None:
     p.add_argument("--draft-steps", type=int, default=0, help="G: tokens drafted per verify pass")
     p.add_argument("--ctx", type=int, default=4096, help="the bundle's KV cache length (reported in /props)")
     p.add_argument("--cache-dir", default="/tmp/edgekit-litert-cache")
+    p.add_argument("--accelerator", choices=("cpu", "gpu"), default="cpu", help="LiteRT-LM's backend")
     args = p.parse_args(argv)
     os.makedirs(args.cache_dir, exist_ok=True)  # LiteRT-LM refuses a cache dir that does not exist
-    model = Model(args.model, args.speculative, args.draft_steps, args.cache_dir, args.ctx)
+    model = Model(args.model, args.speculative, args.draft_steps, args.cache_dir, args.ctx, args.accelerator)
     server = ThreadingHTTPServer((args.host, args.port), handler_for(model))
     server.daemon_threads = True
     # systemd stops with SIGTERM: close the engine so LiteRT-LM logs the drafter's success rate.

@@ -45,12 +45,13 @@ def blob_of(path: Path) -> tuple[str, int]:
 
 
 def configs(python: str, agent_path: str, bundle: str, port: int, cache_length: int,
-            draft_steps: int | None) -> list[ServerConfig]:
+            draft_steps: int | None, accelerator: str = "cpu") -> list[ServerConfig]:
     """[drafter, baseline] on the bench port: the same bundle, LiteRT-LM's MTP drafter on and off."""
     front = [python, str(PurePosixPath(agent_path).parent / "litert_server.py")]
     cache = str(PurePosixPath(bundle).parent / "litert-cache")  # in the bench work dir: removed with it
-    base = ["--model", bundle, "--port", str(port), "--ctx", str(cache_length), "--cache-dir", cache]
-    settings = {"backend": "litert-lm", "ctx_size": cache_length, "parallel": 1}
+    base = ["--model", bundle, "--port", str(port), "--ctx", str(cache_length), "--cache-dir", cache,
+            "--accelerator", accelerator]
+    settings = {"backend": "litert-lm", "accelerator": accelerator, "ctx_size": cache_length, "parallel": 1}
     out = []
     if draft_steps:
         out.append(ServerConfig("drafter", [*base, "--speculative", "--draft-steps", str(draft_steps)], True,

@@ -36,6 +36,7 @@ class BenchOptions:
     plots: bool = True
     backend: str = "llama.cpp"  # or "litert-lm": the recipe's .litertlm bundle through LiteRT-LM
     litert_python: str | None = None  # the board's Python with litert_lm (default: see _litert_python)
+    litert_accelerator: str = "cpu"  # LiteRT-LM's backend on the board: cpu or gpu
 
 
 def default_out_dir(board: str, recipe: str) -> Path:
@@ -71,7 +72,7 @@ def measure(name: str, board: Board, recipe: Recipe, opts: BenchOptions,
             remote = litert_backend.push_bundle(sess.runner, sess.facts.base if sess.facts else board.base,
                                                 Path(bundle["file"]), sess.work)
             configs = litert_backend.configs(python, sess.agent, remote, sess.bench_port, bundle["cache_length"],
-                                             bundle.get("draft_steps"))
+                                             bundle.get("draft_steps"), opts.litert_accelerator)
         else:
             configs = serverconf.pair(sess.release_args, sess.bench_port, plan.parallel, plan.slot_ctx)
         power_on = sess.start_power()

@@ -107,11 +107,13 @@ def _session_opts(kw: dict[str, Any]) -> Any:
               help="llama.cpp: the deployed release. litert-lm: the recipe's .litertlm (target + MTP drafter).")
 @click.option("--litert-python", metavar="PATH",
               help="The board's Python with litert_lm (default: python3; a simulated board: this machine's).")
+@click.option("--litert-accelerator", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True,
+              help="LiteRT-LM's backend on the board (gpu: its GPU delegate, where the board's build has one).")
 @json_option
 @click.pass_obj
 def bench(app: App, board_name: str, recipe_name: str, out_dir: Path | None, concurrency: str | None,
           context_lengths: str | None, slots: str, idle_s: float | None, no_llama_bench: bool, no_plots: bool,
-          backend: str, litert_python: str | None, **kw: Any) -> None:
+          backend: str, litert_python: str | None, litert_accelerator: str, **kw: Any) -> None:
     """Measure the deployed release on a board with and without its drafter: tok/s, TTFT, acceptance, J/token.
 
     The board's service is stopped while measuring (unless --shared) and started again afterwards,
@@ -127,7 +129,8 @@ def bench(app: App, board_name: str, recipe_name: str, out_dir: Path | None, con
                    slots=slots, idle_s=idle_s)
     opts = orchestrate.BenchOptions(out_dir=out_dir, quick=kw["quick"], overrides=ov, session=_session_opts(kw),
                                     llama_bench=not no_llama_bench, ignore_eos=kw["ignore_eos"], plots=not no_plots,
-                                    backend=backend, litert_python=litert_python)
+                                    backend=backend, litert_python=litert_python,
+                                    litert_accelerator=litert_accelerator)
     # Ctrl-C inside: the session puts the board back and raises Interrupted (exit 130).
     doc = orchestrate.measure(board_name, board, recipe, opts, say=lambda m: app.info(f"[dim]{board_name}:[/] {m}"))
     target = out_dir or orchestrate.default_out_dir(board_name, recipe.name)
