@@ -167,13 +167,12 @@ def big_cases(args: argparse.Namespace) -> list[tuple[str, Path, Path, AlignSpec
 
 def tiny_cases() -> list[tuple[str, Path, Path, AlignSpec]]:
     """The tiny pair with the settings of the tests and of sim-tiny-mtp (so the store has them)."""
-    from edgekit.align.tinytarget import ensure_tuned_target
     from edgekit.models.inputs import ensure_synthetic
 
     drafter = ensure_synthetic("tiny-gemma4-assistant", 0)
     spec = AlignSpec(steps=200, lr=0.01)
     return [("tiny random", ensure_synthetic("tiny-gemma4", 0), drafter, spec),
-            ("tiny tuned", ensure_tuned_target(cache_dir() / "synthetic", 0), drafter, spec)]
+            ("tiny tuned", ensure_synthetic("tiny-gemma4-tuned", 0), drafter, spec)]
 
 
 def main() -> None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -42,3 +45,26 @@ def sim_dir() -> Path:
     if os.environ.get("EDGEKIT_SIM_DIR"):
         return Path(os.environ["EDGEKIT_SIM_DIR"])
     return cache_dir() / "sim"
+
+
+def build_dir_once(final: Path, done: str, make: Callable[[Path], object]) -> Path:
+    """``make(tmp)`` into a fresh directory beside ``final``, renamed into place when complete.
+
+    ``final/done`` marks a finished build: later calls (and concurrent ones that lose the rename)
+    reuse it, and a failed or interrupted build leaves nothing at ``final``.
+    """
+    final = Path(final)
+    if (final / done).is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    try:
+        make(tmp)
+        try:
+            os.rename(tmp, final)
+        except OSError:  # a concurrent build finished first: keep its copy
+            if not (final / done).is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final

@@ -22,8 +22,7 @@ from build_helpers import sdist_or_skip
 
 from edgekit.align.prompts import load_prompts
 from edgekit.align.server import server_acceptance
-from edgekit.align.tinytarget import ensure_tuned_target
-from edgekit.paths import cache_dir
+from edgekit.models.inputs import ensure_synthetic
 
 RUNTIME = {"ctx_size": 512, "n_gpu_layers": 0, "spec_type": "draft-mtp", "draft_n_max": 3, "n_gpu_layers_draft": 0,
            "parallel": 1, "threads": 1, "port": 8080}
@@ -60,7 +59,7 @@ def greedy_tokens(target: Path, drafter: Path, prompts: list[str]) -> list[list[
 
 def test_alignment_lifts_llama_server_acceptance(sim_boards, monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("EDGEKIT_LLAMA_SRC", str(sdist_or_skip()))
-    target = ensure_tuned_target(cache_dir() / "synthetic", 0)
+    target = ensure_synthetic("tiny-gemma4-tuned", 0)
     unaligned = {"synthetic": "tiny-gemma4-assistant"}
     res = edgekit("drafter", "align", "--recipe", str(recipe(tmp_path, "align", target, {**unaligned,
                                                                                         "align": ALIGN})),

@@ -13,9 +13,7 @@ a drafter that no longer fits it. Deterministic in ``seed``.
 from __future__ import annotations
 
 import hashlib
-import os
 import random
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -93,23 +91,4 @@ def make_tuned_target(out_dir: Path, seed: int = 0, steps: int = TUNE_STEPS) -> 
         return finetune_target(make_target(Path(tmp) / "target", seed), out_dir, seed, steps)
 
 
-def ensure_tuned_target(root: Path, seed: int = 0, steps: int = TUNE_STEPS) -> Path:
-    """:func:`make_tuned_target` into ``root`` once (atomic rename); later calls reuse it."""
-    final = Path(root) / f"tiny-gemma4-tuned-{tuned_fingerprint(steps)}-s{seed}"
-    if (final / "config.json").is_file():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tiny-tuned-", dir=final.parent))
-    try:
-        make_tuned_target(tmp, seed, steps)
-        try:
-            os.rename(tmp, final)
-        except OSError:  # a concurrent run finished first: keep its copy
-            if not (final / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
-
-
-__all__ = ["ensure_tuned_target", "finetune_target", "make_tuned_target", "tuned_fingerprint"]
+__all__ = ["finetune_target", "make_tuned_target", "tuned_fingerprint"]

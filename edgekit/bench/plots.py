@@ -29,6 +29,12 @@ def _plt() -> Any:
     return plt
 
 
+def _save(plt: Any, fig: Any, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _color(name: str, k: int) -> str:
     return COLORS.get(name, f"C{k + 2}")
 
@@ -74,9 +80,7 @@ def tps_vs_concurrency(doc: dict[str, Any], path: Path) -> None:
     ax.set_title(f"{doc['recipe']['name']} on {doc['board']['name']} ({doc['profile']['name']})")
     ax.grid(True, alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def acceptance_by_category(doc: dict[str, Any], path: Path) -> None:
@@ -102,9 +106,7 @@ def acceptance_by_category(doc: dict[str, Any], path: Path) -> None:
         ax.set_ylabel("accepted / drafted tokens")
         ax.set_xlabel("prompt category")
     ax.set_title("Draft acceptance by prompt category")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def power_trace(doc: dict[str, Any], path: Path) -> None:
@@ -134,9 +136,7 @@ def power_trace(doc: dict[str, Any], path: Path) -> None:
         ax.legend(loc="upper right", fontsize=8, ncol=2)
         ax.grid(True, alpha=0.3)
     ax.set_title(f"Board power during the bench ({power.get('sampling_rate_hz') or '-'} Hz)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def joules_per_token(doc: dict[str, Any], path: Path) -> None:
@@ -165,9 +165,7 @@ def joules_per_token(doc: dict[str, Any], path: Path) -> None:
         ax.legend()
         ax.grid(True, axis="y", alpha=0.3)
     ax.set_title("Energy per token")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 PLOTS = {

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import os
-import shutil
-import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -212,19 +209,10 @@ def make_tiny_pair(out_dir: Path, seed: int = 0, qat: bool = False) -> tuple[Pat
 
 def ensure_tiny_pair(root: Path, seed: int = 0, qat: bool = False) -> tuple[Path, Path]:
     """:func:`make_tiny_pair` into ``root/<variant>`` once; later calls reuse it (atomic rename)."""
-    final = Path(root) / f"tiny{'-qat' if qat else ''}-s{seed}"
-    if not (final / "drafter" / "config.json").is_file():
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=final.parent))
-        try:
-            make_tiny_pair(tmp, seed, qat)
-            try:
-                os.rename(tmp, final)
-            except OSError:  # another process finished first: use its copy
-                if not (final / "drafter" / "config.json").is_file():
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+    from edgekit.paths import build_dir_once
+
+    final = build_dir_once(Path(root) / f"tiny{'-qat' if qat else ''}-s{seed}", "drafter/config.json",
+                           lambda tmp: make_tiny_pair(tmp, seed, qat))
     return final / "target", final / "drafter"
 
 

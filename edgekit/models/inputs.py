@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from edgekit.config.recipes import ModelSource
 from edgekit.errors import EdgekitError
-from edgekit.paths import cache_dir
+from edgekit.paths import build_dir_once, cache_dir
 
 # Only what conversion reads: configs, tokenizer, weights (never the original/*.pth or GGUFs).
 HF_PATTERNS = ["*.json", "*.safetensors", "tokenizer.model", "*.jinja", "*.txt"]
@@ -96,21 +94,7 @@ def ensure_synthetic(name: str, seed: int = 0) -> Path:
 
     if name not in SYNTHETIC_MAKERS:
         raise EdgekitError(f"Unknown synthetic model {name!r} (known: {', '.join(SYNTHETIC_MAKERS)}).")
-    final = synthetic_dir(name, seed)
-    if (final / "config.json").is_file():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=final.parent))
-    try:
-        SYNTHETIC_MAKERS[name](tmp, seed)
-        try:
-            os.rename(tmp, final)
-        except OSError:  # a concurrent run finished first: keep its copy
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return final
+    return build_dir_once(synthetic_dir(name, seed), "config.json", lambda tmp: SYNTHETIC_MAKERS[name](tmp, seed))
 
 
 def resolve(source: ModelSource, role: str, base_dir: Path | None = None, seed: int = 0) -> ModelInput:
