@@ -111,52 +111,49 @@ def _grouped_attention(module, query, key, value, attention_mask, scaling=None, 
     return out.transpose(1, 2).contiguous(), None
 
 
-class _DrafterStep:
-    """Builds the ``mtp_drafter`` module around a ``Gemma4AssistantForCausalLM`` (defined lazily: torch)."""
+def _drafter_step(drafter, target_text, kv):  # -> (torch.nn.Module, sample inputs, donor KV index per type)
+    """The ``mtp_drafter`` module around a ``Gemma4AssistantForCausalLM``, its sample inputs, the KV it reads."""
+    import torch
 
-    @staticmethod
-    def build(drafter, target_text, kv):  # -> torch.nn.Module
-        import torch
+    text = drafter.config.get_text_config()
+    layer_types = list(target_text.layer_types)
+    first_shared = target_text.num_hidden_layers - (target_text.num_kv_shared_layers or 0)
+    # KV tensor i of the target is its i-th non-shared layer; the drafter reads the last one of each type.
+    donors = {kind: max(i for i in range(first_shared) if layer_types[i] == kind) for kind in set(layer_types)}
+    cache_length = kv[f"kv_cache_k_{donors[layer_types[0]]}"][0][2]
+    window = getattr(text, "sliding_window", None) or getattr(target_text, "sliding_window", None)
+    neg = torch.finfo(torch.float32).min
 
-        text = drafter.config.get_text_config()
-        layer_types = list(target_text.layer_types)
-        first_shared = target_text.num_hidden_layers - (target_text.num_kv_shared_layers or 0)
-        # KV tensor i of the target is its i-th non-shared layer; the drafter reads the last one of each type.
-        donors = {kind: max(i for i in range(first_shared) if layer_types[i] == kind) for kind in set(layer_types)}
-        cache_length = kv[f"kv_cache_k_{donors[layer_types[0]]}"][0][2]
-        window = getattr(text, "sliding_window", None) or getattr(target_text, "sliding_window", None)
-        neg = torch.finfo(torch.float32).min
+    class MtpDrafter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.drafter = drafter
 
-        class MtpDrafter(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.drafter = drafter
+        def forward(self, activations, input_pos, kv_cache):
+            t = input_pos.to(torch.int64)  # [1]: the last position already in the target's cache
+            p = torch.arange(cache_length, dtype=torch.int64)
+            full = p <= t
+            sliding = full & (p >= t + 2 - window) if window else full
+            masks = {"full_attention": torch.where(full, 0.0, neg)[None, None, None, :],
+                     "sliding_attention": torch.where(sliding, 0.0, neg)[None, None, None, :]}
+            # litert-torch stores V transposed: [1, heads, head_dim, cache].
+            shared = {kind: (kv_cache[f"k_{i}"], kv_cache[f"v_{i}"].transpose(2, 3)) for kind, i in donors.items()}
+            x = self.drafter.pre_projection(activations)
+            out = self.drafter.model(inputs_embeds=x, attention_mask=masks, position_ids=(t + 1)[None],
+                                     shared_kv_states=shared, use_cache=False)
+            last = out.last_hidden_state
+            return {"logits": self.drafter.lm_head(last).to(torch.float32),
+                    "projected_activations": self.drafter.post_projection(last).to(torch.float32)}
 
-            def forward(self, activations, input_pos, kv_cache):
-                t = input_pos.to(torch.int64)  # [1]: the last position already in the target's cache
-                p = torch.arange(cache_length, dtype=torch.int64)
-                full = p <= t
-                sliding = full & (p >= t + 2 - window) if window else full
-                masks = {"full_attention": torch.where(full, 0.0, neg)[None, None, None, :],
-                         "sliding_attention": torch.where(sliding, 0.0, neg)[None, None, None, :]}
-                # litert-torch stores V transposed: [1, heads, head_dim, cache].
-                shared = {kind: (kv_cache[f"k_{i}"], kv_cache[f"v_{i}"].transpose(2, 3)) for kind, i in donors.items()}
-                x = self.drafter.pre_projection(activations)
-                out = self.drafter.model(inputs_embeds=x, attention_mask=masks, position_ids=(t + 1)[None],
-                                         shared_kv_states=shared, use_cache=False)
-                last = out.last_hidden_state
-                return {"logits": self.drafter.lm_head(last).to(torch.float32),
-                        "projected_activations": self.drafter.post_projection(last).to(torch.float32)}
-
-        sample_kv = {}
-        for i in sorted(set(donors.values())):
-            for kind in ("k", "v"):
-                shape, dtype = kv[f"kv_cache_{kind}_{i}"]
-                sample_kv[f"{kind}_{i}"] = torch.zeros(shape, dtype=getattr(torch, dtype))
-        hidden = target_text.hidden_size
-        sample = {"activations": torch.zeros((1, 1, 2 * hidden), dtype=torch.float32),
-                  "input_pos": torch.zeros((1,), dtype=torch.int32), "kv_cache": sample_kv}
-        return MtpDrafter().eval(), sample, donors
+    sample_kv = {}
+    for i in sorted(set(donors.values())):
+        for kind in ("k", "v"):
+            shape, dtype = kv[f"kv_cache_{kind}_{i}"]
+            sample_kv[f"{kind}_{i}"] = torch.zeros(shape, dtype=getattr(torch, dtype))
+    hidden = target_text.hidden_size
+    sample = {"activations": torch.zeros((1, 1, 2 * hidden), dtype=torch.float32),
+              "input_pos": torch.zeros((1,), dtype=torch.int32), "kv_cache": sample_kv}
+    return MtpDrafter().eval(), sample, donors
 
 
 def _export_drafter(req, kv, path):  # -> dict
@@ -171,7 +168,7 @@ def _export_drafter(req, kv, path):  # -> dict
     target_config = transformers.AutoConfig.from_pretrained(req["target"])
     drafter = transformers.Gemma4AssistantForCausalLM.from_pretrained(req["drafter"], dtype=torch.float32,
                                                                       attn_implementation="edgekit_grouped").eval()
-    module, sample, donors = _DrafterStep.build(drafter, target_config.get_text_config(), kv)
+    module, sample, donors = _drafter_step(drafter, target_config.get_text_config(), kv)
     converter = litert_torch.Converter()
     converter.add_signature("mtp_drafter", module, sample_kwargs=sample)
     converter.convert(strict_export=False).export(path)

@@ -9,6 +9,7 @@ share of drafted tokens the target verified, which LiteRT-LM logs when the engin
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -19,7 +20,7 @@ from typing import Any
 from edgekit.convert.litert import litert_python
 from edgekit.errors import EdgekitError
 
-_WORKER = Path(__file__).with_name("_litert_smoke.py")
+_WORKER = Path(__file__).with_name("_litert_worker.py")
 _SUCCESS = re.compile(r"MTP Drafter - Success rate:\s*([0-9.eE+-]+|nan)")
 
 
@@ -69,10 +70,11 @@ def generate(bundle: Path, prompt: str, max_tokens: int, workdir: Path, speculat
     if speculative and not rates:
         raise EdgekitError(f"LiteRT-LM ran {Path(bundle).name} without its MTP drafter (no drafter statistics).")
     acceptance = float(rates[-1]) if rates else None
+    if acceptance is not None and math.isnan(acceptance):  # nothing drafted (0 / 0)
+        acceptance = None
     return Generation(out["text"], [int(t) for t in out["tokens"]], speculative, int(out["prefill_tokens"]),
                       float(out["prefill_tokens_per_second"]), int(out["decode_tokens"]),
-                      float(out["decode_tokens_per_second"]),
-                      acceptance if acceptance is None or acceptance == acceptance else None)
+                      float(out["decode_tokens_per_second"]), acceptance)
 
 
 __all__ = ["Generation", "generate", "score_text"]
