@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from edgekit.cli import json_option
+from edgekit.cli import board_option, json_option
 from edgekit.cli.app import App
 from edgekit.config.recipes import load_recipe
 
@@ -56,7 +56,7 @@ def _cooldown(text: str | None) -> float | str | None:
 
 def _common(f: Any) -> Any:
     options = [
-        click.option("--board", "board_name", required=True, metavar="NAME", help="A board from the board file."),
+        board_option,
         click.option("--recipe", "recipe_name", required=True, metavar="RECIPE",
                      help="The recipe the board serves (name or path)."),
         click.option("--quick", is_flag=True, help="Fewer points and repetitions: a smoke test, not a result."),

@@ -9,7 +9,7 @@ import click
 from edgekit.build import BuildOptions, build_key, prepare
 from edgekit.build import build as run_build
 from edgekit.build.targets import TARGET_NAMES
-from edgekit.cli import json_option
+from edgekit.cli import board_option, json_option
 from edgekit.cli.app import App
 from edgekit.errors import EdgekitError
 
@@ -109,7 +109,7 @@ def build(app: App, board_name: str | None, target_name: str | None, cpu_only: b
 
 
 @build.command("sysroot")
-@click.option("--board", "board_name", required=True, metavar="NAME", help="A board from the board file.")
+@board_option
 @click.option("--nvcc", type=click.Path(dir_okay=False, exists=True), help="Host nvcc to pair with the sysroot.")
 @json_option
 @click.pass_obj
