@@ -118,6 +118,7 @@ def bench(app: App, board_name: str, recipe_name: str, out_dir: Path | None, con
 
     The board's service is stopped while measuring (unless --shared) and started again afterwards,
     also after Ctrl-C. Results: JSON first (docs/results-schema.json), then Markdown and PNGs.
+    --backend litert-lm measures the recipe's .litertlm (target + MTP drafter) through LiteRT-LM instead.
     """
     from edgekit.bench import orchestrate
     from edgekit.bench.plan import Overrides
