@@ -21,6 +21,11 @@ def config_dir() -> Path:
     return _xdg("XDG_CONFIG_HOME", ".config") / "edgekit"
 
 
+def logs_dir() -> Path:
+    """Logs a failed step points the user at (kept after the step's temp dir is gone)."""
+    return cache_dir() / "logs"
+
+
 def cache_dir() -> Path:
     """Build trees, sources, sim boards (env EDGEKIT_CACHE overrides)."""
     if os.environ.get("EDGEKIT_CACHE"):

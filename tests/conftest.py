@@ -18,6 +18,7 @@ session-scoped fixture of your own can use ``sim_session`` instead: ``sim_sessio
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,3 +79,23 @@ def sim_boards(sim_session: SimSession, monkeypatch: pytest.MonkeyPatch) -> Call
         monkeypatch.setenv(key, value)
     return sim_session.boards
 
+
+
+# In CI a skip is a failure: every test's needs are installed by .ci/install, so a test that skips there
+# names something .ci/install forgot (or found only because someone installed it by hand elsewhere).
+# Only skips for what a machine of this kind cannot have are allowed, each with its reason.
+CI_ALLOWED_SKIPS = (
+    "mounting a tiny tmpfs needs root",  # CI runs as root; a developer's machine may not
+)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if not os.environ.get("CI") or not report.skipped or hasattr(report, "wasxfail"):
+        return
+    reason = str(report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr)
+    if not any(allowed in reason for allowed in CI_ALLOWED_SKIPS):
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI, where .ci/install must provide what it needs: {reason}"

@@ -69,3 +69,22 @@ def test_aarch64_cpu_cross_build_runs_under_qemu() -> None:
     assert tuple(map(int, verify["glibc_needed"].split("."))) <= (2, 35)  # JetPack 6 (Ubuntu 22.04)
     assert read_header(result.bin_dir / "llama-server").machine == "aarch64"
     assert result.artifact.manifest["cmake"]["toolchain"].startswith("set(CMAKE_SYSTEM_NAME Linux)")
+
+
+def test_without_github_the_pinned_source_comes_from_the_pypi_sdist(tmp_path, monkeypatch) -> None:
+    # A workstation that reaches only PyPI: the default source (a GitHub clone) fails, and edgekit says
+    # so and takes the same commit from the llama-cpp-python sdist instead of failing.
+    from edgekit.build import source
+
+    sdist = sdist_or_skip()
+    cache = tmp_path / "cache"
+    (cache / "downloads" / "sdist").mkdir(parents=True)
+    shutil.copyfile(sdist, cache / "downloads" / "sdist" / source.SDIST_FILENAME)
+    monkeypatch.setenv("EDGEKIT_CACHE", str(cache))
+    monkeypatch.setattr(source, "LLAMA_CPP_REPO", str(tmp_path / "no-such-remote"))  # GitHub, unreachable
+    notes: list[str] = []
+    got = source.resolve_source(None, note=notes.append)
+    assert got.origin == "tarball" and got.identity == f"tar:{source.SDIST_SHA256}"
+    assert source.is_llama_tree(got.path)
+    assert len(notes) == 1 and "GitHub unreachable" in notes[0] and source.SDIST_REQUIREMENT in notes[0]
+    assert not list((cache / "src").glob("llama.cpp-*"))  # no half-made clone left behind

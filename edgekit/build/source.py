@@ -6,7 +6,8 @@ build configured through a symlinked source path:
 - ``--src DIR``: a llama.cpp checkout (or a directory holding one, e.g. an unpacked sdist);
 - ``--src TARBALL``: unpacked once into the cache (the llama-cpp-python sdist works: its
   ``vendor/llama.cpp`` is the pinned ref);
-- nothing: ``git clone`` + checkout of the pinned commit into the cache.
+- nothing: ``git clone`` + checkout of the pinned commit into the cache; where GitHub cannot be
+  reached, the llama-cpp-python sdist from PyPI (it vendors that same commit), said on stderr.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -187,7 +190,14 @@ def _from_dir(path: Path) -> Source:
 
 
 def _git(args: list[str], cwd: Path | None = None) -> None:
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    # A network that drops GitHub's packets (rather than refusing them) must not hang the deploy.
+    env = {**os.environ, "GIT_HTTP_LOW_SPEED_LIMIT": "1000", "GIT_HTTP_LOW_SPEED_TIME": "60",
+           "GIT_TERMINAL_PROMPT": "0"}
+    try:
+        proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False, env=env,
+                              timeout=1800)
+    except subprocess.TimeoutExpired:
+        raise EdgekitError(f"git {args[0]} of llama.cpp took over 30 min (offline? pass --src PATH|TARBALL).") from None
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise EdgekitError(f"git {args[0]} of llama.cpp failed: {last} (offline? pass --src PATH|TARBALL).")
@@ -219,10 +229,30 @@ def _from_git() -> Source:
     return source
 
 
-def resolve_source(src: str | os.PathLike[str] | None = None) -> Source:
-    """The source tree for ``--src`` (a dir or tarball), else the pinned ref cloned into the cache."""
-    if src is None:
+def _from_git_or_sdist(note: Callable[[str], None]) -> Source:
+    """The pinned clone; where GitHub cannot be reached (a PyPI-only network), the same commit from the sdist."""
+    try:
         return _from_git()
+    except EdgekitError as exc:
+        try:
+            sdist = fetch_sdist()
+        except EdgekitError as sdist_exc:
+            raise EdgekitError(f"{str(exc).rstrip('.')}; the {SDIST_REQUIREMENT} sdist from PyPI failed too: "
+                               f"{sdist_exc}") from None
+        note(f"GitHub unreachable ({exc}); using llama.cpp {LLAMA_CPP_SHORT} as vendored by the "
+             f"{SDIST_REQUIREMENT} sdist from PyPI ({sdist}).")
+        return _from_tarball(sdist)
+
+
+def _stderr(message: str) -> None:
+    print(f"edgekit: {message}", file=sys.stderr)
+
+
+def resolve_source(src: str | os.PathLike[str] | None = None,
+                   note: Callable[[str], None] = _stderr) -> Source:
+    """The source tree for ``--src`` (a dir or tarball), else the pinned ref: cloned, or from the PyPI sdist."""
+    if src is None:
+        return _from_git_or_sdist(note)
     path = Path(src).expanduser()
     if not path.exists():
         raise EdgekitError(f"--src {path} does not exist.")

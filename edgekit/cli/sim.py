@@ -73,12 +73,21 @@ def status(app: App, directory: Path | None) -> None:
 @json_option
 @click.pass_obj
 def down(app: App, purge: bool, directory: Path | None) -> None:
-    """Stop every process the simulated boards started and remove them from the board file."""
-    data = sim_boards.down(directory or sim_dir(), purge=purge)
+    """Stop every process the simulated boards started and remove them from the board file.
+
+    Without --dir: the default sim dir and every sim dir whose boards the board file names.
+    """
+    wanted = [directory] if directory else [sim_dir(), *sim_boards.dirs_of_board_file(app.board_file)]
+    runs = [sim_boards.down(d, purge=purge) for d in dict.fromkeys(d.resolve() for d in wanted)]
+    data = {"dir": runs[0]["dir"], "dirs": runs, "stopped": sorted(n for r in runs for n in r["stopped"]),
+            "left": [p for r in runs for p in r["left"]]}
 
     def human() -> None:
-        stopped = ", ".join(data["stopped"]) or "no boards"
-        app.out.print(f"Stopped {stopped} in {data['dir']}.")
+        done = [r for r in runs if r["stopped"]]
+        if not done:
+            app.out.print(f"Stopped no boards (looked in {', '.join(r['dir'] for r in runs)}).")
+        for r in done:
+            app.out.print(f"Stopped {', '.join(r['stopped'])} in {r['dir']}.")
 
     app.emit(data, human)
 

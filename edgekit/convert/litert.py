@@ -26,7 +26,6 @@ from typing import Any
 from edgekit.errors import EdgekitError
 from edgekit.models.inputs import ModelInput
 from edgekit.models.validate import ModelInfo
-from edgekit.paths import cache_dir
 from edgekit.store import Artifact, Store
 
 # litert-torch quantizes to int8 unless told "none" (no recipe at all means its default, dynamic_wi8_afp32).
@@ -35,10 +34,10 @@ _MTP_WORKER = Path(__file__).with_name("_litert_mtp.py")
 
 
 def litert_python() -> str:
-    """``$EDGEKIT_LITERT_PYTHON``, else the venv ``.ci/install`` makes in edgekit's cache, else this Python."""
+    """``$EDGEKIT_LITERT_PYTHON``, else the LiteRT venv ``.ci/install`` derives from this venv, else this Python."""
     if os.environ.get("EDGEKIT_LITERT_PYTHON"):
         return os.environ["EDGEKIT_LITERT_PYTHON"]
-    venv = cache_dir() / "litert-venv" / "bin" / "python"
+    venv = Path(sys.prefix) / "litert-venv" / "bin" / "python"
     return str(venv) if venv.is_file() else sys.executable
 
 

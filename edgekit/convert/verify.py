@@ -10,13 +10,17 @@ without its target, so only targets are measured.
 from __future__ import annotations
 
 import math
+import os
 import re
+import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from edgekit.errors import EdgekitError
+from edgekit.paths import logs_dir
 
 # A fixed, plain English text: the same tokens on every run and for every quant type.
 _TEXT = """
@@ -112,7 +116,11 @@ def _perplexity(bin_dir: Path, args: list[str], log: Path) -> str:
     log.write_text("$ " + " ".join(argv) + "\n" + proc.stdout + proc.stderr)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise EdgekitError(f"llama-perplexity failed (exit {proc.returncode}): {tail[:300]} (log: {log}).")
+        # The work dir is temporary: the log the user is pointed at must outlive it.
+        kept = logs_dir() / f"verify-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{log.name}"
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(log, kept)
+        raise EdgekitError(f"llama-perplexity failed (exit {proc.returncode}): {tail[:300]} (log: {kept}).")
     return proc.stdout + proc.stderr
 
 

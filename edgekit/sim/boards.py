@@ -276,6 +276,21 @@ def down(sim_dir: Path, purge: bool = False) -> dict[str, Any]:
     return {"dir": str(sim_dir), "stopped": sorted(st.boards), "left": left}
 
 
+def dirs_of_board_file(board_file: Path) -> list[Path]:
+    """The sim dirs whose boards the board file names (``sim up --dir D`` puts them anywhere)."""
+    if not board_file.is_file():
+        return []
+    found: list[Path] = []
+    for name, board in Boards(board_file).load().boards.items():
+        if not board.sim:
+            continue
+        candidate = Path(board.base).parent.parent.resolve()  # base is <sim dir>/<board>/base
+        st = state_mod.load(candidate)
+        if st is not None and name in st.boards and candidate not in found:
+            found.append(candidate)
+    return found
+
+
 def _unpublish(st: SimState) -> None:
     names = set(st.boards)
     for path in map(Path, st.board_files):
