@@ -97,9 +97,19 @@ def test_tiny_mtp_deploys_drafts_and_redeploys_for_free(boards) -> None:
     assert first["health"]["acceptance"] > 0.2  # and, aligned to this target, its drafts are accepted
     answer = complete(board.service_port)
     assert answer["tokens_predicted"] > 0 and "draft_n" in answer["timings"]
-    again = deploy(board.name, "sim-tiny-mtp")
+    # Nothing changed: decided from manifests (no torch, no transformers, no checkpoint validation) and
+    # health from /health plus the figures recorded at activation, not a new completion.
+    res = subprocess.run([sys.executable, "-X", "importtime", "-m", "edgekit", "--json", "deploy", "--board",
+                          board.name, "--recipe", "sim-tiny-mtp"], capture_output=True, text=True, timeout=300,
+                         check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
+    assert not imported & {"torch", "transformers", "safetensors"}, "a no-op redeploy imported a framework"
+    again = json.loads(res.stdout)
     assert not again["changed"] and again["bytes_sent"] == 0 and again["blobs_sent"] == 0
     assert again["release"] == first["release"] and again["blobs_skipped"] == first["blobs_sent"]
+    assert again["health"]["ok"] and again["health"]["method"] == "recorded"
+    assert again["health"]["draft_n"] == first["health"]["draft_n"]
     st = status(board.name)
     assert st["current"] == st["serving"] == first["release"] and st["health"]["ok"]
     # The layout: current -> releases/<id>, hard links into the store, the unit in the board root.

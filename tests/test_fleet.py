@@ -150,10 +150,22 @@ def test_canary_then_batches_all_healthy_then_nothing_to_do(fleet) -> None:
     # The run's SSH masters and control sockets are gone.
     assert not [p for p in psutil.process_iter(["cmdline"]) if "ek-cp-" in " ".join(p.info["cmdline"] or [])]
 
+    # The activation recorded each board's health beside its release: a re-run that changes nothing is
+    # decided from that, /health and the release ids alone, and runs no playbook.
+    for b in boards:
+        assert json.loads((b.base / "current" / "health.json").read_text())["draft_n"] > 0
     again = rollout(env, "--recipe", "sim-tiny-mtp", *_group())
     assert again["changed"] == [] and sorted(again["succeeded"]) == sorted(names)
+    assert again["playbook"].startswith("skipped") and again["ansible_seconds"] == 0
     for row in again["succeeded"].values():
         assert row["push"]["sent_bytes"] == 0 and row["push"]["sent_blobs"] == 0 and row["health"]["ok"]
+        assert row["health"]["method"] == "recorded"
+    # One board whose server died: the playbook runs again and brings it back (the others stay as they are).
+    victim = boards[-1]
+    assert victim.run("systemctl stop edgekit-llama.service").rc == 0
+    healed = rollout(env, "--recipe", "sim-tiny-mtp", *_group())
+    assert "playbook" not in healed and sorted(healed["succeeded"]) == sorted(names) and not healed["failed"]
+    assert complete(victim.service_port)["tokens_predicted"] > 0
 
 
 def test_check_mode_changes_nothing(fleet, tmp_path: Path) -> None:

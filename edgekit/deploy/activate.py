@@ -87,9 +87,14 @@ def activate(
         return health_mod.check(runner, p, expect_drafts, timeout=timeout, alive=svc.is_active)
 
     if lay.current == release_id and lay.serving == release_id and main.is_active():
+        recorded = health_mod.quick(runner, port, lay.health, expect_drafts) if lay.health else None
+        if recorded is not None:
+            on_step("release already current and /health answers")
+            return Activation(release_id, False, previous, recorded, strategy)
         on_step("release already current: checking health")
         h = check(main, port)
         if h.ok:
+            releases.record_health(runner, base, release_id, h.to_dict())
             return Activation(release_id, False, previous, h, strategy)
     on_step(f"creating release {release_id}")
     releases.create(runner, base, release_id, file_shas)
@@ -117,6 +122,7 @@ def activate(
         raise HealthCheckFailed(
             f"Release {release_id} failed its health check on board {runner.name!r} ({h.reason}); "
             f"rolled back to {previous or 'no release (service stopped)'}.", logs)
+    releases.record_health(runner, base, release_id, h.to_dict())
     releases.switch(runner, base, release_id)
     releases.mark_serving(runner, base, release_id)
     pruned = releases.prune(runner, base, keep, protect={release_id, previous or ""})

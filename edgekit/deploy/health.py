@@ -22,6 +22,7 @@ class Health:
     draft_n: int | None = None
     draft_n_accepted: int | None = None
     text: str = ""
+    method: str = "completion"  # "completion": measured now; "recorded": /health now, figures from activation
 
     @property
     def acceptance(self) -> float | None:
@@ -95,3 +96,18 @@ def check(
     elif expect_drafts and not health.draft_n:
         health.ok, health.reason = False, "a drafter is configured but the server drafted no tokens (draft_n = 0)"
     return health
+
+
+def quick(runner: SshRunner | LocalRunner, port: int, recorded: dict, expect_drafts: bool) -> Health | None:
+    """/health answers now and the release's recorded full check was good: that Health, else None."""
+    fields = {k: recorded.get(k) for k in Health.__dataclass_fields__ if k in recorded}
+    if not recorded.get("ok") or (expect_drafts and not recorded.get("draft_n")):
+        return None
+    try:
+        if request(runner, port, "GET", "/health", timeout=5).status != 200:
+            return None
+    except ConnectionError:
+        return None
+    fields.update(ok=True, reason="healthy (/health answered; tokens and drafts as recorded at activation)",
+                  method="recorded")
+    return Health(**fields)

@@ -16,6 +16,7 @@ from edgekit.deploy.pipeline import DeployOptions
 from edgekit.errors import EdgekitError
 from edgekit.fleet import inventory as inv
 from edgekit.fleet.connect import Fleet
+from edgekit.fleet.current import already_current
 from edgekit.fleet.plan import fleet_vars, plan_fleet, rollout_vars
 from edgekit.fleet.playbook import Batch, largest_batch, preflight, run_playbook
 from edgekit.fleet.report import FleetSummary, summarize
@@ -93,6 +94,16 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
             summary.seconds = round(time.monotonic() - start, 2)
             return summary
         fp = plan_fleet(recipe, fleet.targets, deploy_opts, console)
+        current = {} if options.check else already_current(fleet, fp)
+        if current and len(current) == len(fleet.targets):
+            console.print(f"[dim]fleet: all {len(current)} board(s) already serve their planned release and "
+                          "answer /health: nothing to do, no playbook run[/dim]")
+            hosts = {n: {"touched": True, "stats": {}, "data": {"edgekit": r}} for n, r in current.items()}
+            summary = summarize("rollout", names, {"hosts": hosts}, fleet.failed)
+            summary.seconds = round(time.monotonic() - start, 2)
+            summary.extra = {"recipe": recipe.name, "canary": canary, "planned": fp.releases(), "builds": fp.builds,
+                             "ansible_seconds": 0.0, "ansible_rc": None, "playbook": "skipped: nothing to do"}
+            return summary
         extra = rollout_vars(fp, options.health_timeout)
         extra.update({"edgekit_serial": options.batches, "edgekit_max_fail": options.max_fail})
         limit = list(fleet.targets)

@@ -209,6 +209,7 @@ def scripts() -> dict[str, str]:
         "create": releases.CREATE_SH,
         "switch": releases.SWITCH_SH,
         "serving": SERVING_SH,
+        "record_health": releases.RECORD_HEALTH_SH,
         "prune": releases.PRUNE_SH,
         "unit_install": service.INSTALL_UNIT_SH,
         "unit_rm": UNIT_RM_SH,

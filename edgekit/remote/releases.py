@@ -55,6 +55,7 @@ LIST_SH = r"""
 base="$1"
 printf 'current=%s\n' "$(readlink "$base/current" 2>/dev/null | sed 's#^releases/##')"
 printf 'serving=%s\n' "$(cat "$base/serving" 2>/dev/null)"
+printf 'health=%s\n' "$(tr -d '\n' < "$base/current/health.json" 2>/dev/null)"
 for d in "$base"/releases/*/; do
   [ -d "$d" ] || continue
   id="$(basename "$d")"
@@ -82,6 +83,7 @@ class Layout:
     current: str | None
     serving: str | None
     releases: list[str]  # oldest first
+    health: dict | None = None  # what current's last full health check found (health.json)
 
     def previous(self) -> str | None:
         """The newest release older than current (what `rollback` switches to)."""
@@ -115,18 +117,34 @@ def mark_serving(runner: Runner, base: str, release_id: str) -> None:
 
 def layout(runner: Runner, base: str) -> Layout:
     out = runner.run(["sh", "-c", LIST_SH, "edgekit-list", base], timeout=30).stdout
-    current = serving = None
+    current = serving = health = None
     releases: list[tuple[int, str]] = []
     for line in out.splitlines():
         key, _, value = line.partition("=")
-        if key == "current":
+        if key == "health" and value.strip():
+            try:
+                health = json.loads(value)
+            except ValueError:
+                health = None  # a torn record: the next full check writes it again
+        elif key == "current":
             current = value.strip() or None
         elif key == "serving":
             serving = value.strip() or None
         elif key == "release":
             mtime, _, rid = value.partition(" ")
             releases.append((int(mtime), rid))
-    return Layout(current, serving, [rid for _, rid in sorted(releases)])
+    return Layout(current, serving, [rid for _, rid in sorted(releases)], health if isinstance(health, dict) else None)
+
+
+# "$1" base, "$2" id, "$3" the Health JSON: written beside the release, atomically.
+RECORD_HEALTH_SH = 'f="$1/releases/$2/health.json"; printf "%s\\n" "$3" > "$f.new" && mv -f "$f.new" "$f"'
+
+
+def record_health(runner: Runner, base: str, release_id: str, health: dict) -> None:
+    """Keep a release's last full health check beside it: a no-op redeploy reports it without a new completion."""
+    # Not checked: a missing record only costs the next redeploy a full check.
+    runner.run(["sh", "-c", RECORD_HEALTH_SH, "edgekit-health", base, check_id(release_id),
+                json.dumps(health, sort_keys=True)], check=False, timeout=30)
 
 
 def read_manifest(runner: Runner, base: str, release_id: str) -> dict:
