@@ -162,31 +162,84 @@ def test_repack_of_qat_drafter_is_exact_and_proven(llama: LlamaCpp, qat_pair: tu
         assert same_bits(quants.dequantize(np.asarray(t.data), Q4_0), source[t.name])
 
 
-def test_repack_without_reference_converts_losslessly_first(qat_pair: tuple[Path, Path], tmp_path: Path) -> None:
+def test_repack_without_reference_takes_metadata_from_the_converter(qat_pair: tuple[Path, Path],
+                                                                    tmp_path: Path) -> None:
     target, _drafter = qat_pair
     report = repack_any(target, tmp_path / "t.gguf", llama_src=str(sdist_or_skip()))
     s = report.summary()
     assert s["tensors_exact"] == s["tensors_quantizable"] and s["proof_bit_exact"]
     assert s["q8_0_size_is_estimate"] and 0 < s["size_vs_q8_0"] < 0.7
-    # A lossless GGUF as SRC gives the same weights without running the converter again.
+    assert "not converted" in report.template  # the fast path: no lossless detour
     types = {t.name: t.tensor_type for t in GGUFReader(tmp_path / "t.gguf").tensors}
     assert types["blk.0.ffn_down.weight"] == Q4_0 and types["blk.0.attn_norm.weight"] == GGMLQuantizationType.F32
 
 
-def test_off_grid_tensor_falls_back_whole(llama: LlamaCpp, qat_pair: tuple[Path, Path], qat_q8: dict[str, Path],
-                                          tmp_path: Path) -> None:
+def _bent(drafter: Path, into: Path) -> Path:
+    """The drafter with one value of one weight pushed off the 4-bit grid."""
     import torch
     from safetensors.torch import load_file, save_file
 
-    _target, drafter = qat_pair
-    bent = tmp_path / "drafter-bent"
-    shutil.copytree(drafter, bent)
-    weights = load_file(bent / "model.safetensors")
+    shutil.copytree(drafter, into)
+    weights = load_file(into / "model.safetensors")
     name = "model.layers.0.mlp.down_proj.weight"
     w = weights[name].clone()
-    w[0, 0] = w[0, 0] + torch.tensor(1e-3, dtype=torch.bfloat16)  # one value leaves the grid
+    w[0, 0] = w[0, 0] + torch.tensor(1e-3, dtype=torch.bfloat16)
     weights[name] = w
-    save_file(weights, bent / "model.safetensors", metadata={"format": "pt"})
+    save_file(weights, into / "model.safetensors", metadata={"format": "pt"})
+    return into
+
+
+@pytest.mark.parametrize("which", ["target", "drafter", "bent-drafter"])
+def test_fast_repack_writes_the_bytes_of_the_lossless_template_path(llama: LlamaCpp, qat_pair: tuple[Path, Path],
+                                                                    tmp_path: Path, which: str) -> None:
+    # The same input gives the same file whether the template is the converter's whole bf16 GGUF (the
+    # old path) or its skeleton with the weights packed straight from the safetensors (the new one).
+    import hashlib
+
+    from edgekit.convert.checkpoint_repack import repack_checkpoint
+    from edgekit.convert.gguf_io import GGUFFile
+    from edgekit.convert.gguf_stage import lossless_outtype
+    from edgekit.convert.repack import GGUFValues, repack_gguf
+    from edgekit.models.validate import inspect_model
+
+    target, drafter = qat_pair
+    model = {"target": target, "drafter": drafter}.get(which) or _bent(drafter, tmp_path / "bent")
+    info = inspect_model(model, "target" if which == "target" else "drafter")
+    outtype = lossless_outtype(info)
+    work = tmp_path / "work"
+    work.mkdir()
+    fast = repack_checkpoint(llama, model, info.gguf_arch, outtype, tmp_path / "fast.gguf", "Q8_0", work,
+                             work / "skeleton.log")
+    assert fast is not None and {p.name for p in work.iterdir()} == {"skeleton.gguf", "skeleton.log"}
+    llama.convert(model, tmp_path / "lossless.gguf", outtype, tmp_path / "convert.log")
+    # The converter never wrote the weights: its skeleton holds the metadata and the small tensors only.
+    assert (work / "skeleton.gguf").stat().st_size < (tmp_path / "lossless.gguf").stat().st_size / 3
+    template = GGUFFile(tmp_path / "lossless.gguf")
+    slow = repack_gguf(template, GGUFValues(template), tmp_path / "slow.gguf")
+
+    def sha(p: Path) -> str:
+        return hashlib.sha256(p.read_bytes()).hexdigest()
+
+    assert sha(tmp_path / "fast.gguf") == sha(tmp_path / "slow.gguf")
+    assert fast.summary() == slow.summary()
+    assert fast.summary()["tensors_fallback"] == (1 if which == "bent-drafter" else 0)
+
+
+def test_fast_repack_declines_architectures_whose_converter_transforms_weights(llama: LlamaCpp,
+                                                                               qat_pair: tuple[Path, Path],
+                                                                               tmp_path: Path) -> None:
+    from edgekit.convert.checkpoint_repack import repack_checkpoint
+
+    target, _ = qat_pair
+    assert repack_checkpoint(llama, target, "llama", "bf16", tmp_path / "x.gguf", "Q8_0", tmp_path,
+                             tmp_path / "log") is None
+    assert not (tmp_path / "x.gguf").exists()
+
+
+def test_off_grid_tensor_falls_back_whole(llama: LlamaCpp, qat_pair: tuple[Path, Path], qat_q8: dict[str, Path],
+                                          tmp_path: Path) -> None:
+    _target, drafter = qat_pair
+    bent = _bent(drafter, tmp_path / "drafter-bent")  # one value leaves the grid
 
     for fallback, gtype in (("Q8_0", Q8_0), ("F16", GGMLQuantizationType.F16)):
         out = tmp_path / f"bent-{fallback}.gguf"

@@ -4,7 +4,9 @@ Types and how they are made:
 
 - ``F32``/``F16``/``BF16``/``Q8_0``: the pinned converter's ``--outtype``;
 - ``Q4_0``/``Q4_K_M``/``Q5_K_M``/``Q6_K``: converter to a lossless file, then ``llama-quantize``;
-- ``q4_0-exact``: converter to a lossless file (the template), then :func:`repack_gguf`.
+- ``q4_0-exact``: the converter's metadata skeleton while the weights are packed straight from the
+  safetensors (:mod:`edgekit.convert.checkpoint_repack`); else a lossless file as the template, then
+  :func:`repack_gguf`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit import __version__
+from edgekit.convert.checkpoint_repack import repack_checkpoint
 from edgekit.convert.gguf_io import GGUFFile, GGUFInfo, check_gguf
 from edgekit.convert.llamacpp import CONVERTER_OUTTYPES, LlamaCpp
 from edgekit.convert.repack import GGUFValues, repack_gguf, write_report
@@ -73,7 +76,9 @@ def expected_tensors(llama: LlamaCpp, info: ModelInfo) -> tuple[str, set[str]]:
 
 
 def convert_model(model: ModelInput, info: ModelInfo, quant: str, fallback: str, llama: LlamaCpp,
-                  store: Store, force: bool = False) -> Converted:
+                  store: Store, force: bool = False, fast: bool = True) -> Converted:
+    """``fast`` (q4_0-exact): metadata from the converter, weights straight from the checkpoint; False
+    takes the converter's whole lossless file as the template (the same bytes, slower)."""
     t0 = time.perf_counter()
     key = store_key(model, quant, fallback, llama)
     if not force and (art := store.get(KIND, key)) is not None:
@@ -96,11 +101,14 @@ def convert_model(model: ModelInput, info: ModelInfo, quant: str, fallback: str,
             llama.convert(info.path, lossless, lossless_outtype(info), log)
             llama.quantize(lossless, out, quant, log)
         elif quant == "q4_0-exact":
-            template = work / "template.gguf"
-            llama.convert(info.path, template, lossless_outtype(info), log)
-            check_gguf(template, arch, names)
-            tfile = GGUFFile(template)
-            report = repack_gguf(tfile, GGUFValues(tfile), out, fallback)
+            report = repack_checkpoint(llama, info.path, arch, lossless_outtype(info), out, fallback, work, log) \
+                if fast else None
+            if report is None:  # the converter's whole lossless file as the template
+                template = work / "template.gguf"
+                llama.convert(info.path, template, lossless_outtype(info), log)
+                check_gguf(template, arch, names)
+                tfile = GGUFFile(template)
+                report = repack_gguf(tfile, GGUFValues(tfile), out, fallback)
             write_report(report, staging / f"{model.role}-repack.json")
             manifest["repack"] = report.summary()
         else:

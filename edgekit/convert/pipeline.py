@@ -12,6 +12,7 @@ from typing import Any
 from gguf import LlamaFileType
 
 from edgekit.config.recipes import ModelSource, Recipe
+from edgekit.convert.checkpoint_repack import repack_checkpoint
 from edgekit.convert.gguf_io import GGUFFile
 from edgekit.convert.gguf_stage import QUANTIZE_TYPES, Converted, convert_model, lossless_outtype
 from edgekit.convert.llamacpp import LlamaCpp, find_llamacpp
@@ -156,6 +157,11 @@ def repack_any(src: Path, out: Path, ref: Path | None = None, fallback: str = "Q
         return repack_gguf(ref_file, SafetensorsValues(src, names), out, fallback, q8_reference=q8_ref)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".repack-", dir=out.parent) as tmp:
+        say(f"packing {src.name}'s weights while the converter writes its metadata")
+        fast = repack_checkpoint(llama, src, info.gguf_arch, lossless_outtype(info), out, fallback, Path(tmp),
+                                 Path(tmp) / "skeleton.log")
+        if fast is not None:
+            return fast
         template = Path(tmp) / "template.gguf"
         say(f"converting {src.name} to a lossless GGUF ({lossless_outtype(info)}) for its metadata")
         llama.convert(src, template, lossless_outtype(info), Path(tmp) / "convert.log")

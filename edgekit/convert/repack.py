@@ -15,9 +15,10 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 from gguf import GGMLQuantizationType, LlamaFileType, quants
@@ -25,6 +26,23 @@ from gguf import GGMLQuantizationType, LlamaFileType, quants
 from edgekit.convert.gguf_io import GGUFFile, TensorInfo, write_gguf
 from edgekit.convert.qat import BLOCK, eligible_shape, exact_q4_0, widen
 from edgekit.errors import EdgekitError
+
+
+class Template(Protocol):
+    """What a repack takes from the converter's file: GGUFFile, or a Skeleton of it."""
+
+    path: Path
+    tensors: list[TensorInfo]
+
+    @property
+    def kv_raw(self) -> dict[str, bytes]: ...
+    @property
+    def alignment(self) -> int: ...
+    @property
+    def arch(self) -> str | None: ...
+    def get(self, key: str) -> Any: ...
+    def data(self, t: TensorInfo) -> np.ndarray: ...
+
 
 Q4_0 = GGMLQuantizationType.Q4_0
 Q8_0 = GGMLQuantizationType.Q8_0
@@ -155,7 +173,12 @@ class SafetensorsValues(ValueSource):
         dtype = st.tensors[hf_name].dtype
         if dtype not in ("BF16", "F16", "F32"):
             return None, f"source dtype {dtype}"
-        return _fit(st.raw(hf_name) if dtype == "BF16" else st.float32(hf_name), shape)
+        # Memory-mapped as stored (bf16 as bits): widened block batch by block batch where needed.
+        return _fit(st.raw(hf_name), shape)
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """GGUF name → the stored shape (numpy order) of its source tensor."""
+        return {g: st.tensors[h].shape for g, (st, h) in self.by_gguf.items()}
 
 
 def _fit(arr: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray | None, str | None]:
@@ -167,13 +190,20 @@ def _fit(arr: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray | None, st
     return None, f"source shape {arr.shape} does not match {shape}"
 
 
-def _q8_estimate(f: GGUFFile, all_f32: bool) -> int:
+def _header_size(f: Template) -> int:
+    """Bytes before the tensor data of a GGUF with ``f``'s metadata and tensor list."""
+    size = 24 + sum(len(raw) for raw in f.kv_raw.values())
+    size += sum(8 + len(t.name.encode()) + 4 + 8 * len(t.ne) + 12 for t in f.tensors)
+    return size + (-size % f.alignment)
+
+
+def _q8_estimate(f: Template, all_f32: bool) -> int:
     """What the converter's ``--outtype q8_0`` file would weigh, from a template it wrote.
 
     It quantizes exactly the tensors it did not keep F32 (Q8_0, or F16 when a row does not split
     into blocks of 32); the header is the template's (only general.file_type differs).
     """
-    total = f.data_start
+    total = _header_size(f)
     for t in f.tensors:
         n = int(np.prod(t.ne))
         if all_f32:
@@ -186,13 +216,56 @@ def _q8_estimate(f: GGUFFile, all_f32: bool) -> int:
     return total
 
 
-def repack_gguf(template: GGUFFile, values: ValueSource, out: Path, fallback: str = "Q8_0",
-                q8_reference: Path | None = None) -> RepackReport:
-    """Write ``out`` from ``template`` with exact Q4_0 where the source allows; see module doc."""
-    t0 = time.perf_counter()
+@dataclass(frozen=True)
+class Packed:
+    """One weight packed ahead of its template (while the converter still writes the metadata)."""
+
+    ne: tuple[int, ...]
+    qtype: GGMLQuantizationType
+    result: TensorResult
+    span: tuple[int, int]  # (offset, bytes) in the scratch file
+
+
+def pack_ahead(values: SafetensorsValues, fallback: str, fh: BinaryIO,
+               wanted: Callable[[str], bool] = lambda _n: True) -> dict[str, Packed]:
+    """Pack every weight the repack would quantize, straight from the safetensors, into ``fh``.
+
+    Which weights are quantized is the template's to say; this guesses by name and shape (2-D
+    weights, not norms), and :func:`repack_gguf` uses a packed weight only where the template agrees.
+    """
+    fb_type = _fallback_type(fallback)
+    out: dict[str, Packed] = {}
+    for name, shape in values.shapes().items():
+        if not wanted(name) or not eligible_shape(shape) or not name.endswith(".weight") \
+                or name.endswith("_norm.weight"):
+            continue
+        src, _why = values.get(name, shape)
+        if src is None:
+            continue
+        ne = tuple(reversed(shape))
+        data, qtype, result = _pack(name, list(ne), src, fb_type)
+        start = fh.tell()
+        np.ascontiguousarray(data).tofile(fh)
+        out[name] = Packed(ne, qtype, result, (start, data.nbytes))
+    return out
+
+
+def _fallback_type(fallback: str) -> GGMLQuantizationType:
     if fallback not in FALLBACKS:
         raise EdgekitError(f"Fallback type must be one of {', '.join(FALLBACKS)}, not {fallback!r}.")
-    fb_type = FALLBACKS[fallback]
+    return FALLBACKS[fallback]
+
+
+def repack_gguf(template: Template, values: ValueSource, out: Path, fallback: str = "Q8_0",
+                q8_reference: Path | None = None, ahead: dict[str, Packed] | None = None,
+                ahead_file: Path | None = None) -> RepackReport:
+    """Write ``out`` from ``template`` with exact Q4_0 where the source allows; see module doc.
+
+    ``ahead``/``ahead_file``: weights :func:`pack_ahead` packed already, used where their shape and
+    the template's decision to quantize agree (anything else is packed here as usual).
+    """
+    t0 = time.perf_counter()
+    fb_type = _fallback_type(fallback)
     if not template.arch:
         raise EdgekitError(f"{template.path} has no general.architecture.")
     all_f32 = template.get("general.file_type") == LlamaFileType.ALL_F32
@@ -205,20 +278,30 @@ def repack_gguf(template: GGUFFile, values: ValueSource, out: Path, fallback: st
     fd, scratch_name = tempfile.mkstemp(prefix=".repack-", dir=out.parent)
     scratch = Path(scratch_name)
     layout: list[tuple[str, tuple[int, ...], GGMLQuantizationType]] = []
-    spans: list[tuple[int, int]] = []
+    spans: list[tuple[bool, int, int]] = []  # (packed ahead?, offset, bytes)
+    pre = np.memmap(ahead_file, dtype=np.uint8, mode="r") if ahead and ahead_file and ahead_file.stat().st_size \
+        else None
     try:
         with os.fdopen(fd, "wb") as fh:
             for t in template.tensors:
+                hit = (ahead or {}).get(t.name)
+                if pre is not None and hit is not None and hit.ne == t.ne \
+                        and quantizable(t.name, t.shape, t.type, all_f32):
+                    report.tensors.append(hit.result)
+                    spans.append((True, *hit.span))
+                    layout.append((t.name, t.ne, hit.qtype))
+                    continue
                 data, qtype, result = _one_tensor(template, t, values, fb_type, all_f32)
                 report.tensors.append(result)
-                spans.append((fh.tell(), data.nbytes))
+                spans.append((False, fh.tell(), data.nbytes))
                 np.ascontiguousarray(data).tofile(fh)
                 layout.append((t.name, t.ne, qtype))
         any_q4 = any(r.status == "exact" for r in report.tensors)
         overrides = {"general.file_type": int(LlamaFileType.MOSTLY_Q4_0)} if any_q4 else {}
         mm = np.memmap(scratch, dtype=np.uint8, mode="r") if scratch.stat().st_size else np.zeros(0, np.uint8)
-        write_gguf(part, template, layout, (mm[a : a + n] for a, n in spans), overrides)
-        del mm
+        chunks = ((pre if ahead_span else mm)[a : a + n] for ahead_span, a, n in spans)  # type: ignore[index]
+        write_gguf(part, template, layout, chunks, overrides)
+        del mm, pre
         os.replace(part, out)
     except BaseException:
         part.unlink(missing_ok=True)
@@ -244,19 +327,25 @@ def _one_tensor(template: GGUFFile, t: TensorInfo, values: ValueSource, fb_type:
     if src is None:
         # No exact source: the template's own bytes are the best there is.
         return template.data(t), t.type, TensorResult(t.name, ne, t.type.name, "fallback", reason=why)
+    return _pack(t.name, ne, src, fb_type)
+
+
+def _pack(name: str, ne: list[int], src: np.ndarray, fb_type: GGMLQuantizationType
+          ) -> tuple[np.ndarray, GGMLQuantizationType, TensorResult]:
+    """Exact Q4_0 of one weight's source values, or the whole tensor in the fallback type."""
     try:
         res = exact_q4_0(src, prove=True)
     except AssertionError:  # cannot happen if the search is right; never write a wrong Q4_0 tensor
-        raise EdgekitError(f"Internal error: Q4_0 of {t.name} does not dequantize to its source.") from None
+        raise EdgekitError(f"Internal error: Q4_0 of {name} does not dequantize to its source.") from None
     if res.exact:
         assert res.packed is not None
-        return res.packed, Q4_0, TensorResult(t.name, ne, "Q4_0", "exact", res.blocks, res.exact_blocks, True)
+        return res.packed, Q4_0, TensorResult(name, ne, "Q4_0", "exact", res.blocks, res.exact_blocks, True)
     reason = f"{res.blocks - res.exact_blocks} of {res.blocks} blocks off the 4-bit grid"
     # Always from the source values, never the template's bytes: the template may come from
     # another copy of the weights, and the report must describe what OUT holds.
     f32 = widen(src)
     data = f32.astype(np.float16) if fb_type == F16 else quants.quantize(f32, fb_type)
-    return data, fb_type, TensorResult(t.name, ne, fb_type.name, "fallback", res.blocks, res.exact_blocks,
+    return data, fb_type, TensorResult(name, ne, fb_type.name, "fallback", res.blocks, res.exact_blocks,
                                        reason=reason)
 
 

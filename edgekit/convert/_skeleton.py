@@ -1,0 +1,66 @@
+"""Worker run with the pinned llama.cpp tree first on sys.path: the converter's GGUF without its big weights.
+
+Reads JSON on stdin ``{"model": DIR, "outtype": "bf16"|"f32", "out": PATH}``. Runs the converter's own
+model class as ``convert_hf_to_gguf.py`` does (metadata, tokenizer, tensor names, order, types and every
+tensor transform), but leaves out the data of each 2-D weight a Q4_0 repack would replace, so those are
+never read, widened or written: the converter's lazy tensors are only evaluated for what is written.
+Writes PATH (the metadata and the small tensors, byte for byte as the converter writes them) and prints
+``{"arch": ..., "tensors": [{"name", "ne", "type", "in_file"}, ...]}`` in the converter's order.
+
+Run as a script (``python _skeleton.py LLAMA_CPP_ROOT``), never imported: the vendored gguf-py must shadow
+any installed ``gguf``.
+"""
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+BLOCK = 32
+
+
+def left_out(name: str, shape: tuple, f32: bool, all_f32: bool) -> bool:
+    """The weights a repack quantizes (a subset of edgekit.convert.repack.quantizable, which must agree)."""
+    if len(shape) < 2 or shape[-1] % BLOCK or not name.endswith(".weight") or name.endswith("_norm.weight"):
+        return False
+    return not f32 or all_f32
+
+
+def main() -> None:
+    root = Path(sys.argv[1])
+    sys.path[:0] = [str(root / "gguf-py"), str(root)]
+    logging.disable(logging.WARNING)
+    import gguf
+    import torch
+    from conversion import ModelType, get_model_architecture, get_model_class
+    from conversion.base import ModelBase
+
+    req = json.load(sys.stdin)
+    model_dir, out = Path(req["model"]), Path(req["out"])
+    ftype = {"bf16": gguf.LlamaFileType.MOSTLY_BF16, "f32": gguf.LlamaFileType.ALL_F32}[req["outtype"]]
+    with torch.inference_mode():
+        hparams = ModelBase.load_hparams(model_dir, False)
+        cls = get_model_class(get_model_architecture(hparams, ModelType.TEXT))
+        model = cls(model_dir, ftype, out)
+        model.prepare_tensors()  # lazy: nothing is read yet
+        model.prepare_metadata(vocab_only=False)
+        writer = model.gguf_writer
+        if len(writer.tensors) != 1:
+            raise SystemExit("a split GGUF cannot be a repack template")
+        tensors, listed = writer.tensors[0], []
+        all_f32 = ftype == gguf.LlamaFileType.ALL_F32
+        for name, ti in list(tensors.items()):
+            shape = tuple(int(x) for x in ti.shape)
+            skip = left_out(name, shape, ti.dtype == gguf.GGMLQuantizationType.F32, all_f32)
+            listed.append({"name": name, "ne": list(reversed(shape)), "type": int(ti.dtype), "in_file": not skip})
+            if skip:
+                del tensors[name]
+        writer.write_header_to_file(path=out)
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file(progress=False)
+        writer.close()
+    json.dump({"arch": gguf.MODEL_ARCH_NAMES[cls.model_arch], "tensors": listed}, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

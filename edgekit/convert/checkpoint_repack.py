@@ -1,0 +1,50 @@
+"""Exact Q4_0 of a checkpoint dir, end to end, without converting its weights to bf16 first.
+
+Two things run at once: the pinned converter writes the metadata skeleton in a subprocess (it imports
+torch and reads the tokenizer: seconds, on one core), while this process packs the 2-D weights straight
+from the memory-mapped safetensors (both cores). The skeleton then says which tensors the converter
+would quantize, in which order; the packed weights it agrees with go into the output as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from edgekit.convert.llamacpp import LlamaCpp
+from edgekit.convert.repack import RepackReport, SafetensorsValues, pack_ahead, repack_gguf
+from edgekit.convert.skeleton import PLAIN_2D_ARCHS, NotInSkeleton, SkeletonJob
+from edgekit.models.safetensors import open_model
+
+
+def repack_checkpoint(llama: LlamaCpp, model_dir: Path, gguf_arch: str, outtype: str, out: Path, fallback: str,
+                      work: Path, log: Path) -> RepackReport | None:
+    """The repack of ``model_dir`` into ``out``; None when this path does not apply (then convert to bf16 first).
+
+    It does not apply to architectures whose converter transforms 2-D weights beyond a name map, or when
+    the repack needs converter bytes the skeleton left out (a weight with no safetensors source).
+    """
+    if gguf_arch not in PLAIN_2D_ARCHS:
+        return None
+    t0 = time.perf_counter()
+    job = SkeletonJob(llama, model_dir, outtype, work / "skeleton.gguf", log)
+    ahead_file = work / "packed-ahead.bin"
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+        _arch, names = llama.gguf_names(config, sorted(open_model(model_dir)), light=True)
+        values = SafetensorsValues(model_dir, names)
+        with open(ahead_file, "wb") as fh:
+            ahead = pack_ahead(values, fallback, fh)
+        skeleton = job.result()
+    finally:
+        job.cancel()  # no-op once it has finished
+    try:
+        report = repack_gguf(skeleton, values, out, fallback, ahead=ahead, ahead_file=ahead_file)
+    except NotInSkeleton:
+        return None
+    finally:
+        ahead_file.unlink(missing_ok=True)
+    report.template = "the pinned converter's metadata and small tensors (its weights not converted)"
+    report.seconds = time.perf_counter() - t0
+    return report
