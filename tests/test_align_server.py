@@ -48,13 +48,31 @@ def deploy(board: str, path: Path) -> None:
     assert res.returncode == 0, res.stderr[-2000:]
 
 
-def greedy_tokens(target: Path, drafter: Path, prompts: list[str]) -> list[list[int]]:
-    """The target's own greedy continuations, from transformers (no drafter involved)."""
-    from edgekit.align.continuations import continuations
+def not_greedy(target: Path, drafter: Path, prompts: list[str], served: list[list[int]],
+               tol: float = 1e-2) -> list[tuple[int, int, float]]:
+    """(prompt, position, logit gap) wherever a served token is not transformers' argmax under teacher forcing.
+
+    Teacher forcing on the server's own tokens, not a comparison of two greedy runs: where two tokens tie
+    within float rounding (ggml and torch sum in different orders), either is greedy, and one early
+    tie changes all that follows. ``tol`` is in logits (softcapped at 30): F32 llama.cpp and torch were seen
+    1.4e-3 apart on a tie here; a wrong RoPE or MLP is off by whole units.
+    """
+    import torch
+
     from edgekit.align.pair import load_pair
 
     pair = load_pair(target, drafter)
-    return [c.tokens[c.prompt_len:].tolist() for c in continuations(pair, prompts, NEW_TOKENS)]
+    bad = []
+    for i, (prompt, gen) in enumerate(zip(prompts, served, strict=True)):
+        ids = pair.tokenizer(prompt, return_tensors="pt").input_ids[0]
+        with torch.no_grad():
+            logits = pair.target(torch.cat([ids, torch.tensor(gen, dtype=ids.dtype)])[None]).logits[0]
+        for j, tok in enumerate(gen):
+            row = logits[len(ids) - 1 + j]
+            gap = float(row.max() - row[tok])
+            if gap > tol:
+                bad.append((i, j, gap))
+    return bad
 
 
 def test_alignment_lifts_llama_server_acceptance(sim_boards, monkeypatch, tmp_path: Path) -> None:
@@ -81,4 +99,5 @@ def test_alignment_lifts_llama_server_acceptance(sim_boards, monkeypatch, tmp_pa
     # The replay of greedy rounds on held-out continuations predicts what the server measures.
     assert abs(after["acceptance_rate"] - aligned["heldout"]["after"]["acceptance_rate"]) < 0.06
     # Lossless: the served text is the target's own greedy output, with either drafter.
-    assert after["tokens"] == before["tokens"] == greedy_tokens(target, Path(aligned["path"]), prompts)
+    assert after["tokens"] == before["tokens"]  # drafting never changes the text
+    assert not_greedy(target, Path(aligned["path"]), prompts, after["tokens"]) == []  # and it is the target's
