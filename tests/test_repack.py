@@ -191,7 +191,8 @@ def _bent(drafter: Path, into: Path) -> Path:
 
 @pytest.mark.parametrize("which", ["target", "drafter", "bent-drafter"])
 def test_fast_repack_writes_the_bytes_of_the_lossless_template_path(llama: LlamaCpp, qat_pair: tuple[Path, Path],
-                                                                    tmp_path: Path, which: str) -> None:
+                                                                    tmp_path: Path, which: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     # The same input gives the same file whether the template is the converter's whole bf16 GGUF (the
     # old path) or its skeleton with the weights packed straight from the safetensors (the new one).
     import hashlib
@@ -202,6 +203,7 @@ def test_fast_repack_writes_the_bytes_of_the_lossless_template_path(llama: Llama
     from edgekit.convert.repack import GGUFValues, repack_gguf
     from edgekit.models.validate import inspect_model
 
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))  # no skeleton from an earlier test
     target, drafter = qat_pair
     model = {"target": target, "drafter": drafter}.get(which) or _bent(drafter, tmp_path / "bent")
     info = inspect_model(model, "target" if which == "target" else "drafter")
@@ -276,3 +278,39 @@ def test_cli_repack_json_and_errors(qat_pair: tuple[Path, Path], qat_q8: dict[st
     assert not (tmp_path / "x.gguf").exists()
     with pytest.raises(EdgekitError, match="new file"):
         repack_any(qat_q8["drafter"], qat_q8["drafter"])
+
+
+def test_cached_skeleton_is_reused_only_while_the_tensors_it_holds_are_unchanged(
+        llama: LlamaCpp, qat_pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hashlib
+
+    from safetensors.torch import load_file, save_file
+
+    from edgekit.convert.checkpoint_repack import repack_checkpoint
+
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))
+    model = tmp_path / "drafter"
+    shutil.copytree(qat_pair[1], model)
+
+    def run(tag: str) -> tuple[str, bool]:
+        work = tmp_path / tag
+        work.mkdir()
+        report = repack_checkpoint(llama, model, "gemma4-assistant", "bf16", work / "out.gguf", "Q8_0", work,
+                                   work / "skeleton.log")
+        assert report is not None
+        converter_ran = (work / "skeleton.gguf").is_file()
+        return hashlib.sha256((work / "out.gguf").read_bytes()).hexdigest(), converter_ran
+
+    first, ran = run("a")
+    assert ran
+    again, ran = run("b")
+    assert again == first and not ran  # the converter did not run again
+    weights = load_file(model / "model.safetensors")
+    norm = next(n for n in weights if n.endswith("norm.weight") and weights[n].ndim == 1)
+    weights[norm] = weights[norm] * 2  # a tensor the skeleton holds, not one the repack packs
+    save_file(weights, model / "model.safetensors", metadata={"format": "pt"})
+    changed, ran = run("c")
+    assert ran and changed != first
+    slow = repack_any(model, tmp_path / "slow.gguf", llama_src=str(sdist_or_skip()), fast=False)
+    assert slow.summary()["proof_bit_exact"]
+    assert hashlib.sha256((tmp_path / "slow.gguf").read_bytes()).hexdigest() == changed

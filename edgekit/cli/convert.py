@@ -59,15 +59,18 @@ def convert(app: App, recipe: str, src: str | None, llama_bin: str | None, force
 @click.option("--src", default=None, metavar="PATH", help=_SRC_HELP)
 @click.option("--report", "report_path", type=click.Path(path_type=Path), default=None,
               help="Also write the full per-tensor JSON report here.")
+@click.option("--via-lossless", is_flag=True,
+              help="Convert SOURCE to a lossless GGUF first and take that as the template (the same bytes, "
+                   "slower; for comparison).")
 @json_option
 @click.pass_obj
 def repack(app: App, source: Path, out: Path, ref: Path | None, fallback: str, src: str | None,
-           report_path: Path | None) -> None:
+           report_path: Path | None, via_lossless: bool) -> None:
     """Store SOURCE's QAT weights as exact Q4_0 in OUT (a HF dir of bf16 safetensors, or a bf16 GGUF)."""
     from edgekit.convert.pipeline import repack_any
     from edgekit.convert.repack import write_report
 
-    report = repack_any(source, out, ref, fallback, src, say=app.info)
+    report = repack_any(source, out, ref, fallback, src, say=app.info, fast=not via_lossless)
     if report_path is not None:
         write_report(report, report_path)
     data = report.to_dict()

@@ -26,6 +26,37 @@ def left_out(name: str, shape: tuple, f32: bool, all_f32: bool) -> bool:
     return not f32 or all_f32
 
 
+def _fast_arrays(writer_cls: type, gguf: object) -> None:
+    """The writer's metadata packing, one struct call per array instead of per element: the same bytes.
+
+    gguf-py packs each of the vocabulary's 262,144 tokens, scores and types with its own call (1.6 s of
+    this worker's 7 s on Gemma's vocabulary); long arrays of strings and numbers are packed whole here,
+    anything else (and big-endian files) goes to the original.
+    """
+    import struct
+
+    original = writer_cls._pack_val
+    vt = gguf.GGUFValueType
+
+    def pack_val(self, val, vtype, add_vtype, sub_type=None):  # type: ignore[no-untyped-def]
+        if vtype != vt.ARRAY or not isinstance(val, list) or len(val) < 1024 \
+                or self.endianess != gguf.GGUFEndian.LITTLE:
+            return original(self, val, vtype, add_vtype, sub_type)
+        ltype = sub_type if sub_type is not None else vt.get_type(val[0])
+        if sub_type is None and not all(vt.get_type(i) is ltype for i in val[1:]):
+            raise ValueError("All items in a GGUF array should be of the same type")
+        head = (struct.pack("<I", vtype) if add_vtype else b"") + struct.pack("<IQ", ltype, len(val))
+        fmt = self._simple_value_packing.get(ltype)
+        if ltype == vt.STRING:
+            enc = [v.encode("utf-8") if isinstance(v, str) else v for v in val]
+            return head + b"".join(struct.pack("<Q", len(e)) + e for e in enc)
+        if fmt is not None and ltype != vt.BOOL:
+            return head + struct.pack(f"<{len(val)}{fmt}", *val)
+        return original(self, val, vtype, add_vtype, sub_type)
+
+    writer_cls._pack_val = pack_val
+
+
 def main() -> None:
     root = Path(sys.argv[1])
     sys.path[:0] = [str(root / "gguf-py"), str(root)]
@@ -34,6 +65,8 @@ def main() -> None:
     import torch
     from conversion import ModelType, get_model_architecture, get_model_class
     from conversion.base import ModelBase
+
+    _fast_arrays(gguf.GGUFWriter, gguf)
 
     req = json.load(sys.stdin)
     model_dir, out = Path(req["model"]), Path(req["out"])

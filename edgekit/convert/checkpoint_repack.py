@@ -2,7 +2,8 @@
 
 Two things run at once: the pinned converter writes the metadata skeleton in a subprocess (it imports
 torch and reads the tokenizer: seconds, on one core), while this process packs the 2-D weights straight
-from the memory-mapped safetensors (both cores). The skeleton then says which tensors the converter
+from the memory-mapped safetensors (both cores). A skeleton made before for the same small files,
+weight shapes and held tensors is taken from the cache instead. The skeleton then says which tensors the converter
 would quantize, in which order; the packed weights it agrees with go into the output as they are.
 """
 
@@ -14,7 +15,14 @@ from pathlib import Path
 
 from edgekit.convert.llamacpp import LlamaCpp
 from edgekit.convert.repack import RepackReport, SafetensorsValues, pack_ahead, repack_gguf
-from edgekit.convert.skeleton import PLAIN_2D_ARCHS, NotInSkeleton, SkeletonJob
+from edgekit.convert.skeleton import (
+    PLAIN_2D_ARCHS,
+    NotInSkeleton,
+    SkeletonJob,
+    cached_skeleton,
+    remember_skeleton,
+    skeleton_key,
+)
 from edgekit.models.safetensors import open_model
 
 
@@ -28,17 +36,27 @@ def repack_checkpoint(llama: LlamaCpp, model_dir: Path, gguf_arch: str, outtype:
     if gguf_arch not in PLAIN_2D_ARCHS:
         return None
     t0 = time.perf_counter()
-    job = SkeletonJob(llama, model_dir, outtype, work / "skeleton.gguf", log)
+    config = json.loads((model_dir / "config.json").read_text())
+    files = open_model(model_dir)
+    _arch, names = llama.gguf_names(config, sorted(files), light=True)
+    values = SafetensorsValues(model_dir, names)
+    sources = {g: (lambda st=st, h=h: st.raw(h).tobytes()) for g, (st, h) in values.by_gguf.items()}
+    key = skeleton_key(llama, model_dir, outtype)
+    skeleton = cached_skeleton(key, sources)
+    if skeleton is not None:
+        log.write_text(f"converter metadata: skeleton {key} from the cache (same small files and held tensors)\n")
+    job = None if skeleton is not None else SkeletonJob(llama, model_dir, outtype, work / "skeleton.gguf", log)
     ahead_file = work / "packed-ahead.bin"
     try:
-        config = json.loads((model_dir / "config.json").read_text())
-        _arch, names = llama.gguf_names(config, sorted(open_model(model_dir)), light=True)
-        values = SafetensorsValues(model_dir, names)
         with open(ahead_file, "wb") as fh:
             ahead = pack_ahead(values, fallback, fh)
-        skeleton = job.result()
+        if job is not None:
+            skeleton = job.result()
+            remember_skeleton(key, skeleton, job.listing, sources)
     finally:
-        job.cancel()  # no-op once it has finished
+        if job is not None:
+            job.cancel()  # no-op once it has finished
+    assert skeleton is not None
     try:
         report = repack_gguf(skeleton, values, out, fallback, ahead=ahead, ahead_file=ahead_file)
     except NotInSkeleton:

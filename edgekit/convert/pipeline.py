@@ -123,7 +123,8 @@ def _convert_litert(recipe: Recipe, ready: list[tuple[ModelInput, ModelInfo, Mod
 
 
 def repack_any(src: Path, out: Path, ref: Path | None = None, fallback: str = "Q8_0",
-               llama_src: str | None = None, say: Callable[[str], None] = lambda _m: None) -> RepackReport:
+               llama_src: str | None = None, say: Callable[[str], None] = lambda _m: None,
+               fast: bool = True) -> RepackReport:
     """``edgekit repack``: SRC is a HF model dir (bf16 safetensors) or a lossless GGUF.
 
     With ``--from-gguf REF`` (the converter's file, e.g. its Q8_0) metadata comes from REF and
@@ -157,11 +158,12 @@ def repack_any(src: Path, out: Path, ref: Path | None = None, fallback: str = "Q
         return repack_gguf(ref_file, SafetensorsValues(src, names), out, fallback, q8_reference=q8_ref)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".repack-", dir=out.parent) as tmp:
-        say(f"packing {src.name}'s weights while the converter writes its metadata")
-        fast = repack_checkpoint(llama, src, info.gguf_arch, lossless_outtype(info), out, fallback, Path(tmp),
-                                 Path(tmp) / "skeleton.log")
-        if fast is not None:
-            return fast
+        if fast:
+            say(f"packing {src.name}'s weights straight from its safetensors; metadata from the converter")
+            quick = repack_checkpoint(llama, src, info.gguf_arch, lossless_outtype(info), out, fallback, Path(tmp),
+                                      Path(tmp) / "skeleton.log")
+            if quick is not None:
+                return quick
         template = Path(tmp) / "template.gguf"
         say(f"converting {src.name} to a lossless GGUF ({lossless_outtype(info)}) for its metadata")
         llama.convert(src, template, lossless_outtype(info), Path(tmp) / "convert.log")

@@ -10,9 +10,12 @@ rows). Architectures whose converter transforms 2-D weights in other ways are no
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ from gguf import GGMLQuantizationType
 from edgekit.convert.gguf_io import GGUFFile, TensorInfo, tensor_nbytes
 from edgekit.convert.llamacpp import LlamaCpp
 from edgekit.errors import EdgekitError
+from edgekit.paths import build_dir_once, cache_dir
 
 _WORKER = Path(__file__).with_name("_skeleton.py")
 # The pinned converter maps these architectures' 2-D weights by name (no permutation, scaling or fusion).
@@ -69,6 +73,12 @@ class Skeleton:
         self._stored = {t.name: t for t in self.file.tensors}
 
 
+def _from_listing(file: GGUFFile, listing: list[dict[str, Any]]) -> Skeleton:
+    tensors = [TensorInfo(t["name"], tuple(t["ne"]), GGMLQuantizationType(t["type"]), -1,
+                          tensor_nbytes(t["ne"], GGMLQuantizationType(t["type"]))) for t in listing]
+    return Skeleton(file, tensors)
+
+
 class SkeletonJob:
     """The worker, started now and collected later, so the weights can be packed meanwhile."""
 
@@ -93,11 +103,10 @@ class SkeletonJob:
                                f"(log: {self.log}).")
         doc = json.loads(listing)
         file = GGUFFile(self.out)
-        tensors = [TensorInfo(t["name"], tuple(t["ne"]), GGMLQuantizationType(t["type"]), -1,
-                              tensor_nbytes(t["ne"], GGMLQuantizationType(t["type"]))) for t in doc["tensors"]]
         if file.arch != doc["arch"]:
             raise EdgekitError(f"The skeleton says {file.arch!r} but the converter maps to {doc['arch']!r}.")
-        return Skeleton(file, tensors)
+        self.listing = doc["tensors"]
+        return _from_listing(file, doc["tensors"])
 
     def cancel(self) -> None:
         if self.proc.poll() is None:
@@ -105,3 +114,55 @@ class SkeletonJob:
             self.proc.wait()
         if not self._log_fh.closed:
             self._log_fh.close()
+
+
+# ------------------------------------------------------------------------------------------- cache
+# A skeleton depends on the converter, the model dir's small files (config, tokenizer, templates), the
+# weights' names, shapes and dtypes, and the bytes of the few tensors it holds: not on the big weights.
+# A re-fit drafter, a fine-tune or another fallback type of the same model reuses it (the converter's
+# imports, AutoConfig and the 262,144-token vocabulary cost ≈ 5 s on one core otherwise).
+
+
+def _small_files(model_dir: Path) -> list[Path]:
+    return sorted(p for p in model_dir.iterdir() if p.is_file() and not p.name.endswith(".safetensors")
+                  and not p.name.startswith("."))
+
+
+def skeleton_key(llama: LlamaCpp, model_dir: Path, outtype: str) -> str:
+    from edgekit.models.safetensors import open_model
+
+    digest = hashlib.sha256(f"{llama.identity}\0{outtype}\0".encode() + _WORKER.read_bytes())
+    for p in _small_files(model_dir):
+        digest.update(p.name.encode() + b"\0" + p.read_bytes())
+    for name, st in sorted(open_model(model_dir).items()):
+        entry = st.tensors[name]
+        digest.update(f"{name}\0{entry.dtype}\0{entry.shape}\n".encode())
+    return digest.hexdigest()[:32]
+
+
+def _held_sources(skeleton: Skeleton, sources: dict[str, Callable[[], bytes]]) -> dict[str, str]:
+    """sha256 of the source bytes of every tensor the skeleton holds (generated ones have none)."""
+    return {t.name: hashlib.sha256(sources[t.name]()).hexdigest() for t in skeleton.file.tensors if t.name in sources}
+
+
+def cached_skeleton(key: str, sources: dict[str, Callable[[], bytes]]) -> Skeleton | None:
+    """The skeleton made before for ``key``, if the tensors it holds still have the same source bytes."""
+    folder = cache_dir() / "skeletons" / key
+    try:
+        listing = json.loads((folder / "listing.json").read_text())
+        skeleton = _from_listing(GGUFFile(folder / "skeleton.gguf"), listing["tensors"])
+    except (OSError, ValueError, KeyError, EdgekitError):
+        return None
+    return skeleton if _held_sources(skeleton, sources) == listing["held"] else None
+
+
+def remember_skeleton(key: str, skeleton: Skeleton, listing: list[dict[str, Any]],
+                      sources: dict[str, Callable[[], bytes]]) -> None:
+    def fill(tmp: Path) -> None:
+        shutil.copyfile(skeleton.path, tmp / "skeleton.gguf")
+        (tmp / "listing.json").write_text(json.dumps({"tensors": listing, "held": _held_sources(skeleton, sources)}))
+
+    folder = cache_dir() / "skeletons" / key
+    if folder.exists():
+        shutil.rmtree(folder, ignore_errors=True)  # stale: its held tensors changed
+    build_dir_once(folder, "listing.json", fill)
