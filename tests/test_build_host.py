@@ -88,3 +88,5 @@ def test_without_github_the_pinned_source_comes_from_the_pypi_sdist(tmp_path, mo
     assert source.is_llama_tree(got.path)
     assert len(notes) == 1 and "GitHub unreachable" in notes[0] and source.SDIST_REQUIREMENT in notes[0]
     assert not list((cache / "src").glob("llama.cpp-*"))  # no half-made clone left behind
+    # Next time the unpacked sdist is the pinned tree: GitHub is not asked again, nothing is said.
+    assert source.resolve_source(None, note=notes.append) == got and len(notes) == 1

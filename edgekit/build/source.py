@@ -230,7 +230,14 @@ def _from_git() -> Source:
 
 
 def _from_git_or_sdist(note: Callable[[str], None]) -> Source:
-    """The pinned clone; where GitHub cannot be reached (a PyPI-only network), the same commit from the sdist."""
+    """The pinned clone; where GitHub cannot be reached (a PyPI-only network), the same commit from the sdist.
+
+    Either tree already in the cache is the pinned commit: it is used without asking GitHub again (a
+    network that drops GitHub's packets would make every deploy wait for git's timeout).
+    """
+    for tree in (sources_dir() / f"llama.cpp-{LLAMA_CPP_SHORT}", sources_dir() / f"tar-{SDIST_SHA256[:16]}"):
+        if (cached := cached_tree(tree)) is not None:
+            return cached
     try:
         return _from_git()
     except EdgekitError as exc:
