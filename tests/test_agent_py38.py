@@ -53,7 +53,8 @@ def test_every_agent_module_has_postponed_annotations() -> None:
 def _python38() -> str | None:
     """A working python3.8, if this machine has one (pyenv installs count)."""
     candidates = [os.environ.get("EDGEKIT_PYTHON38", ""), "python3.8",
-                  *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8"))),
+                  *sorted(glob.glob(os.path.join(os.path.expanduser(os.environ.get("PYENV_ROOT", "~/.pyenv")),
+                                                 "versions", "3.8*", "bin", "python3.8"))),
                   "/usr/bin/python3.8"]
     for exe in filter(None, candidates):
         try:

@@ -237,3 +237,18 @@ def test_hostile_base_path_neither_executes_nor_escapes(boards, tmp_path: Path) 
     report = deploy(board.name, "sim-tiny-mtp")
     assert report["health"]["ok"] and not canary.exists()
     assert (hostile / "current").is_symlink() and (hostile / "releases" / report["release"]).is_dir()
+
+
+def test_orin_guard_for_flash_attention_with_a_drafter_is_in_the_release(boards, tmp_path: Path) -> None:
+    # llama.cpp#24457: flash attention + draft-mtp aborts on Orin. A recipe that offloads (as every real
+    # Orin recipe does) gets --flash-attn off, said by deploy and recorded in release.json.
+    (board,) = boards(1)
+    variant = recipe_variant(tmp_path, "sim-tiny-mtp", "sim-tiny-mtp-gpu", n_gpu_layers=99, n_gpu_layers_draft=99)
+    res = edgekit("--json", "deploy", "--board", board.name, "--recipe", str(variant))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "guard llama.cpp#24457: --flash-attn off" in res.stderr
+    manifest = json.loads((board.base / "current" / "release.json").read_text())
+    assert [g["id"] for g in manifest["guards"]] == ["llama.cpp#24457"] and not manifest["guards"][0]["overridden"]
+    args = manifest["server_args"]
+    assert args[args.index("-fa") + 1] == "off"
+    assert json.loads(res.stdout)["health"]["draft_n"] > 0

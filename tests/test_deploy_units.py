@@ -29,6 +29,7 @@ HELP_2026 = """
 -ngld, --spec-draft-ngl N               layers of the draft model in VRAM
 --no-webui                              disable the Web UI
 --metrics                               enable prometheus compatible metrics endpoint
+-fa,   --flash-attn [on|off|auto]       set Flash Attention use
 """
 HELP_OLD = HELP_2026.replace("--spec-draft-n-max", "--draft-max").replace("-md,   --spec-draft-model",
                                                                             "-md,   --model-draft")
@@ -112,3 +113,27 @@ def test_rendered_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     res = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, check=False)
     problems = [ln for ln in res.stderr.splitlines() if "edgekit-llama.service" in ln]
     assert res.returncode == 0 and not problems, res.stderr
+
+
+def test_guards_for_known_orin_bugs_apply_as_data_and_only_where_they_bite() -> None:
+    from pydantic import ValidationError
+
+    from edgekit.deploy.quirks import apply_guards
+
+    mtp = Runtime(spec_type="draft-mtp", n_gpu_layers=99, env={"CUDA_SCALE_LAUNCH_QUEUES": "4x", "OTHER": "1"})
+    rt, applied = apply_guards(mtp, "orin-nx-16gb", "0c1e570", has_drafter=True)
+    assert [a.id for a in applied] == ["llama.cpp#24457", "llama.cpp#19219"]
+    assert rt.flash_attn == "off" and rt.env == {"OTHER": "1"} and not any(a.overridden for a in applied)
+    args = server_args(rt, HELP_2026, "t.gguf", "d.gguf", 8080)
+    assert args[args.index("-fa") + 1] == "off"
+    # Thor is not affected; no drafter, or everything on the CPU, means no fattn.cu either.
+    assert apply_guards(mtp, "thor", "0c1e570", True)[1] == []
+    assert [a.id for a in apply_guards(mtp, "orin", "0c1e570", False)[1]] == ["llama.cpp#19219"]
+    cpu = mtp.model_copy(update={"n_gpu_layers": 0, "n_gpu_layers_draft": 0, "env": {}})
+    assert apply_guards(cpu, "orin", "0c1e570", True)[1] == []
+    # A recipe overrides a guard only by naming it; the override is reported, nothing is changed.
+    allowed = mtp.model_copy(update={"allow_quirks": ["llama.cpp#24457"]})
+    rt, applied = apply_guards(allowed, "orin", "0c1e570", True)
+    assert rt.flash_attn == "auto" and applied[0].overridden and "NOT applied" in applied[0].line()
+    with pytest.raises(ValidationError, match="not an environment variable name"):
+        Runtime(env={"BAD NAME": "1"})

@@ -97,7 +97,18 @@ class Runtime(BaseModel):
     threads: int | None = Field(None, ge=1, le=1024)
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=1, le=65535)
+    flash_attn: Literal["auto", "on", "off"] = "auto"  # llama-server's -fa; "auto" passes no flag
+    env: dict[str, str] = Field(default_factory=dict)  # the service unit's environment
+    allow_quirks: list[str] = Field(default_factory=list)  # guards (edgekit.deploy.quirks) not to apply
     extra_args: list[str] = Field(default_factory=list)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in v if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not an environment variable name")
+        return v
 
     @model_validator(mode="after")
     def _draft_range(self) -> Runtime:

@@ -12,10 +12,12 @@ from typing import Any
 
 from rich.console import Console
 
+from edgekit.build.source import LLAMA_CPP_SHORT
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
 from edgekit.deploy import activate as act
 from edgekit.deploy.compose import ReleasePlan, plan_release
+from edgekit.deploy.quirks import Applied, apply_guards
 from edgekit.deploy.server_args import server_args
 from edgekit.deploy.unit import UNIT_NAME, render_unit
 from edgekit.errors import EdgekitError
@@ -109,17 +111,17 @@ def release_files(bin_dir: Path, models: dict[str, Path]) -> dict[str, Path]:
 
 def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: str, help_text: str,
             models: dict[str, Path], target: str) -> ReleasePlan:
-    rt = recipe.runtime
+    has_drafter = "models/drafter.gguf" in models
+    rt, guards = apply_guards(recipe.runtime, board.profile, LLAMA_CPP_SHORT, has_drafter)
     port = board.service_port or rt.port
     candidate_port = port + 1 if port < 65535 else port - 1
-    has_drafter = "models/drafter.gguf" in models
     args = server_args(rt, help_text, "models/target.gguf", "models/drafter.gguf" if has_drafter else None, port)
     cand_args = server_args(rt, help_text, "models/target.gguf",
                             "models/drafter.gguf" if has_drafter else None, candidate_port)
     describe = {
         "recipe": recipe.name, "server_args": args, "port": port, "candidate_port": candidate_port,
         "drafter": has_drafter, "spec_type": rt.spec_type, "build": {"key": build_key, "target": target},
-        "runtime": rt.model_dump(mode="json"),
+        "runtime": rt.model_dump(mode="json"), "guards": [g.to_dict() for g in guards],
     }
 
     def render(rid: str) -> dict[str, str]:
@@ -127,9 +129,10 @@ def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: s
         server = f"{rdir}/bin/llama-server"
         return {
             UNIT_NAME: render_unit(rdir, [server, *args], f"{base}/logs/llama-server.log",
-                                   f"edgekit llama-server ({recipe.name}, release {rid})"),
+                                   f"edgekit llama-server ({recipe.name}, release {rid})", environment=rt.env),
             act.CANDIDATE_UNIT: render_unit(rdir, [server, *cand_args], f"{base}/logs/llama-server-candidate.log",
-                                            f"edgekit candidate llama-server ({recipe.name}, release {rid})"),
+                                            f"edgekit candidate llama-server ({recipe.name}, release {rid})",
+                                            environment=rt.env),
         }
 
     return plan_release(recipe.name, release_files(bin_dir, models), describe, render)
@@ -193,6 +196,8 @@ def deploy(name: str, board: Board, recipe: Recipe, options: DeployOptions, cons
         stages["models"] = time.monotonic() - t
         help_text = server_help(bin_dir, target, built.artifact.key)
         plan = compose(recipe, board, base, bin_dir, built.artifact.key, help_text, models, target)
+        for guard in plan.manifest["guards"]:
+            say(Applied(**guard).line())
         strategy = choose_strategy(options, facts, plan)
         with BoardLock(runner, base, options.wait_s):
             t = time.monotonic()

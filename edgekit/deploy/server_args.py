@@ -29,6 +29,7 @@ FLAG_SPELLINGS: dict[str, tuple[str, ...]] = {
     "port": ("--port",),
     "no_webui": ("--no-webui",),
     "metrics": ("--metrics",),
+    "flash_attn": ("-fa", "--flash-attn"),
 }
 
 _FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
@@ -83,6 +84,8 @@ def server_args(
             args += [f("draft_p_min"), str(runtime.draft_p_min)]
     if drafter is not None:
         args += [f("draft_model"), drafter, f("ngld"), str(runtime.n_gpu_layers_draft)]
+    if runtime.flash_attn != "auto":
+        args += [f("flash_attn"), runtime.flash_attn]
     if (no_webui := f("no_webui", False)) is not None:
         args.append(no_webui)  # a board serves an API, not a chat page
     if (metrics := f("metrics", False)) is not None:
