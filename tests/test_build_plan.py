@@ -50,6 +50,9 @@ def test_dry_run_thor_cross_cuda13() -> None:
     assert f["GGML_CUDA_NO_VMM"] == "ON"
     assert f["CMAKE_CUDA_HOST_COMPILER"] == "aarch64-linux-gnu-g++"
     assert f["CMAKE_CUDA_FLAGS"] == "-target-dir aarch64-linux"
+    # libggml-cuda.so needs libcudart/libcublas: executables link only with the target tree on -rpath-link.
+    lib = f["CMAKE_CUDA_COMPILER"].removesuffix("bin/nvcc") + "targets/aarch64-linux/lib"
+    assert f["CMAKE_EXE_LINKER_FLAGS"] == f["CMAKE_SHARED_LINKER_FLAGS"] == f"-Wl,-rpath-link,{lib}"
     assert f["CMAKE_CUDA_COMPILER"].endswith("toolchains/cuda13-aarch64/bin/nvcc")
     assert "set(CMAKE_CXX_COMPILER aarch64-linux-gnu-g++)" in data["toolchain"]
     assert f["CMAKE_TOOLCHAIN_FILE"] == data["toolchain_file"]

@@ -189,8 +189,14 @@ def make_plan(target: Target, source: Source | None, source_path: Path, choice: 
             configure += [f"-DCMAKE_CUDA_COMPILER={cuda.nvcc}", f"-DCUDAToolkit_ROOT={cuda.root}"]
             compilers["nvcc"] = cuda.version or "unknown (toolkit not assembled yet)"
         if cross and cuda is not None:
+            # The linker must find libcudart/libcublas (needed by libggml-cuda.so) in the aarch64 target
+            # tree to link the executables; without it every binary fails with "libcudart.so.13 ...
+            # not found (try using -rpath or -rpath-link)". At run time they come from $ORIGIN.
+            target_lib = cuda.root / "targets" / (cuda.target_dir or "aarch64-linux") / "lib"
             configure += [f"-DCMAKE_CUDA_HOST_COMPILER={AARCH64_TRIPLE}-g++",
-                          f"-DCMAKE_CUDA_FLAGS=-target-dir {cuda.target_dir}"]
+                          f"-DCMAKE_CUDA_FLAGS=-target-dir {cuda.target_dir}",
+                          f"-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,{target_lib}",
+                          f"-DCMAKE_SHARED_LINKER_FLAGS=-Wl,-rpath-link,{target_lib}"]
     if use_ccache:
         configure += [f"-DCMAKE_{lang}_COMPILER_LAUNCHER=ccache" for lang in ("C", "CXX")]
         if target.cuda:
