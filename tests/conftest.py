@@ -51,10 +51,12 @@ class SimSession:
     def targets(self) -> sim.Targets:
         return sim.Targets(Path(self.env["EDGEKIT_CONFIG"]), Path(self.env["EDGEKIT_CONFIG_DIR"]) / "known_hosts")
 
-    def boards(self, n: int = 2, profile: str = "orin", *, fresh: bool = False) -> list[SimBoard]:
+    def boards(self, n: int = 2, profile: str = "orin", *, fresh: bool = False,
+               jetpack: str | None = None) -> list[SimBoard]:
         canonical = get_profile(profile).name
-        st, started = sim.up(self.sim_dir, n, canonical, self.targets, add=fresh)
-        pool = [b for b in sim.sorted_boards(st) if b.profile == canonical]
+        st, started = sim.up(self.sim_dir, n, canonical, self.targets, add=fresh, jetpack=jetpack)
+        line = None if jetpack in (None, get_profile(profile).jetpack) else jetpack
+        pool = [b for b in sim.sorted_boards(st) if b.profile == canonical and b.jetpack == line]
         if fresh:
             pool = [b for b in pool if b.name in started]
         return [SimBoard.from_state(st, b, self.targets.known_hosts) for b in pool[:n]]

@@ -152,3 +152,19 @@ def test_progress_and_error_extraction() -> None:
     assert err.splitlines()[0] == "in ggml/src/CMakeFiles/ggml-cpu.dir/ops.cpp.o"
     assert "ops.cpp:12:5: error: 'foo' was not declared" in err
     assert len(err.splitlines()) <= 13
+
+
+def test_the_jetpack_line_comes_from_the_board_not_the_profile(sim_boards) -> None:
+    # An Orin NX on JetPack 6 (R36, CUDA 12.6) and one reflashed to JetPack 7.2 (R39, CUDA 13.2).
+    (jp6,) = sim_boards(1, "orin-nx-16gb")
+    (jp72,) = sim_boards(1, "orin-nx-16gb", jetpack="7.2")
+    probed = json.loads(CliRunner().invoke(cli, ["board", "probe", "--board", jp72.name, "--json"]).stdout)
+    assert probed["l4t"].startswith("39.") and probed["jetpack"] == "7.2" and probed["cuda"].startswith("13.2")
+    old, new = dry_run("--board", jp6.name), dry_run("--board", jp72.name)
+    assert old["where"] == "board" and "CUDA 12.6" in old["notes"][0] and "cannot run CUDA 13" in old["notes"][0]
+    assert new["where"] == "workstation" and new["cuda"]["origin"] == "pypi-wheels"
+    assert "runs CUDA 13.2" in new["notes"][0] and "JetPack 7.2" in new["notes"][0]
+    assert old["key"] != new["key"] and new["target"]["cuda_version"].startswith("13.2")
+    assert flags(new)["CMAKE_CUDA_ARCHITECTURES"] == "87-real"  # still an Orin
+    with pytest.raises(EdgekitError, match="does not run on Thor"):
+        sim_boards(1, "thor", jetpack="6")

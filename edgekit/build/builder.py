@@ -53,6 +53,8 @@ class BuildOptions:
     binaries: tuple[str, ...] = BINARIES
     run_check: bool = True  # run `llama-cli --version` after the build
     build_root: Path | None = None  # default: <cache>/build
+    board_cuda: str | None = None  # the CUDA the board reports (its JetPack line), else the profile's
+    board_jetpack: str | None = None
 
 
 @dataclass
@@ -86,7 +88,7 @@ def _source_for(src: str | None, dry_run: bool) -> tuple[Source | None, Path]:
 
 def prepare(options: BuildOptions, dry_run: bool = False) -> BuildPlan:
     """Everything decided, nothing built: what `--dry-run` prints."""
-    target = resolve_target(options.target, options.cpu_only)
+    target = resolve_target(options.target, options.cpu_only, options.board_cuda, options.board_jetpack)
     source, source_path = _source_for(options.src, dry_run)
     choice = choose_cuda(target, options.on_board, options.cuda_home, dry_run) if target.cuda else None
     where = "board" if options.on_board or (choice is not None and choice.where == "board") else "workstation"

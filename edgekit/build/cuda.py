@@ -268,9 +268,11 @@ def choose_cuda(target: Target, on_board: bool = False, cuda_home: str | None = 
                           f"cross-compiling with the CUDA {version} toolkit given by --cuda-home")
     major = target.cuda_major
     if major is None or major >= 13:
-        return CudaChoice("workstation", wheel_toolkit(dry_run),
+        toolkit = wheel_toolkit(dry_run)
+        return CudaChoice("workstation", toolkit,
                           f"{target.name} runs CUDA {target.cuda_version} (JetPack {target.jetpack}): "
-                          "cross-compiling with the host CUDA 13 nvcc and PyPI's aarch64 CUDA 13 libraries")
+                          f"cross-compiling with the host CUDA {toolkit.version or '13'} nvcc and PyPI's aarch64 "
+                          f"CUDA 13 libraries (a CUDA 13.x driver runs binaries of any 13.y toolkit with y ≤ x)")
     cross = find_cross_toolkit(major)
     if cross is not None:
         version = nvcc_version(cross / "bin" / "nvcc")

@@ -58,20 +58,24 @@ def host_target() -> Target:
     return Target(name="host", machine=host_machine())
 
 
-def profile_target(profile: BoardProfile, cpu_only: bool = False) -> Target:
+def profile_target(profile: BoardProfile, cpu_only: bool = False, cuda_version: str | None = None,
+                   jetpack: str | None = None) -> Target:
+    """The build for ``profile``; ``cuda_version``/``jetpack`` as the board reports them (an Orin may run
+    JetPack 6 with CUDA 12.6 or JetPack 7.2 with CUDA 13.2), else the profile's own line."""
     return Target(
         name=profile.family, machine="aarch64", profile=profile.name, cpu_arch=profile.cpu_arch,
-        cuda_arch=None if cpu_only else profile.cuda_arch, cuda_version=profile.cuda_version,
-        jetpack=profile.jetpack,
+        cuda_arch=None if cpu_only else profile.cuda_arch, cuda_version=cuda_version or profile.cuda_version,
+        jetpack=jetpack or profile.jetpack,
     )
 
 
-def resolve_target(name: str, cpu_only: bool = False) -> Target:
-    """`host`, a family alias (`orin`, `thor`) or any board profile name."""
+def resolve_target(name: str, cpu_only: bool = False, cuda_version: str | None = None,
+                   jetpack: str | None = None) -> Target:
+    """`host`, a family alias (`orin`, `thor`) or any board profile name (on the board's JetPack line)."""
     if name == "host":
         return host_target()  # simulated boards: CPU only, whatever cpu_only says
     try:
         profile = get_profile(name)
     except EdgekitError:
         raise EdgekitError(f"Unknown build target {name!r}; use host, orin, thor or a board profile.") from None
-    return profile_target(profile, cpu_only)
+    return profile_target(profile, cpu_only, cuda_version, jetpack)

@@ -21,13 +21,24 @@ def _shell_lines(argv: list[str]) -> str:
     return " \\\n    ".join([shlex.join(head), *(shlex.quote(f) for f in flags)])
 
 
-def _target_for_board(app: App, board_name: str) -> str:
+def _board_line(app: App, board_name: str) -> tuple[str, str | None, str | None]:
+    """(profile, CUDA, JetPack) as the board reports them: the build follows the board's JetPack line.
+
+    A simulated board answers for the Jetson it presents, so its plan is a real Jetson's plan
+    (`deploy` gives an x86 simulated board the host build to run).
+    """
+    from edgekit.remote.probe import probe
+    from edgekit.remote.runner import runner_for
+
     entry = app.board(board_name)
-    return "host" if entry.sim else entry.profile  # a simulated board runs host binaries
+    with runner_for(entry, board_name) as runner:
+        facts = probe(runner, entry.base)
+    return entry.profile, facts.cuda, facts.jetpack
 
 
 @click.group(invoke_without_command=True)
-@click.option("--board", "board_name", metavar="NAME", help="A board from the board file (sets the target).")
+@click.option("--board", "board_name", metavar="NAME",
+              help="A board from the board file: its profile and the JetPack line it reports set the target.")
 @click.option("--target", "target_name", metavar="|".join(TARGET_NAMES),
               help="Build for host (simulated boards), orin, thor or any board profile.")
 @click.option("--cpu-only", is_flag=True, help="No CUDA backend.")
@@ -54,9 +65,10 @@ def build(app: App, board_name: str | None, target_name: str | None, cpu_only: b
         raise EdgekitError("Give --board or --target, not both.")
     if on_board and not board_name:
         raise EdgekitError("--on-board needs --board NAME to know where to build.")
-    target = _target_for_board(app, board_name) if board_name else (target_name or "host")
+    target, cuda, jetpack = _board_line(app, board_name) if board_name else (target_name or "host", None, None)
     options = BuildOptions(target=target, cpu_only=cpu_only, src=src, on_board=on_board, cuda_home=cuda_home,
-                           jobs=jobs, force=force, bundle_cuda_libs=bundle_cuda_libs)
+                           jobs=jobs, force=force, bundle_cuda_libs=bundle_cuda_libs, board_cuda=cuda,
+                           board_jetpack=jetpack)
     plan = prepare(options, dry_run=True)
     if plan.where == "board" and not board_name and not dry_run:
         raise EdgekitError(f"{plan.notes[0][0].upper()}{plan.notes[0][1:]}; give --board NAME "

@@ -26,16 +26,18 @@ def sim() -> None:
               help="How many boards of this profile should run.")
 @click.option("--profile", default="orin", show_default=True, help="Board profile (orin, thor, orin-nx-16gb, …).")
 @click.option("--add", is_flag=True, help="Start N more boards even when N of this profile run already.")
+@click.option("--jetpack", type=click.Choice(["6", "7", "7.2"]), default=None,
+              help="The JetPack line the boards present (Orin: 6 or 7.2; Thor: 7 or 7.2). Default: the profile's.")
 @_DIR
 @json_option
 @click.pass_obj
-def up(app: App, count: int, profile: str, add: bool, directory: Path | None) -> None:
+def up(app: App, count: int, profile: str, add: bool, jetpack: str | None, directory: Path | None) -> None:
     """Start simulated boards and write them into the board file (sim-1, sim-2, …).
 
     Boards already running count towards N; boards whose sshd died are started again.
     """
     targets = sim_boards.Targets(app.board_file, known_hosts_file())
-    st, started = sim_boards.up(directory or sim_dir(), count, profile, targets, add=add)
+    st, started = sim_boards.up(directory or sim_dir(), count, profile, targets, add=add, jetpack=jetpack)
     data = sim_boards.status(st.path)
     data["started"] = started
     data["board_file"] = str(targets.board_file.resolve())

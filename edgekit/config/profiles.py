@@ -119,3 +119,39 @@ def get_profile(name: str) -> BoardProfile:
         raise EdgekitError(
             f"Unknown board profile {name!r}; known profiles: {', '.join(profile_names())}."
         ) from None
+
+
+# The JetPack lines a board can run: what its L4T, CUDA and Ubuntu are. Orin runs JetPack 6 (R36, CUDA 12.6)
+# or, since June 2026, JetPack 7.2 (R39, CUDA 13.2, SBSA packaging, a full reflash); Thor runs JetPack 7.
+class JetPackLine(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    jetpack: str
+    l4t_major: int
+    l4t_release: str
+    cuda_version: str
+    families: tuple[str, ...]
+
+
+JETPACK_LINES: dict[str, JetPackLine] = {
+    "6": JetPackLine(jetpack="6", l4t_major=36, cuda_version="12.6", families=("orin",),
+                     l4t_release="# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: aarch64"),
+    "7": JetPackLine(jetpack="7", l4t_major=38, cuda_version="13.0", families=("thor",),
+                     l4t_release="# R38 (release), REVISION: 2.0, GCID: 41844464, BOARD: generic, EABI: aarch64"),
+    "7.2": JetPackLine(jetpack="7.2", l4t_major=39, cuda_version="13.2", families=("orin", "thor"),
+                       l4t_release="# R39 (release), REVISION: 0.0, GCID: 43652233, BOARD: generic, EABI: aarch64"),
+}
+
+
+def with_jetpack(profile: BoardProfile, jetpack: str | None) -> BoardProfile:
+    """``profile`` as it is on JetPack line ``jetpack`` (None: the profile's own line)."""
+    if jetpack is None or jetpack == profile.jetpack:
+        return profile
+    line = JETPACK_LINES.get(jetpack)
+    if line is None:
+        raise EdgekitError(f"Unknown JetPack line {jetpack!r}; known: {', '.join(JETPACK_LINES)}.")
+    if profile.family not in line.families:
+        raise EdgekitError(f"JetPack {jetpack} does not run on {profile.family.title()} "
+                           f"(it runs on {', '.join(f.title() for f in line.families)}).")
+    return profile.model_copy(update={"jetpack": line.jetpack, "l4t_major": line.l4t_major,
+                                      "l4t_release": line.l4t_release, "cuda_version": line.cuda_version})

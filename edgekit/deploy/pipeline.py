@@ -186,7 +186,8 @@ def deploy(name: str, board: Board, recipe: Recipe, options: DeployOptions, cons
         from edgekit.build import BuildOptions, build
 
         say(f"build llama.cpp for {target}")
-        built = build(BuildOptions(target=target, cpu_only=target == "host", src=llama_src(options)),
+        built = build(BuildOptions(target=target, cpu_only=target == "host", src=llama_src(options),
+                                   board_cuda=facts.cuda, board_jetpack=facts.jetpack),
                       console=console, runner=runner)
         bin_dir = built.bin_dir
         stages["build"] = time.monotonic() - t

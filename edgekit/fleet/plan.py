@@ -89,18 +89,20 @@ def plan_fleet(recipe: Recipe, targets: dict[str, Target], options: DeployOption
     composed: dict[tuple[str, str, int | None], ReleasePlan] = {}
     models: dict[str, Path] | None = None
     for name, t in targets.items():
+        # One build per board kind and JetPack line: an Orin on JetPack 6 and one on 7.2 get different builds.
         target = build_target(t.board, t.facts)
-        if target not in built:
-            console.print(f"[dim]fleet: build llama.cpp for {target}[/dim]")
-            art = build(BuildOptions(target=target, cpu_only=target == "host", src=src), console=console,
-                        runner=t.runner)
-            built[target] = (art.bin_dir, art.artifact.key, server_help(art.bin_dir, target, art.artifact.key))
-            result.builds[target] = art.artifact.key
+        kind_key = target if target == "host" else f"{target}@{t.facts.cuda}"
+        if kind_key not in built:
+            console.print(f"[dim]fleet: build llama.cpp for {target} (CUDA {t.facts.cuda or '?'})[/dim]")
+            art = build(BuildOptions(target=target, cpu_only=target == "host", src=src, board_cuda=t.facts.cuda,
+                                     board_jetpack=t.facts.jetpack), console=console, runner=t.runner)
+            built[kind_key] = (art.bin_dir, art.artifact.key, server_help(art.bin_dir, target, art.artifact.key))
+            result.builds[kind_key] = art.artifact.key
         if models is None:
             console.print("[dim]fleet: models[/dim]")
             models = resolve_models(recipe, console, src)
-        bin_dir, key, help_text = built[target]
-        kind = (target, t.facts.base, t.board.service_port)
+        bin_dir, key, help_text = built[kind_key]
+        kind = (kind_key, t.facts.base, t.board.service_port)
         if kind not in composed:
             composed[kind] = compose(recipe, t.board, t.facts.base, bin_dir, key, help_text, models, target)
         plan = composed[kind]

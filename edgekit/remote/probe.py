@@ -118,7 +118,7 @@ def jetpack_for(l4t: str | None) -> str | None:
     for n in (3, 2):
         if ".".join(parts[:n]) in _JETPACK:
             return _JETPACK[".".join(parts[:n])]
-    return {"35": "5", "36": "6", "38": "7"}.get(parts[0])
+    return {"35": "5", "36": "6", "38": "7", "39": "7.2"}.get(parts[0])  # R39: JetPack 7.2 (Orin and Thor)
 
 
 def parse_cuda(raw: str) -> str | None:

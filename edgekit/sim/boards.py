@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 
 from edgekit.config.boardfile import Board, Boards
-from edgekit.config.profiles import get_profile
+from edgekit.config.profiles import BoardProfile, get_profile, with_jetpack
 from edgekit.errors import EdgekitError
 from edgekit.sim import keys, procs, rootfs, sshd
 from edgekit.sim import state as state_mod
@@ -108,7 +108,12 @@ def _client_key(st: SimState) -> None:
         st.authorized_keys.write_text(pub + "\n")
 
 
-def _create_board(st: SimState, name: str, profile: str, user: str) -> BoardState:
+def board_profile(board: BoardState) -> BoardProfile:
+    """The board's profile on the JetPack line it presents."""
+    return with_jetpack(get_profile(board.profile), board.jetpack)
+
+
+def _create_board(st: SimState, name: str, profile: str, user: str, jetpack: str | None = None) -> BoardState:
     used = _ports_in_use(st)
     port = procs.free_port(used)
     service_port = procs.free_port(used | {port})
@@ -117,9 +122,9 @@ def _create_board(st: SimState, name: str, profile: str, user: str) -> BoardStat
         shutil.rmtree(bdir)  # left over from an earlier `up`: a new board starts clean
     (bdir / "ssh").mkdir(parents=True)
     board = BoardState(name=name, profile=profile, dir=str(bdir), port=port, service_port=service_port,
-                       user=user, host_key_pub="")
+                       user=user, host_key_pub="", jetpack=jetpack)
     board.host_key_pub = keys.generate_ed25519(board.host_key, f"root@{name}")
-    rootfs.make_root(board.root, get_profile(profile), _board_volatile(st, name))
+    rootfs.make_root(board.root, board_profile(board), _board_volatile(st, name))
     board.base.mkdir()
     _install_bin(board)
     return board
@@ -157,13 +162,19 @@ def _publish(st: SimState, targets: Targets) -> None:
             recorded.append(str(path))
 
 
-def up(sim_dir: Path, count: int, profile: str, targets: Targets, add: bool = False) -> tuple[SimState, list[str]]:
+def up(sim_dir: Path, count: int, profile: str, targets: Targets, add: bool = False,
+       jetpack: str | None = None) -> tuple[SimState, list[str]]:
     """Make sure ``count`` boards of ``profile`` run in ``sim_dir`` (``add``: start ``count`` more).
+
+    ``jetpack``: the JetPack line the new boards present (6, 7, 7.2; None: the profile's own), and
+    only boards on that line count towards ``count``.
 
     Boards of the dir whose sshd died are started again. Returns the state and the names started.
     """
     sim_dir = sim_dir.resolve()
     canonical = get_profile(profile).name
+    line = with_jetpack(get_profile(profile), jetpack).jetpack  # checks that the line runs on the profile
+    jetpack = None if line == get_profile(profile).jetpack else line
     targets = Targets(targets.board_file.resolve(), targets.known_hosts.resolve())
     sshd_bin = sshd.find_sshd()
     sshd.prepare_privsep()
@@ -178,16 +189,16 @@ def up(sim_dir: Path, count: int, profile: str, targets: Targets, add: bool = Fa
             for board in st.boards.values():
                 if not procs.alive(board.sshd_pid, board.sshd_ctime):
                     # After a reboot the tmpfs part of the root is gone: write the root again.
-                    rootfs.make_root(board.root, get_profile(board.profile), _board_volatile(st, board.name))
+                    rootfs.make_root(board.root, board_profile(board), _board_volatile(st, board.name))
                     _start_board(st, board, sshd_bin)
                     started.append(board.name)
-            have = sum(1 for b in st.boards.values() if b.profile == canonical)
+            have = sum(1 for b in st.boards.values() if b.profile == canonical and b.jetpack == jetpack)
             want = count if add else max(count - have, 0)
             taken = _taken_names(st, targets)
             for _ in range(want):
                 name = _next_name(taken)
                 taken.add(name)
-                board = _create_board(st, name, canonical, current_user())
+                board = _create_board(st, name, canonical, current_user(), jetpack)
                 try:
                     _start_board(st, board, sshd_bin)
                 except EdgekitError:
@@ -312,10 +323,11 @@ def status(sim_dir: Path) -> dict[str, Any]:
         return {"dir": str(sim_dir), "updater": None, "boards": []}
     rows = []
     for b in st.boards.values():
-        profile = get_profile(b.profile)
+        profile = board_profile(b)
         watts = rootfs.read_power(b.root)
         rows.append({
-            "name": b.name, "profile": b.profile, "host": b.host, "port": b.port, "service_port": b.service_port,
+            "name": b.name, "profile": b.profile, "jetpack": profile.jetpack, "host": b.host, "port": b.port,
+            "service_port": b.service_port,
             "user": b.user, "base": str(b.base), "root": str(b.root), "sshd_pid": b.sshd_pid,
             "alive": procs.alive(b.sshd_pid, b.sshd_ctime),
             "services": sorted(services(b)),

@@ -38,8 +38,9 @@ THERMAL_ZONES: dict[str, list[tuple[str, float, float]]] = {
 }
 CELSIUS_PER_BUSY_CORE = 2.5
 
-_CUDA_PATCH = {"12.6": "12.6.68", "13.0": "13.0.48"}  # what JetPack 6.2 / 7.0 install
-_UBUNTU = {35: ("20.04.6 LTS", "focal"), 36: ("22.04.5 LTS", "jammy"), 38: ("24.04.3 LTS", "noble")}
+_CUDA_PATCH = {"12.6": "12.6.68", "13.0": "13.0.48", "13.2": "13.2.51"}  # what JetPack 6.2 / 7.0 / 7.2 install
+_UBUNTU = {35: ("20.04.6 LTS", "focal"), 36: ("22.04.5 LTS", "jammy"), 38: ("24.04.3 LTS", "noble"),
+           39: ("24.04.3 LTS", "noble")}
 _COMPATIBLE = {"orin": "nvidia,p3737-0000+p3701-0005\0nvidia,p3701-0005\0nvidia,tegra234\0",
                "thor": "nvidia,p3971-0000+p3834-0008\0nvidia,p3834-0008\0nvidia,tegra264\0"}
 _CPU_MAX_KHZ = {"orin": 2201600, "thor": 2601000}

@@ -27,6 +27,7 @@ class BoardState:
     host_key_pub: str  # "ssh-ed25519 AAAA…"
     sshd_pid: int | None = None
     sshd_ctime: float | None = None
+    jetpack: str | None = None  # the JetPack line it presents (None: its profile's own)
 
     @property
     def path(self) -> Path:
