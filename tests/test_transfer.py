@@ -101,7 +101,7 @@ def assert_in_store(base: Path, blobs: list[Blob]) -> None:
 # ---------------------------------------------------------------------------------------- tests
 
 
-@pytest.mark.parametrize("verify", ["stream", "after"])
+@pytest.mark.parametrize("verify", ["openssh", "stream", "after"])
 def test_fresh_push_then_noop(runner: SshRunner, base: Path, blobs: list[Blob], verify: str) -> None:
     out = io.StringIO()
     with TransferProgress(Console(file=out, width=120)) as progress:
@@ -109,7 +109,8 @@ def test_fresh_push_then_noop(runner: SshRunner, base: Path, blobs: list[Blob], 
     total = sum(b.size for b in blobs)
     assert (report.sent_bytes, report.sent_blobs, report.skipped_blobs, report.resumed_bytes) == (total, 3, 0, 0)
     assert progress.counts("b1") == (total, total)
-    assert runner.conn.client.get_transport().local_cipher in fastsftp.GCM_CIPHERS  # switched by a rekey
+    if verify != "openssh":  # the OpenSSH client carries the bytes there, with its own AES-GCM session
+        assert runner.conn.client.get_transport().local_cipher in fastsftp.GCM_CIPHERS  # switched by a rekey
     assert_in_store(base, blobs)
     assert not (base.parent / "PWNED").exists() and not Path("PWNED").exists()
     assert store_path(str(base), blobs[0].sha256) == str(base / "store" / blobs[0].sha256)
@@ -119,13 +120,14 @@ def test_fresh_push_then_noop(runner: SshRunner, base: Path, blobs: list[Blob], 
     assert set(again.to_dict()) == {"sent_bytes", "sent_blobs", "skipped_blobs", "resumed_bytes", "seconds"}
 
 
+@pytest.mark.parametrize("verify", ["openssh", "stream"])
 @pytest.mark.parametrize("fraction", [0.5, 1.0])
-def test_resume_from_part(runner: SshRunner, base: Path, blobs: list[Blob], fraction: float) -> None:
+def test_resume_from_part(runner: SshRunner, base: Path, blobs: list[Blob], fraction: float, verify: str) -> None:
     big = blobs[0]
     have = int(big.size * fraction)  # 1.0: cut after the upload, before the rename
     (base / "store").mkdir(parents=True)
     (base / "store" / f"{big.sha256}.part").write_bytes(big.path.read_bytes()[:have])
-    report = push_blobs(runner, str(base), [big])
+    report = push_blobs(runner, str(base), [big], verify=verify)
     assert (report.resumed_bytes, report.sent_bytes, report.sent_blobs) == (have, big.size - have, 1)
     assert_in_store(base, [big])
 
@@ -175,7 +177,7 @@ def test_resume_after_sigkill(sim_board: SimBoard, runner: SshRunner, base: Path
     assert_in_store(base, [big])
 
 
-@pytest.mark.parametrize("verify", ["stream", "after"])
+@pytest.mark.parametrize("verify", ["openssh", "stream", "after"])
 def test_corrupted_part_is_sent_again(runner: SshRunner, base: Path, blobs: list[Blob], verify: str) -> None:
     big = blobs[0]
     (base / "store").mkdir(parents=True)
@@ -209,7 +211,7 @@ def test_part_longer_than_blob_starts_over(runner: SshRunner, base: Path, blobs:
     assert_in_store(base, [big])
 
 
-@pytest.mark.parametrize("verify", ["stream", "after"])
+@pytest.mark.parametrize("verify", ["openssh", "stream", "after"])
 def test_content_not_matching_its_hash_is_refused(runner: SshRunner, base: Path, tmp_path: Path, verify: str) -> None:
     liar = Blob(hashlib.sha256(b"what the manifest says").hexdigest(), 5 * MiB, tmp_path / "changed")
     liar.path.write_bytes(os.urandom(5 * MiB))
@@ -303,3 +305,20 @@ def test_push_many_reports_each_board(sim_board: SimBoard, tmp_path: Path, blobs
     for i in range(3):
         assert_in_store(bases[f"b{i}"], blobs)
 
+
+
+def test_openssh_push_keeps_the_host_key_policy(runner: SshRunner, base: Path, blobs: list[Blob],
+                                                tmp_path: Path) -> None:
+    # The OpenSSH data path trusts exactly what edgekit's own connections trust: a known_hosts without
+    # the board's key refuses it, and nothing lands on the board.
+    import shutil as sh
+
+    board = runner.board.model_copy(update={"known_hosts": str(tmp_path / "empty_known_hosts")})
+    (tmp_path / "empty_known_hosts").write_text("")
+    argv = transfer.sshstream.ssh_argv(board)
+    assert "StrictHostKeyChecking=yes" in argv and "-F" in argv and sh.which("ssh")
+    items = [transfer.sshstream.Item(b.sha256, b.size, 0, False, b.path) for b in blobs]
+    (base / "store").mkdir(parents=True)
+    with pytest.raises(EdgekitError, match="Host key verification failed|run the push again"):
+        transfer.sshstream.upload(board, "b1", str(base / "store"), items)
+    assert list((base / "store").iterdir()) == []

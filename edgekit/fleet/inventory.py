@@ -17,18 +17,12 @@ import yaml
 from edgekit.config.boardfile import Board, BoardFile
 from edgekit.config.profiles import get_profile
 from edgekit.errors import EdgekitError
+from edgekit.remote.connection import openssh_options
 
 
 def ssh_common_args(board: Board) -> str:
     """The strict host-key options edgekit's own SSH connections apply (RejectPolicy, its known_hosts)."""
-    known = str(board.known_hosts_path())
-    if any(c.isspace() for c in known):  # ssh splits UserKnownHostsFile on whitespace
-        raise EdgekitError(f"The known_hosts path {known!r} contains whitespace, which ssh cannot take.")
-    args = ["-o", f"UserKnownHostsFile={known}", "-o", "GlobalKnownHostsFile=/dev/null",
-            "-o", "StrictHostKeyChecking=yes"]
-    if board.key:
-        args += ["-o", "IdentitiesOnly=yes"]  # offer only the board's key, as edgekit does
-    return shlex.join(args)
+    return shlex.join(openssh_options(board))
 
 
 def host_vars(name: str, board: Board) -> dict[str, Any]:

@@ -96,3 +96,15 @@ def open_connection(board: Board, name: str, timeout: int = CONNECT_TIMEOUT_S) -
     except OSError as exc:
         raise EdgekitError(f"Cannot reach board {name!r} ({where}): {exc.strerror or exc}.") from None
     return conn
+
+
+def openssh_options(board: Board) -> list[str]:
+    """OpenSSH client options with the same policy: only edgekit's pinned host key, only the board's key."""
+    known = str(board.known_hosts_path())
+    if any(c.isspace() for c in known):  # ssh splits UserKnownHostsFile on whitespace
+        raise EdgekitError(f"The known_hosts path {known!r} contains whitespace, which ssh cannot take.")
+    args = ["-o", f"UserKnownHostsFile={known}", "-o", "GlobalKnownHostsFile=/dev/null",
+            "-o", "StrictHostKeyChecking=yes"]
+    if board.key:
+        args += ["-o", "IdentitiesOnly=yes"]  # offer only the board's key, as edgekit does
+    return args
