@@ -43,7 +43,7 @@ for i in range(0, len(items), 4):
             h.update(b)
             left -= len(b)
         f.seek(off)
-        left = size - off
+        left, unsynced = size - off, 0
         while left:
             b = inp.read(min(1 << 20, left))
             if not b:
@@ -51,7 +51,14 @@ for i in range(0, len(items), 4):
             f.write(b)
             h.update(b)
             left -= len(b)
+            unsynced += len(b)
+            if unsynced >= 64 << 20:  # keeps the final fsync short
+                f.flush()
+                os.fdatasync(f.fileno())
+                unsynced = 0
         f.truncate()
+        f.flush()
+        os.fsync(f.fileno())  # on disk before it can get its final name
     digest = h.hexdigest() if ok else "short"
     if digest == sha:
         os.chmod(part, 0o755 if mode == "x" else 0o644)
