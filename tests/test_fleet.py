@@ -74,6 +74,9 @@ def snapshot(board: SimBoard) -> dict[str, Any]:
                 out[rel] = ("link", os.readlink(path))
             elif path.is_dir():
                 out[rel] = ("dir", oct(st.st_mode & 0o7777))
+            elif path.name == "health.json":  # a measurement (tok/s, drafts): what it records, not its values
+                record = json.loads(path.read_text())
+                out[rel] = ("health", oct(st.st_mode & 0o7777), record["ok"], record["draft_n"] > 0)
             else:
                 out[rel] = ("file", oct(st.st_mode & 0o7777), st.st_nlink,
                             hashlib.sha256(path.read_bytes()).hexdigest())
