@@ -3,16 +3,20 @@
 Profiled on loopback, paramiko's SFTP costs ≈ 40 µs of Python for each of the 34,000 SSH packets of a
 1 GiB push (sshd's 32 KiB packet limit), and the streamed verifier reads every byte a second time on the
 board. Here one ``ssh`` process (the same host-key policy: edgekit's known_hosts, strict checking, only
-the board's key) runs ``RECEIVE_PY`` on the board, which writes each blob to ``<sha>.part`` (appending
-after a resumed prefix, which it hashes first), hashes what it writes, and renames the part into place
-only when the sha256 matches. A cut stream leaves the part for the next push to resume.
+the board's key) per large blob runs ``RECEIVE_PY`` on the board, which writes it to ``<sha>.part``
+(appending after a resumed prefix, which it hashes first), hashes the bytes in a second thread as they
+land, fdatasyncs in a third, and renames the part into place only when the sha256 matches. A cut stream
+leaves the part for the next push to resume. Small blobs stay on the open SFTP connection, where a new
+ssh session per file would cost more than it saves.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,19 +25,31 @@ from edgekit.config.boardfile import Board
 from edgekit.errors import EdgekitError
 from edgekit.remote.connection import CONNECT_TIMEOUT_S, openssh_options
 
-CHUNK = 1 << 20
 GCM = "aes128-gcm@openssh.com,aes256-gcm@openssh.com"
 
 # argv: store, then (sha, size, offset, x|-) per blob; stdin: size - offset bytes of each, in order.
 # Prints one line per blob: "<index> ok" once placed, else "<index> <digest>" or "<index> short".
+# (edgekit sends one blob per session, so ssh can read the file itself.)
 RECEIVE_PY = r"""
-import hashlib, os, sys
+import hashlib, os, queue, sys, threading
 store, items, inp = sys.argv[1], sys.argv[2:], sys.stdin.buffer
+
+
+def hasher(h, q):  # hashing (GIL released) beside the receive loop: the bytes are read once, in memory
+    while (b := q.get()) is not None:
+        h.update(b)
+
+
+def syncer(fd, q):  # fdatasync every 64 MiB in the background: the receive loop never waits for the disk
+    while q.get() is not None:
+        os.fdatasync(fd)
+
+
 for i in range(0, len(items), 4):
     sha, size, off, mode = items[i], int(items[i + 1]), int(items[i + 2]), items[i + 3]
     part = os.path.join(store, sha + ".part")
     h, ok = hashlib.sha256(), True
-    with open(part, "r+b" if off else "wb") as f:
+    with open(part, "r+b" if off else "wb", buffering=0) as f:
         left = off
         while left:
             b = f.read(min(1 << 20, left))
@@ -43,21 +59,30 @@ for i in range(0, len(items), 4):
             h.update(b)
             left -= len(b)
         f.seek(off)
+        hq, sq = queue.Queue(64), queue.Queue()
+        threads = [threading.Thread(target=hasher, args=(h, hq), daemon=True),
+                   threading.Thread(target=syncer, args=(f.fileno(), sq), daemon=True)]
+        for t in threads:
+            t.start()
         left, unsynced = size - off, 0
         while left:
             b = inp.read(min(1 << 20, left))
-            if not b:
+            if not b:  # the stream was cut: what arrived stays in the part for a resume
+                hq.put(None)
+                sq.put(None)
                 sys.exit(3)
             f.write(b)
-            h.update(b)
+            hq.put(b)
             left -= len(b)
             unsynced += len(b)
-            if unsynced >= 64 << 20:  # keeps the final fsync short
-                f.flush()
-                os.fdatasync(f.fileno())
+            if unsynced >= 64 << 20:
+                sq.put(1)
                 unsynced = 0
+        hq.put(None)
+        sq.put(None)
+        for t in threads:
+            t.join()
         f.truncate()
-        f.flush()
         os.fsync(f.fileno())  # on disk before it can get its final name
     digest = h.hexdigest() if ok else "short"
     if digest == sha:
@@ -94,48 +119,49 @@ class Item:
     path: Path
 
 
-def upload(board: Board, name: str, store: str, items: list[Item],
-           on_bytes: Callable[[int], None] | None = None) -> tuple[dict[int, str], int]:
-    """Send ``items`` in one ssh session; (index → "ok" | digest | "short", bytes sent)."""
-    fields: list[str] = []
-    for it in items:
-        fields += [it.sha256, str(it.size), str(it.offset), "x" if it.executable else "-"]
+def upload(board: Board, name: str, store: str, item: Item,
+           on_bytes: Callable[[int], None] | None = None) -> tuple[str, int]:
+    """Send one blob in its own ssh session, the file itself as ssh's stdin; ("ok" | digest | "short", bytes sent).
+
+    ssh reads the file directly (a pipe relay through this process cost ≈ 40 % more on loopback); the shared
+    file offset tells the progress.
+    """
+    fields = [item.sha256, str(item.size), str(item.offset), "x" if item.executable else "-"]
     remote = shlex.join(["python3", "-c", RECEIVE_PY, store, *fields])
-    proc = subprocess.Popen([*ssh_argv(board), remote], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    sent = 0
-    try:
-        for it in items:
-            with open(it.path, "rb") as src:
-                src.seek(it.offset)
-                left = it.size - it.offset
-                while left > 0:
-                    chunk = src.read(min(CHUNK, left))
-                    if not chunk:
-                        raise EdgekitError(f"{it.path} shrank while it was being sent; rebuild the artifact.")
-                    proc.stdin.write(chunk)
-                    sent += len(chunk)
-                    left -= len(chunk)
-                    if on_bytes is not None:
-                        on_bytes(len(chunk))
-        proc.stdin.close()
-    except BrokenPipeError:
-        pass  # the board side ended early: its exit status and stderr say why
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
-    out = proc.stdout.read().decode(errors="replace")
-    err = proc.stderr.read().decode(errors="replace")
-    rc = proc.wait()
-    results = {}
-    for line in out.splitlines():
-        idx, _, word = line.partition(" ")
-        if idx.isdigit() and word:
-            results[int(idx)] = word.strip()
-    if rc != 0 and len(results) < len(items):
-        why = (err.strip().splitlines() or [f"exit {rc}"])[-1]
-        raise EdgekitError(f"Uploading to board {name!r} failed ({why[:300]}); run the push again to resume "
-                           "where it stopped.")
-    return results, sent
+    with open(item.path, "rb") as src:
+        src.seek(item.offset)
+        proc = subprocess.Popen([*ssh_argv(board), remote], stdin=src, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        done = threading.Event()
+
+        def report() -> None:  # the offset ssh has read up to, every 0.1 s
+            seen = item.offset
+            while not done.wait(0.1):
+                pos = os.lseek(src.fileno(), 0, os.SEEK_CUR)
+                if on_bytes is not None and pos > seen:
+                    on_bytes(pos - seen)
+                    seen = pos
+            if on_bytes is not None and item.size > seen:
+                on_bytes(item.size - seen)
+
+        watcher = threading.Thread(target=report, daemon=True)
+        watcher.start()
+        try:
+            out, err = proc.communicate()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            done.set()
+            watcher.join()
+        sent = os.lseek(src.fileno(), 0, os.SEEK_CUR) - item.offset
+    word = next((w.strip() for line in out.decode(errors="replace").splitlines()
+                 for i, _, w in [line.partition(" ")] if i == "0" and w), None)
+    if proc.returncode != 0 or word is None:
+        why = (err.decode(errors="replace").strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        raise EdgekitError(f"Uploading {item.path.name} to board {name!r} failed ({why[:300]}); run the push "
+                           "again to resume where it stopped.")
+    if os.path.getsize(item.path) != item.size:
+        raise EdgekitError(f"{item.path} changed size while it was being sent; rebuild the artifact.")
+    return word, sent

@@ -40,6 +40,7 @@ from edgekit.remote.runner import SshRunner
 STORE_DIR = "store"
 FREE_MARGIN_BYTES = 16 << 20  # plus 1 %: room for logs and the filesystem's own needs
 VERIFY_LINE_TIMEOUT_S = 300.0  # the board-side hash of the last blob must finish within this
+OPENSSH_MIN_BYTES = 16 << 20  # smaller blobs stay on the open SFTP connection (an ssh session costs ≈ 0.1 s)
 _SHA_RE = re.compile(r"[0-9a-f]{64}")
 Verify = Literal["auto", "openssh", "stream", "after"]
 
@@ -269,13 +270,12 @@ class _Push:
         return self._sftp
 
     def openssh_round(self, todo: list[tuple[Blob, int]]) -> list[tuple[Blob, int]]:
-        """Upload, hash and place every (blob, resume offset) in one OpenSSH session (sshstream.py)."""
-        items = [sshstream.Item(b.sha256, b.size, off, b.executable, b.path) for b, off in todo]
-        results, sent = sshstream.upload(self.runner.board, self.name, self.store, items, self.on_bytes)
-        self.report.sent_bytes += sent
+        """Upload, hash and place each (blob, resume offset), one OpenSSH session each (sshstream.py)."""
         redo: list[tuple[Blob, int]] = []
-        for j, (blob, offset) in enumerate(todo):
-            word = results.get(j, "missing")
+        for blob, offset in todo:
+            item = sshstream.Item(blob.sha256, blob.size, offset, blob.executable, blob.path)
+            word, sent = sshstream.upload(self.runner.board, self.name, self.store, item, self.on_bytes)
+            self.report.sent_bytes += sent
             if word == "ok":
                 self.report.sent_blobs += 1
                 self.report.resumed_bytes += offset
@@ -413,7 +413,9 @@ def push_blobs(
         for _ in range(2):
             if not todo:
                 break
-            todo = push.openssh_round(todo) if openssh else push.upload_round(todo, stream)
+            big = [t for t in todo if openssh and (verify == "openssh" or t[0].size - t[1] >= OPENSSH_MIN_BYTES)]
+            small = [t for t in todo if t not in big]
+            todo = (push.openssh_round(big) if big else []) + (push.upload_round(small, stream) if small else [])
         if todo:
             raise EdgekitError(f"Uploads to board {runner.name!r} kept failing their sha256 check.")
     except (OSError, EOFError, paramiko.SSHException) as exc:
