@@ -242,7 +242,7 @@ def test_hostile_base_path_neither_executes_nor_escapes(boards, tmp_path: Path) 
 def test_orin_guard_for_flash_attention_with_a_drafter_is_in_the_release(boards, tmp_path: Path) -> None:
     # llama.cpp#24457: flash attention + draft-mtp aborts on Orin. A recipe that offloads (as every real
     # Orin recipe does) gets --flash-attn off, said by deploy and recorded in release.json.
-    (board,) = boards(1)
+    (board,) = boards(1, fresh=True)  # it leaves a server running: not on a board others share
     variant = recipe_variant(tmp_path, "sim-tiny-mtp", "sim-tiny-mtp-gpu", n_gpu_layers=99, n_gpu_layers_draft=99)
     res = edgekit("--json", "deploy", "--board", board.name, "--recipe", str(variant))
     assert res.returncode == 0, res.stderr[-2000:]
