@@ -150,7 +150,7 @@ def test_sensors_update_at_least_10_hz_and_follow_a_trace(sim_boards):
 
 
 def test_systemctl_stand_in_runs_units(sim_boards):
-    a, _ = sim_boards(2)
+    (a,) = sim_boards(1, fresh=True)  # its service port must be free: no deploy test's server there
     units = a.root / "etc/systemd/system"
     (units / "edgekit-web.service").write_text(
         "[Unit]\nDescription=test web server\n[Service]\n"
