@@ -2,9 +2,9 @@
 
 Two things run at once: the pinned converter writes the metadata skeleton in a subprocess (it imports
 torch and reads the tokenizer: seconds, on one core), while this process packs the 2-D weights straight
-from the memory-mapped safetensors (both cores). A skeleton made before for the same small files,
-weight shapes and held tensors is taken from the cache instead. The skeleton then says which tensors the converter
-would quantize, in which order; the packed weights it agrees with go into the output as they are.
+from the memory-mapped safetensors (both cores). A skeleton made before for the same small files, weight
+shapes and held tensors is taken from the cache instead. The skeleton then says which tensors the
+converter would quantize, in which order; the packed weights it agrees with go into the output as they are.
 """
 
 from __future__ import annotations

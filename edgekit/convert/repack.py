@@ -318,7 +318,7 @@ def repack_gguf(template: Template, values: ValueSource, out: Path, fallback: st
     return report
 
 
-def _one_tensor(template: GGUFFile, t: TensorInfo, values: ValueSource, fb_type: GGMLQuantizationType,
+def _one_tensor(template: Template, t: TensorInfo, values: ValueSource, fb_type: GGMLQuantizationType,
                 all_f32: bool) -> tuple[np.ndarray, GGMLQuantizationType, TensorResult]:
     shape, ne = t.shape, list(t.ne)
     if not quantizable(t.name, shape, t.type, all_f32):

@@ -27,15 +27,15 @@ from edgekit.remote.connection import CONNECT_TIMEOUT_S, openssh_options
 
 GCM = "aes128-gcm@openssh.com,aes256-gcm@openssh.com"
 
-# argv: store, then (sha, size, offset, x|-) per blob; stdin: size - offset bytes of each, in order.
-# Prints one line per blob: "<index> ok" once placed, else "<index> <digest>" or "<index> short".
-# (edgekit sends one blob per session, so ssh can read the file itself.)
+# argv: store, sha, size, offset, x|-; stdin: bytes offset..size of the blob. Prints "ok" once the blob is
+# placed, else its digest ("short" when the part holds less than offset bytes); exit 3 if the stream is cut.
 RECEIVE_PY = r"""
 import hashlib, os, queue, sys, threading
-store, items, inp = sys.argv[1], sys.argv[2:], sys.stdin.buffer
+store, sha, size, off, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+inp, part, h = sys.stdin.buffer, os.path.join(store, sha + ".part"), hashlib.sha256()
 
 
-def hasher(h, q):  # hashing (GIL released) beside the receive loop: the bytes are read once, in memory
+def hasher(q):  # hashing (GIL released) beside the receive loop: the bytes are read once, in memory
     while (b := q.get()) is not None:
         h.update(b)
 
@@ -45,51 +45,41 @@ def syncer(fd, q):  # fdatasync every 64 MiB in the background: the receive loop
         os.fdatasync(fd)
 
 
-for i in range(0, len(items), 4):
-    sha, size, off, mode = items[i], int(items[i + 1]), int(items[i + 2]), items[i + 3]
-    part = os.path.join(store, sha + ".part")
-    h, ok = hashlib.sha256(), True
-    with open(part, "r+b" if off else "wb", buffering=0) as f:
-        left = off
-        while left:
-            b = f.read(min(1 << 20, left))
-            if not b:
-                ok = False
-                break
-            h.update(b)
-            left -= len(b)
-        f.seek(off)
-        hq, sq = queue.Queue(64), queue.Queue()
-        threads = [threading.Thread(target=hasher, args=(h, hq), daemon=True),
-                   threading.Thread(target=syncer, args=(f.fileno(), sq), daemon=True)]
-        for t in threads:
-            t.start()
-        left, unsynced = size - off, 0
-        while left:
-            b = inp.read(min(1 << 20, left))
-            if not b:  # the stream was cut: what arrived stays in the part for a resume
-                hq.put(None)
-                sq.put(None)
-                sys.exit(3)
-            f.write(b)
-            hq.put(b)
-            left -= len(b)
-            unsynced += len(b)
-            if unsynced >= 64 << 20:
-                sq.put(1)
-                unsynced = 0
-        hq.put(None)
-        sq.put(None)
-        for t in threads:
-            t.join()
-        f.truncate()
-        os.fsync(f.fileno())  # on disk before it can get its final name
-    digest = h.hexdigest() if ok else "short"
-    if digest == sha:
-        os.chmod(part, 0o755 if mode == "x" else 0o644)
-        os.replace(part, os.path.join(store, sha))
-        digest = "ok"
-    print(i // 4, digest, flush=True)
+with open(part, "r+b" if off else "wb", buffering=0) as f:
+    have = 0
+    while have < off and (b := f.read(min(1 << 20, off - have))):  # the resumed prefix, hashed first
+        h.update(b)
+        have += len(b)
+    f.seek(off)
+    hq, sq = queue.Queue(64), queue.Queue()
+    threads = [threading.Thread(target=hasher, args=(hq,), daemon=True),
+               threading.Thread(target=syncer, args=(f.fileno(), sq), daemon=True)]
+    for t in threads:
+        t.start()
+    left, unsynced = size - off, 0
+    while left:
+        b = inp.read(min(1 << 20, left))
+        if not b:  # the stream was cut: what arrived stays in the part for a resume
+            sys.exit(3)
+        f.write(b)
+        hq.put(b)
+        left -= len(b)
+        unsynced += len(b)
+        if unsynced >= 64 << 20:
+            sq.put(1)
+            unsynced = 0
+    hq.put(None)
+    sq.put(None)
+    for t in threads:
+        t.join()
+    f.truncate()
+    os.fsync(f.fileno())  # on disk before it can get its final name
+digest = h.hexdigest() if have == off else "short"
+if digest == sha:
+    os.chmod(part, 0o755 if mode == "x" else 0o644)
+    os.replace(part, os.path.join(store, sha))
+    digest = "ok"
+print(digest, flush=True)
 """
 
 
@@ -126,8 +116,8 @@ def upload(board: Board, name: str, store: str, item: Item,
     ssh reads the file directly (a pipe relay through this process cost ≈ 40 % more on loopback); the shared
     file offset tells the progress.
     """
-    fields = [item.sha256, str(item.size), str(item.offset), "x" if item.executable else "-"]
-    remote = shlex.join(["python3", "-c", RECEIVE_PY, store, *fields])
+    remote = shlex.join(["python3", "-c", RECEIVE_PY, store, item.sha256, str(item.size), str(item.offset),
+                         "x" if item.executable else "-"])
     with open(item.path, "rb") as src:
         src.seek(item.offset)
         proc = subprocess.Popen([*ssh_argv(board), remote], stdin=src, stdout=subprocess.PIPE,
@@ -156,8 +146,7 @@ def upload(board: Board, name: str, store: str, item: Item,
             done.set()
             watcher.join()
         sent = os.lseek(src.fileno(), 0, os.SEEK_CUR) - item.offset
-    word = next((w.strip() for line in out.decode(errors="replace").splitlines()
-                 for i, _, w in [line.partition(" ")] if i == "0" and w), None)
+    word = (out.decode(errors="replace").strip().splitlines() or [None])[-1]
     if proc.returncode != 0 or word is None:
         why = (err.decode(errors="replace").strip().splitlines() or [f"exit {proc.returncode}"])[-1]
         raise EdgekitError(f"Uploading {item.path.name} to board {name!r} failed ({why[:300]}); run the push "
