@@ -36,10 +36,13 @@ def _fail_with_logs(app: App, exc: HealthCheckFailed) -> None:
 @click.option("--wait", "wait_s", type=click.IntRange(0, 3600), default=0, show_default=True,
               help="Seconds to wait for another deploy to the same board.")
 @click.option("--health-timeout", type=float, default=180.0, show_default=True)
+@click.option("--cuda", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
+              help="A Jetson's CUDA build: auto = when the board has a GPU driver (an emulated board has "
+                   "none); on = also without one (it then runs on the CPU, and health says so).")
 @json_option
 @click.pass_obj
 def deploy(app: App, board_name: str, recipe_name: str, src: str | None, strategy: str, keep: int | None,
-           wait_s: int, health_timeout: float) -> None:
+           wait_s: int, health_timeout: float, cuda: str) -> None:
     """Build, convert, push and start RECIPE on a board; roll back if it is not healthy."""
     from edgekit.deploy.pipeline import DeployOptions
     from edgekit.deploy.pipeline import deploy as run_deploy
@@ -47,7 +50,8 @@ def deploy(app: App, board_name: str, recipe_name: str, src: str | None, strateg
 
     board = app.board(board_name)
     recipe = load_recipe(recipe_name)
-    options = DeployOptions(src=src, strategy=strategy, wait_s=wait_s, health_timeout_s=health_timeout, keep=keep)
+    options = DeployOptions(src=src, strategy=strategy, wait_s=wait_s, health_timeout_s=health_timeout, keep=keep,
+                            cuda=cuda)
     try:
         with TransferProgress(console=app.console) as progress:
             report = run_deploy(board_name, board, recipe, options, app.console, progress=progress)

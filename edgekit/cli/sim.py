@@ -28,16 +28,21 @@ def sim() -> None:
 @click.option("--add", is_flag=True, help="Start N more boards even when N of this profile run already.")
 @click.option("--jetpack", type=click.Choice(["6", "7", "7.2"]), default=None,
               help="The JetPack line the boards present (Orin: 6 or 7.2; Thor: 7 or 7.2). Default: the profile's.")
+@click.option("--arch", type=click.Choice(["x86_64", "aarch64"]), default=None,
+              help="aarch64: an emulated board, whose binaries run under qemu-user, so deploy sends it the "
+                   "aarch64 release a Jetson gets (≈ 10× slower than native). Default: this machine's own.")
 @_DIR
 @json_option
 @click.pass_obj
-def up(app: App, count: int, profile: str, add: bool, jetpack: str | None, directory: Path | None) -> None:
+def up(app: App, count: int, profile: str, add: bool, jetpack: str | None, arch: str | None,
+       directory: Path | None) -> None:
     """Start simulated boards and write them into the board file (sim-1, sim-2, …).
 
     Boards already running count towards N; boards whose sshd died are started again.
     """
     targets = sim_boards.Targets(app.board_file, known_hosts_file())
-    st, started = sim_boards.up(directory or sim_dir(), count, profile, targets, add=add, jetpack=jetpack)
+    st, started = sim_boards.up(directory or sim_dir(), count, profile, targets, add=add, jetpack=jetpack,
+                                 arch=arch)
     data = sim_boards.status(st.path)
     data["started"] = started
     data["board_file"] = str(targets.board_file.resolve())
@@ -104,7 +109,8 @@ def _table(app: App, data: dict) -> None:
     for col in cols:
         table.add_column(col, no_wrap=col != "units")
     for b in data["boards"]:
-        row = [b["name"], b["profile"], str(b["port"]), str(b["service_port"]),
+        profile = b["profile"] + (f" ({b['arch']}, emulated)" if b.get("emulated") else "")
+        row = [b["name"], profile, str(b["port"]), str(b["service_port"]),
                str(b["sshd_pid"]) if b["alive"] else "[red]down[/red]",
                f"{b['total_watts']:.2f} W {b['total_rail']}"]
         table.add_row(*row, *([", ".join(b["services"]) or "-"] if with_services else []))

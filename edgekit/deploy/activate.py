@@ -77,6 +77,7 @@ def activate(
     strategy: Strategy = "candidate",
     timeout: float = 180.0,
     on_step: Callable[[str], None] = lambda _msg: None,
+    gpu: health_mod.GpuPolicy = "none",
 ) -> Activation:
     paths = BoardPaths(base)
     main = Service(runner, UNIT_NAME, need_sudo)
@@ -84,7 +85,9 @@ def activate(
     previous = lay.current
 
     def check(svc: Service, p: int) -> health_mod.Health:
-        return health_mod.check(runner, p, expect_drafts, timeout=timeout, alive=svc.is_active)
+        h = health_mod.check(runner, p, expect_drafts, timeout=timeout, alive=svc.is_active)
+        log = paths.candidate_log() if svc.unit == CANDIDATE_UNIT else paths.log
+        return health_mod.apply_gpu_policy(h, gpu, log_tail(runner, log, 400) if gpu != "none" else "")
 
     if lay.current == release_id and lay.serving == release_id and main.is_active():
         recorded = health_mod.quick(runner, port, lay.health, expect_drafts) if lay.health else None
@@ -157,6 +160,8 @@ def rollback(runner: Runner, base: str, need_sudo: bool, to: str | None = None,
     main.install(paths.unit_file(target))
     main.restart()
     h = health_mod.check(runner, port, expect_drafts, timeout=timeout, alive=main.is_active)
+    gpu = manifest.get("gpu", "none")
+    h = health_mod.apply_gpu_policy(h, gpu, log_tail(runner, paths.log, 400) if gpu != "none" else "")
     if not h.ok:
         logs = log_tail(runner, paths.log)
         _restore(runner, main, paths, lay.current, lambda _m: None)

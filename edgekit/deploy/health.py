@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Literal
 
 from edgekit.remote.http import request
 from edgekit.remote.runner import LocalRunner, SshRunner
 
 HEALTH_PROMPT = "The three primary colours are"
+# What the server must do with the GPU: "none" (a CPU build), "required" (a CUDA build on a board with
+# a GPU driver: a CPU fallback is a failed deploy), "optional" (a CUDA build on a board without one, an
+# emulated board: the fallback is reported, plainly).
+GpuPolicy = Literal["none", "required", "optional"]
+# ggml-cuda's first words at start-up (the last start's line wins; the log is appended to).
+_CUDA_INIT = re.compile(r"ggml_cuda_init: (found (\d+) CUDA devices?|failed to initialize CUDA: [^\n]*)")
 
 
 @dataclass
@@ -23,6 +31,7 @@ class Health:
     draft_n_accepted: int | None = None
     text: str = ""
     method: str = "completion"  # "completion": measured now; "recorded": /health now, figures from activation
+    gpu: str | None = None  # CUDA builds: "used (N CUDA devices)" or "not used: <why>"; CPU builds: None
 
     @property
     def acceptance(self) -> float | None:
@@ -95,6 +104,26 @@ def check(
         health.ok, health.reason = False, "the completion generated no tokens"
     elif expect_drafts and not health.draft_n:
         health.ok, health.reason = False, "a drafter is configured but the server drafted no tokens (draft_n = 0)"
+    return health
+
+
+def gpu_use(log_text: str) -> tuple[bool, str]:
+    """Did the (last) server start find a CUDA device? From ggml-cuda's start-up line in its log."""
+    found = _CUDA_INIT.findall(log_text)
+    if not found:
+        return False, "not used: the server log has no CUDA start-up line"
+    line, count = found[-1]
+    if count and int(count) > 0:
+        return True, f"used ({count} CUDA device{'s' if int(count) > 1 else ''})"
+    return False, f"not used: {line.removeprefix('failed to initialize CUDA: ') or line}; the server runs on the CPU"
+
+
+def apply_gpu_policy(health: Health, policy: GpuPolicy, log_text: str) -> Health:
+    if policy == "none" or not health.ok:
+        return health
+    used, health.gpu = gpu_use(log_text)
+    if not used and policy == "required":
+        health.ok, health.reason = False, f"the GPU was {health.gpu}"
     return health
 
 

@@ -17,6 +17,7 @@ from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
 from edgekit.deploy import activate as act
 from edgekit.deploy.compose import ReleasePlan, plan_release
+from edgekit.deploy.health import GpuPolicy
 from edgekit.deploy.quirks import Applied, apply_guards
 from edgekit.deploy.server_args import server_args
 from edgekit.deploy.unit import UNIT_NAME, render_unit
@@ -38,6 +39,7 @@ class DeployOptions:
     wait_s: int = 0  # how long to wait for another deploy's lock
     health_timeout_s: float = 180.0
     keep: int | None = None  # releases kept on the board (default: the recipe's keep_releases)
+    cuda: str = "auto"  # auto: a CUDA build when the board has a GPU driver | on | off
 
 
 @dataclass
@@ -64,7 +66,8 @@ class DeployReport:
         tps = f"{h['tokens_per_second']:.1f} tok/s" if h.get("tokens_per_second") else "tok/s n/a"
         acc = f", acceptance {h['acceptance']:.0%} of {h['draft_n']} drafted" if h.get("draft_n") else ""
         what = "deployed" if self.changed else "already current"
-        return (f"{self.board}: {self.release} {what} — {tps}{acc}; sent {self.bytes_sent / 1e6:.1f} MB "
+        gpu = f"; GPU {h['gpu']}" if h.get("gpu") else ""
+        return (f"{self.board}: {self.release} {what} — {tps}{acc}{gpu}; sent {self.bytes_sent / 1e6:.1f} MB "
                 f"({self.blobs_sent} blobs, {self.blobs_skipped} already there) in {self.seconds:.1f} s")
 
 
@@ -75,6 +78,40 @@ def build_target(board: Board, facts: BoardFacts) -> str:
     if facts.arch != "aarch64":
         raise EdgekitError(f"Board architecture {facts.arch!r} is not one edgekit builds for.")
     return board.profile
+
+
+@dataclass
+class BuildChoice:
+    target: str  # host | a board profile
+    cpu_only: bool
+    gpu: GpuPolicy  # what the health check demands of the GPU
+    note: str | None = None  # said when the choice is not the obvious one
+
+
+def choose_build(board: Board, facts: BoardFacts, cuda: str) -> BuildChoice:
+    """Which build the board runs: a simulated x86 board the host build; a Jetson its profile's CUDA
+    build; an aarch64 board without a GPU driver (an emulated one) the CPU build of its profile,
+    unless ``cuda`` is "on" (then the exact bytes a Jetson gets, which fall back to the CPU there)."""
+    target = build_target(board, facts)
+    if target == "host" or cuda == "off":
+        return BuildChoice(target, True, "none")
+    if facts.gpu_driver:
+        return BuildChoice(target, False, "required")
+    if cuda == "on":
+        return BuildChoice(target, False, "optional", "the board has no GPU driver: the CUDA build will run on "
+                                                      "its CPU (on a Jetson that is a failed deploy)")
+    return BuildChoice(target, True, "none", f"the board has no GPU driver (an emulated {facts.arch} board?): "
+                                             f"the CPU-only {target} build (--cuda on for the CUDA one)")
+
+
+def check_glibc(built_manifest: dict[str, Any], facts: BoardFacts) -> None:
+    """The board's own glibc, as probed, against what the shipped binaries ask for."""
+    needed = (built_manifest.get("verify") or {}).get("glibc_needed")
+    if not needed or not facts.glibc:
+        return
+    if tuple(map(int, needed.split("."))) > tuple(map(int, facts.glibc.split("."))):
+        raise EdgekitError(f"The {facts.arch} binaries need GLIBC {needed}, but board {facts.board!r} has glibc "
+                           f"{facts.glibc}; nothing was sent (build them against an older sysroot).")
 
 
 def llama_src(options: DeployOptions) -> str | None:
@@ -110,7 +147,7 @@ def release_files(bin_dir: Path, models: dict[str, Path]) -> dict[str, Path]:
 
 
 def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: str, help_text: str,
-            models: dict[str, Path], target: str) -> ReleasePlan:
+            models: dict[str, Path], target: str, gpu: GpuPolicy = "none") -> ReleasePlan:
     has_drafter = "models/drafter.gguf" in models
     rt, guards = apply_guards(recipe.runtime, board.profile, LLAMA_CPP_SHORT, has_drafter)
     port = board.service_port or rt.port
@@ -121,7 +158,7 @@ def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: s
     describe = {
         "recipe": recipe.name, "server_args": args, "port": port, "candidate_port": candidate_port,
         "drafter": has_drafter, "spec_type": rt.spec_type, "build": {"key": build_key, "target": target},
-        "runtime": rt.model_dump(mode="json"), "guards": [g.to_dict() for g in guards],
+        "runtime": rt.model_dump(mode="json"), "guards": [g.to_dict() for g in guards], "gpu": gpu,
     }
 
     def render(rid: str) -> dict[str, str]:
@@ -181,14 +218,18 @@ def deploy(name: str, board: Board, recipe: Recipe, options: DeployOptions, cons
     with runner_for(board, name) as runner:
         facts = probe(runner, board.base)
         base = facts.base
-        target = build_target(board, facts)
+        choice = choose_build(board, facts, options.cuda)
+        target = choice.target
         t = time.monotonic()
         from edgekit.build import BuildOptions, build
 
-        say(f"build llama.cpp for {target}")
-        built = build(BuildOptions(target=target, cpu_only=target == "host", src=llama_src(options),
+        if choice.note:
+            say(choice.note)
+        say(f"build llama.cpp for {target}{' (CPU only)' if choice.cpu_only and target != 'host' else ''}")
+        built = build(BuildOptions(target=target, cpu_only=choice.cpu_only, src=llama_src(options),
                                    board_cuda=facts.cuda, board_jetpack=facts.jetpack),
                       console=console, runner=runner)
+        check_glibc(built.artifact.manifest, facts)
         bin_dir = built.bin_dir
         stages["build"] = time.monotonic() - t
         t = time.monotonic()
@@ -196,7 +237,7 @@ def deploy(name: str, board: Board, recipe: Recipe, options: DeployOptions, cons
         models = resolve_models(recipe, console, llama_src(options))
         stages["models"] = time.monotonic() - t
         help_text = server_help(bin_dir, target, built.artifact.key)
-        plan = compose(recipe, board, base, bin_dir, built.artifact.key, help_text, models, target)
+        plan = compose(recipe, board, base, bin_dir, built.artifact.key, help_text, models, target, choice.gpu)
         for guard in plan.manifest["guards"]:
             say(Applied(**guard).line())
         strategy = choose_strategy(options, facts, plan)
@@ -213,7 +254,7 @@ def deploy(name: str, board: Board, recipe: Recipe, options: DeployOptions, cons
                 runner, base, plan.release_id, plan.file_shas(), port=plan.manifest["port"],
                 candidate_port=plan.manifest["candidate_port"], expect_drafts=plan.manifest["drafter"],
                 need_sudo=facts.sudo != "root", keep=options.keep or recipe.keep_releases,
-                strategy=strategy, timeout=options.health_timeout_s, on_step=say,
+                strategy=strategy, timeout=options.health_timeout_s, on_step=say, gpu=choice.gpu,
             )
             stages["activate"] = time.monotonic() - t
     return DeployReport(

@@ -27,6 +27,13 @@ done
 kv model "$model"
 kv cuda_json "$(tr -d '\n' < "$root/usr/local/cuda/version.json" 2>/dev/null)"
 kv arch "$(uname -m)"
+kv glibc "$(getconf GNU_LIBC_VERSION 2>/dev/null)"
+gpu=""  # the GPU's device node or CUDA driver library: Orin's nvgpu (JetPack 5/6), OpenRM's nvidia0 (Thor, JetPack 7)
+for f in /dev/nvgpu/igpu0/ctrl /dev/nvhost-ctrl-gpu /dev/nvidia0 /usr/lib/aarch64-linux-gnu/nvidia/libcuda.so.1 \
+         /usr/lib/aarch64-linux-gnu/tegra/libcuda.so.1; do
+  [ -e "$root$f" ] && { gpu="$f"; break; }
+done
+kv gpu_driver "$gpu"
 kv kernel "$(uname -r)"
 kv hostname "$(hostname 2>/dev/null || cat /etc/hostname 2>/dev/null)"
 meminfo=/proc/meminfo; [ -r "$root/proc/meminfo" ] && meminfo="$root/proc/meminfo"
@@ -96,6 +103,8 @@ class BoardFacts:
     user: str
     sudo: str
     power_rails: list[PowerRailInfo] = field(default_factory=list)
+    glibc: str | None = None  # "2.35": the newest GLIBC_x.y a shipped binary may ask for
+    gpu_driver: str | None = None  # a GPU device node or libcuda the board has (None: no GPU to use)
 
     @property
     def is_jetson(self) -> bool:
@@ -128,6 +137,12 @@ def parse_cuda(raw: str) -> str | None:
         return None
 
 
+def parse_glibc(raw: str) -> str | None:
+    """'glibc 2.35' → '2.35'."""
+    m = re.match(r"glibc\s+(\d+\.\d+)", raw.strip())
+    return m.group(1) if m else None
+
+
 def _int(value: str) -> int | None:
     return int(value) if value.strip().isdigit() else None
 
@@ -154,6 +169,8 @@ def parse_probe(board: str, output: str) -> BoardFacts:
         cuda=parse_cuda(values.get("cuda_json", "")),
         arch=values.get("arch", ""),
         kernel=values.get("kernel", ""),
+        glibc=parse_glibc(values.get("glibc", "")),
+        gpu_driver=values.get("gpu_driver") or None,
         hostname=values.get("hostname", ""),
         mem_total_mb=mem_kb // 1024 if mem_kb is not None else None,
         disk_free_mb=disk_kb // 1024 if disk_kb is not None else None,

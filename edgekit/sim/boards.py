@@ -19,7 +19,7 @@ import psutil
 from edgekit.config.boardfile import Board, Boards
 from edgekit.config.profiles import BoardProfile, get_profile, with_jetpack
 from edgekit.errors import EdgekitError
-from edgekit.sim import keys, procs, rootfs, sshd
+from edgekit.sim import emulation, keys, procs, rootfs, sshd
 from edgekit.sim import state as state_mod
 from edgekit.sim.state import BoardState, SimState
 
@@ -58,6 +58,7 @@ def board_env(board: BoardState, token: str, sim_dir: Path) -> dict[str, str]:
         # login user is the workstation's user, whose dotfiles (pyenv, …) are no board's and
         # cost ~0.3 s per command. SHLVL=1 makes bash treat itself as nested and skip them.
         "SHLVL": "1",
+        **(emulation.board_env() if board.emulated else {}),
     }
 
 
@@ -68,6 +69,8 @@ def _install_bin(board: BoardState) -> None:
         dest = board.bin_dir / name
         dest.write_bytes((src / source).read_bytes())
         dest.chmod(dest.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    if board.emulated:
+        emulation.install_identity(board.bin_dir)
 
 
 def _next_name(taken: set[str]) -> str:
@@ -113,7 +116,8 @@ def board_profile(board: BoardState) -> BoardProfile:
     return with_jetpack(get_profile(board.profile), board.jetpack)
 
 
-def _create_board(st: SimState, name: str, profile: str, user: str, jetpack: str | None = None) -> BoardState:
+def _create_board(st: SimState, name: str, profile: str, user: str, jetpack: str | None = None,
+                  arch: str | None = None) -> BoardState:
     used = _ports_in_use(st)
     port = procs.free_port(used)
     service_port = procs.free_port(used | {port})
@@ -122,7 +126,7 @@ def _create_board(st: SimState, name: str, profile: str, user: str, jetpack: str
         shutil.rmtree(bdir)  # left over from an earlier `up`: a new board starts clean
     (bdir / "ssh").mkdir(parents=True)
     board = BoardState(name=name, profile=profile, dir=str(bdir), port=port, service_port=service_port,
-                       user=user, host_key_pub="", jetpack=jetpack)
+                       user=user, host_key_pub="", jetpack=jetpack, arch=arch)
     board.host_key_pub = keys.generate_ed25519(board.host_key, f"root@{name}")
     rootfs.make_root(board.root, board_profile(board), _board_volatile(st, name))
     board.base.mkdir()
@@ -133,7 +137,8 @@ def _create_board(st: SimState, name: str, profile: str, user: str, jetpack: str
 def _start_board(st: SimState, board: BoardState, sshd_bin: str) -> None:
     sshd.write_config(board, st.authorized_keys, board_env(board, st.token, st.path))
     sshd.check_config(sshd_bin, board)
-    sshd.start(sshd_bin, board, avoid=(_ports_in_use(st) | {board.service_port}) - {board.port})
+    launcher = emulation.launcher() if board.emulated else []
+    sshd.start(sshd_bin, board, avoid=(_ports_in_use(st) | {board.service_port}) - {board.port}, launcher=launcher)
 
 
 def _ensure_updater(st: SimState) -> None:
@@ -163,7 +168,7 @@ def _publish(st: SimState, targets: Targets) -> None:
 
 
 def up(sim_dir: Path, count: int, profile: str, targets: Targets, add: bool = False,
-       jetpack: str | None = None) -> tuple[SimState, list[str]]:
+       jetpack: str | None = None, arch: str | None = None) -> tuple[SimState, list[str]]:
     """Make sure ``count`` boards of ``profile`` run in ``sim_dir`` (``add``: start ``count`` more).
 
     ``jetpack``: the JetPack line the new boards present (6, 7, 7.2; None: the profile's own), and
@@ -175,6 +180,9 @@ def up(sim_dir: Path, count: int, profile: str, targets: Targets, add: bool = Fa
     canonical = get_profile(profile).name
     line = with_jetpack(get_profile(profile), jetpack).jetpack  # checks that the line runs on the profile
     jetpack = None if line == get_profile(profile).jetpack else line
+    arch = emulation.board_arch(arch)
+    if arch is not None:
+        emulation.check_available()
     targets = Targets(targets.board_file.resolve(), targets.known_hosts.resolve())
     sshd_bin = sshd.find_sshd()
     sshd.prepare_privsep()
@@ -192,13 +200,14 @@ def up(sim_dir: Path, count: int, profile: str, targets: Targets, add: bool = Fa
                     rootfs.make_root(board.root, board_profile(board), _board_volatile(st, board.name))
                     _start_board(st, board, sshd_bin)
                     started.append(board.name)
-            have = sum(1 for b in st.boards.values() if b.profile == canonical and b.jetpack == jetpack)
+            have = sum(1 for b in st.boards.values()
+                       if b.profile == canonical and b.jetpack == jetpack and b.arch == arch)
             want = count if add else max(count - have, 0)
             taken = _taken_names(st, targets)
             for _ in range(want):
                 name = _next_name(taken)
                 taken.add(name)
-                board = _create_board(st, name, canonical, current_user(), jetpack)
+                board = _create_board(st, name, canonical, current_user(), jetpack, arch)
                 try:
                     _start_board(st, board, sshd_bin)
                 except EdgekitError:
@@ -326,7 +335,8 @@ def status(sim_dir: Path) -> dict[str, Any]:
         profile = board_profile(b)
         watts = rootfs.read_power(b.root)
         rows.append({
-            "name": b.name, "profile": b.profile, "jetpack": profile.jetpack, "host": b.host, "port": b.port,
+            "name": b.name, "profile": b.profile, "jetpack": profile.jetpack, "arch": emulation.arch_of(b),
+            "emulated": b.emulated, "host": b.host, "port": b.port,
             "service_port": b.service_port,
             "user": b.user, "base": str(b.base), "root": str(b.root), "sshd_pid": b.sshd_pid,
             "alive": procs.alive(b.sshd_pid, b.sshd_ctime),

@@ -81,11 +81,14 @@ def check_config(sshd: str, board: BoardState) -> None:
                            f"{why[-1] if why else 'exit ' + str(res.returncode)}.")
 
 
-def start(sshd: str, board: BoardState, tries: int = 3, avoid: set[int] | None = None) -> None:
-    """Start the board's sshd and wait for its banner; on a lost port race, try another port."""
+def start(sshd: str, board: BoardState, tries: int = 3, avoid: set[int] | None = None,
+          launcher: list[str] | None = None) -> None:
+    """Start the board's sshd (behind ``launcher``, which execs it) and wait for its banner; on a lost
+    port race, try another port."""
     avoid = set(avoid or ())
     for attempt in range(tries):
-        pid, ctime = procs.spawn_detached([sshd, "-f", str(board.sshd_config), "-D", "-e"], board.sshd_log)
+        argv = [*(launcher or []), sshd, "-f", str(board.sshd_config), "-D", "-e"]
+        pid, ctime = procs.spawn_detached(argv, board.sshd_log)
         if procs.wait_ssh_banner(board.port, pid, board.sshd_pidfile):
             board.sshd_pid, board.sshd_ctime = pid, ctime
             return

@@ -28,6 +28,11 @@ class BoardState:
     sshd_pid: int | None = None
     sshd_ctime: float | None = None
     jetpack: str | None = None  # the JetPack line it presents (None: its profile's own)
+    arch: str | None = None  # "aarch64": an emulated board (qemu-user); None: this machine's own
+
+    @property
+    def emulated(self) -> bool:
+        return self.arch is not None
 
     @property
     def path(self) -> Path:
