@@ -27,6 +27,7 @@ import pytest
 
 from edgekit.config.profiles import get_profile
 from edgekit.sim import boards as sim
+from edgekit.sim import emulation
 from edgekit.sim.testing import SimBoard
 
 
@@ -52,11 +53,14 @@ class SimSession:
         return sim.Targets(Path(self.env["EDGEKIT_CONFIG"]), Path(self.env["EDGEKIT_CONFIG_DIR"]) / "known_hosts")
 
     def boards(self, n: int = 2, profile: str = "orin", *, fresh: bool = False,
-               jetpack: str | None = None) -> list[SimBoard]:
+               jetpack: str | None = None, arch: str | None = None) -> list[SimBoard]:
+        """``arch="aarch64"``: emulated boards (qemu-user), which get the aarch64 release."""
         canonical = get_profile(profile).name
-        st, started = sim.up(self.sim_dir, n, canonical, self.targets, add=fresh, jetpack=jetpack)
+        st, started = sim.up(self.sim_dir, n, canonical, self.targets, add=fresh, jetpack=jetpack, arch=arch)
         line = None if jetpack in (None, get_profile(profile).jetpack) else jetpack
-        pool = [b for b in sim.sorted_boards(st) if b.profile == canonical and b.jetpack == line]
+        emulated = emulation.board_arch(arch)
+        pool = [b for b in sim.sorted_boards(st)
+                if b.profile == canonical and b.jetpack == line and b.arch == emulated]
         if fresh:
             pool = [b for b in pool if b.name in started]
         return [SimBoard.from_state(st, b, self.targets.known_hosts) for b in pool[:n]]
@@ -76,7 +80,7 @@ def sim_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimSession
 
 @pytest.fixture
 def sim_boards(sim_session: SimSession, monkeypatch: pytest.MonkeyPatch) -> Callable[..., list[SimBoard]]:
-    """Factory: ``sim_boards(n=2, profile="orin", *, fresh=False) -> list[SimBoard]``."""
+    """Factory: ``sim_boards(n=2, profile="orin", *, fresh=False, jetpack=None, arch=None) -> list[SimBoard]``."""
     for key, value in sim_session.env.items():
         monkeypatch.setenv(key, value)
     return sim_session.boards

@@ -137,3 +137,51 @@ def test_guards_for_known_orin_bugs_apply_as_data_and_only_where_they_bite() -> 
     assert rt.flash_attn == "auto" and applied[0].overridden and "NOT applied" in applied[0].line()
     with pytest.raises(ValidationError, match="not an environment variable name"):
         Runtime(env={"BAD NAME": "1"})
+
+
+def _facts(arch: str, gpu: str = "", glibc: str = "glibc 2.35") -> object:
+    return parse_probe("b", f"arch={arch}\nglibc={glibc}\ngpu_driver={gpu}\n"
+                            "l4t=# R36 (release), REVISION: 4.3, GCID: 1, BOARD: generic, EABI: aarch64\n")
+
+
+def test_each_board_gets_the_build_its_hardware_can_run() -> None:
+    from edgekit.config.boardfile import Board
+    from edgekit.deploy.pipeline import choose_build
+
+    board = Board(host="127.0.0.1", user="nvidia", profile="orin-agx-64gb", base="~/edgekit")
+    assert choose_build(board, _facts("x86_64"), "auto").target == "host"
+    jetson = choose_build(board, _facts("aarch64", "/dev/nvgpu/igpu0/ctrl"), "auto")
+    assert (jetson.target, jetson.cpu_only, jetson.gpu) == ("orin-agx-64gb", False, "required")
+    emulated = choose_build(board, _facts("aarch64"), "auto")
+    assert (emulated.cpu_only, emulated.gpu) == (True, "none") and "no GPU driver" in (emulated.note or "")
+    forced = choose_build(board, _facts("aarch64"), "on")
+    assert (forced.cpu_only, forced.gpu) == (False, "optional")
+    assert choose_build(board, _facts("aarch64", "/dev/nvidia0"), "off").cpu_only
+    with pytest.raises(EdgekitError, match="not one edgekit builds for"):
+        choose_build(board, _facts("riscv64"), "auto")
+
+
+def test_gpu_use_comes_from_the_last_server_start_in_the_log() -> None:
+    from edgekit.deploy.health import Health, apply_gpu_policy, gpu_use
+
+    found = "ggml_cuda_init: found 1 CUDA devices:\n  Device 0: Orin, compute capability 8.7\n"
+    failed = "ggml_cuda_init: failed to initialize CUDA: CUDA driver version is insufficient for CUDA runtime version\n"
+    assert gpu_use(found) == (True, "used (1 CUDA device)")
+    used, why = gpu_use(found + failed)  # the log is appended to: the last start counts
+    assert not used and why.startswith("not used: CUDA driver version is insufficient")
+    assert not gpu_use("")[0]
+    healthy = Health(True, "healthy", tokens=8)
+    assert apply_gpu_policy(Health(True, "healthy", tokens=8), "optional", failed).ok
+    required = apply_gpu_policy(healthy, "required", failed)
+    assert not required.ok and required.reason.startswith("the GPU was not used")
+    assert apply_gpu_policy(Health(True, "healthy"), "none", failed).gpu is None
+
+
+def test_binaries_newer_than_the_boards_glibc_are_refused() -> None:
+    from edgekit.deploy.pipeline import check_glibc
+
+    manifest = {"verify": {"glibc_needed": "2.34"}}
+    check_glibc(manifest, _facts("aarch64", glibc="glibc 2.35"))
+    check_glibc(manifest, _facts("aarch64", glibc=""))  # unknown: the build's own JetPack check stands
+    with pytest.raises(EdgekitError, match=r"need GLIBC 2.34, but board 'b' has glibc 2.31; nothing was sent"):
+        check_glibc(manifest, _facts("aarch64", glibc="glibc 2.31"))

@@ -8,6 +8,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -235,3 +236,28 @@ def test_sshd_moves_to_another_port_when_its_port_is_taken(tmp_path):
         finally:
             if b.sshd_pid:
                 assert procs.stop(procs.tree(b.sshd_pid)) == []
+
+
+def test_emulated_arch_is_aarch64_or_this_machines_own():
+    from edgekit.sim import emulation
+
+    assert emulation.board_arch(None) is None
+    assert emulation.board_arch(platform.machine()) is None  # this machine's own: no emulation
+    assert emulation.board_arch("aarch64") == "aarch64"
+    with pytest.raises(EdgekitError, match="not 'riscv64'"):
+        emulation.board_arch("riscv64")
+
+
+def test_the_emulator_gives_aarch64_binaries_to_qemu_in_its_namespace_only(tmp_path):
+    # A static aarch64 program is not at hand; the cross sysroot's loader is an aarch64 ELF that
+    # prints its usage when run: under the emulator it runs, on the host it cannot.
+    from edgekit.sim import emulation
+
+    qemu = emulation.check_available()
+    loader = str(emulation.SYSROOT / "lib" / "ld-linux-aarch64.so.1")
+    env = {**os.environ, **emulation.board_env(tmp_path)}
+    inside = subprocess.run([sys.executable, str(emulation.LAUNCHER), "--qemu", qemu, "--", loader, "--help"],
+                            capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert inside.returncode == 0 and "--list" in inside.stdout, inside.stderr
+    with pytest.raises(OSError):  # the host's exec table was not touched
+        subprocess.run([loader, "--help"], capture_output=True, timeout=60, check=False)

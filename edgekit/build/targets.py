@@ -64,7 +64,10 @@ def profile_target(profile: BoardProfile, cpu_only: bool = False, cuda_version: 
     JetPack 6 with CUDA 12.6 or JetPack 7.2 with CUDA 13.2), else the profile's own line."""
     return Target(
         name=profile.family, machine="aarch64", profile=profile.name, cpu_arch=profile.cpu_arch,
-        cuda_arch=None if cpu_only else profile.cuda_arch, cuda_version=cuda_version or profile.cuda_version,
+        cuda_arch=None if cpu_only else profile.cuda_arch,
+        # major.minor: what a CUDA build is pinned to (13.2.51 and 13.2.60 take the same binaries); a CPU
+        # build does not depend on it.
+        cuda_version=None if cpu_only else ".".join((cuda_version or profile.cuda_version).split(".")[:2]),
         jetpack=jetpack or profile.jetpack,
     )
 

@@ -19,7 +19,15 @@ from edgekit.config.recipes import Recipe
 from edgekit.deploy.activate import CANDIDATE_UNIT
 from edgekit.deploy.compose import ReleasePlan
 from edgekit.deploy.health import HEALTH_PROMPT
-from edgekit.deploy.pipeline import DeployOptions, build_target, choose_strategy, compose, llama_src, server_help
+from edgekit.deploy.pipeline import (
+    DeployOptions,
+    check_glibc,
+    choose_build,
+    choose_strategy,
+    compose,
+    llama_src,
+    server_help,
+)
 from edgekit.deploy.unit import UNIT_NAME
 from edgekit.fleet.connect import Target
 from edgekit.fleet.scripts import scripts
@@ -86,25 +94,31 @@ def plan_fleet(recipe: Recipe, targets: dict[str, Target], options: DeployOption
     src = llama_src(options)
     result = FleetPlan(recipe.name)
     built: dict[str, tuple[Path, str, str]] = {}  # build target → (bin dir, key, --help)
+    manifests: dict[str, dict[str, Any]] = {}
     composed: dict[tuple[str, str, int | None], ReleasePlan] = {}
     models: dict[str, Path] | None = None
     for name, t in targets.items():
-        # One build per board kind and JetPack line: an Orin on JetPack 6 and one on 7.2 get different builds.
-        target = build_target(t.board, t.facts)
-        kind_key = target if target == "host" else f"{target}@{t.facts.cuda}"
+        # One build per board kind and JetPack line: an Orin on JetPack 6 and one on 7.2 get different builds,
+        # an emulated Orin (no GPU driver) the CPU build of its profile.
+        choice = choose_build(t.board, t.facts, options.cuda)
+        target = choice.target
+        kind_key = target if target == "host" else f"{target}@{'cpu' if choice.cpu_only else t.facts.cuda}"
         if kind_key not in built:
-            console.print(f"[dim]fleet: build llama.cpp for {target} (CUDA {t.facts.cuda or '?'})[/dim]")
-            art = build(BuildOptions(target=target, cpu_only=target == "host", src=src, board_cuda=t.facts.cuda,
+            console.print(f"[dim]fleet: build llama.cpp for {kind_key}[/dim]")
+            art = build(BuildOptions(target=target, cpu_only=choice.cpu_only, src=src, board_cuda=t.facts.cuda,
                                      board_jetpack=t.facts.jetpack), console=console, runner=t.runner)
             built[kind_key] = (art.bin_dir, art.artifact.key, server_help(art.bin_dir, target, art.artifact.key))
             result.builds[kind_key] = art.artifact.key
+            manifests[kind_key] = art.artifact.manifest
+        check_glibc(manifests[kind_key], t.facts)
         if models is None:
             console.print("[dim]fleet: models[/dim]")
             models = resolve_models(recipe, console, src)
         bin_dir, key, help_text = built[kind_key]
         kind = (kind_key, t.facts.base, t.board.service_port)
         if kind not in composed:
-            composed[kind] = compose(recipe, t.board, t.facts.base, bin_dir, key, help_text, models, target)
+            composed[kind] = compose(recipe, t.board, t.facts.base, bin_dir, key, help_text, models, target,
+                                     choice.gpu)
         plan = composed[kind]
         result.boards[name] = BoardPlan(name, t.facts.base, plan, choose_strategy(options, t.facts, plan),
                                         options.keep or recipe.keep_releases)

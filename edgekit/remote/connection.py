@@ -7,6 +7,8 @@ only through `edgekit board trust`, which shows the fingerprint first.
 
 from __future__ import annotations
 
+import logging
+
 import paramiko
 from fabric import Config, Connection
 
@@ -16,6 +18,10 @@ from edgekit.remote import hostkeys
 from edgekit.remote.fastsftp import gcm_transport
 
 CONNECT_TIMEOUT_S = 10
+# paramiko logs a refused port forward ("Secsh channel N open FAILED") at ERROR, which Python prints
+# when nothing is configured; edgekit polls a starting server that way and reports failures itself.
+logging.getLogger("paramiko.transport").addHandler(logging.NullHandler())
+logging.getLogger("paramiko.transport").propagate = False
 
 
 class _RejectUnknown(paramiko.RejectPolicy):

@@ -58,7 +58,7 @@ def board_env(board: BoardState, token: str, sim_dir: Path) -> dict[str, str]:
         # login user is the workstation's user, whose dotfiles (pyenv, …) are no board's and
         # cost ~0.3 s per command. SHLVL=1 makes bash treat itself as nested and skip them.
         "SHLVL": "1",
-        **(emulation.board_env() if board.emulated else {}),
+        **(emulation.board_env(board.root) if board.emulated else {}),
     }
 
 
@@ -116,6 +116,13 @@ def board_profile(board: BoardState) -> BoardProfile:
     return with_jetpack(get_profile(board.profile), board.jetpack)
 
 
+def _make_root(st: SimState, board: BoardState) -> None:
+    profile = board_profile(board)
+    rootfs.make_root(board.root, profile, _board_volatile(st, board.name))
+    if board.emulated:
+        emulation.present_cuda(board.root, profile.cuda_version)
+
+
 def _create_board(st: SimState, name: str, profile: str, user: str, jetpack: str | None = None,
                   arch: str | None = None) -> BoardState:
     used = _ports_in_use(st)
@@ -128,7 +135,7 @@ def _create_board(st: SimState, name: str, profile: str, user: str, jetpack: str
     board = BoardState(name=name, profile=profile, dir=str(bdir), port=port, service_port=service_port,
                        user=user, host_key_pub="", jetpack=jetpack, arch=arch)
     board.host_key_pub = keys.generate_ed25519(board.host_key, f"root@{name}")
-    rootfs.make_root(board.root, board_profile(board), _board_volatile(st, name))
+    _make_root(st, board)
     board.base.mkdir()
     _install_bin(board)
     return board
@@ -197,7 +204,7 @@ def up(sim_dir: Path, count: int, profile: str, targets: Targets, add: bool = Fa
             for board in st.boards.values():
                 if not procs.alive(board.sshd_pid, board.sshd_ctime):
                     # After a reboot the tmpfs part of the root is gone: write the root again.
-                    rootfs.make_root(board.root, board_profile(board), _board_volatile(st, board.name))
+                    _make_root(st, board)
                     _start_board(st, board, sshd_bin)
                     started.append(board.name)
             have = sum(1 for b in st.boards.values()

@@ -15,6 +15,7 @@ import sys
 from functools import cache
 from pathlib import Path
 
+from edgekit.build.cuda import CROSS_TARGET_DIR, wheel_tree_dir
 from edgekit.build.targets import AARCH64_TRIPLE, host_machine
 from edgekit.errors import EdgekitError
 from edgekit.sim.state import BoardState
@@ -75,10 +76,28 @@ def launcher() -> list[str]:
     return [sys.executable, str(LAUNCHER), "--qemu", check_available(), "--"]
 
 
-def board_env() -> dict[str, str]:
+def cuda_lib_dir(root: Path) -> Path:
+    return root / "usr/local/cuda/targets" / CROSS_TARGET_DIR / "lib"
+
+
+def board_env(root: Path) -> dict[str, str]:
     """qemu-user's settings, for every session and service of the board: the sysroot's loader and
-    libc, and every CPU feature (the builds use armv8.2-a dotprod/fp16 and armv9-a i8mm/bf16)."""
-    return {"QEMU_LD_PREFIX": str(SYSROOT), "QEMU_CPU": "max"}
+    libc, every CPU feature (the builds use armv8.2-a dotprod/fp16 and armv9-a i8mm/bf16), and the
+    board's CUDA libraries on the guest's library path (JetPack's ld.so.conf.d/cuda.conf does that)."""
+    return {"QEMU_LD_PREFIX": str(SYSROOT), "QEMU_CPU": "max",
+            "QEMU_SET_ENV": f"LD_LIBRARY_PATH={cuda_lib_dir(root)}"}
+
+
+def present_cuda(root: Path, cuda_version: str) -> None:
+    """JetPack's CUDA runtime (libcudart, libcublas) on an emulated board of a CUDA 13 line: PyPI's
+    aarch64 CUDA 13 libraries from edgekit's cross tree, so a CUDA build starts there as on a Jetson
+    (and, finding no GPU driver, runs on the CPU). JetPack 6 boards run CUDA 12, which PyPI lacks."""
+    if int(cuda_version.split(".")[0]) < 13:
+        return
+    lib = root / f"usr/local/cuda-{cuda_version}" / "targets" / CROSS_TARGET_DIR / "lib"
+    if not lib.is_symlink():
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        lib.symlink_to(wheel_tree_dir() / "targets" / CROSS_TARGET_DIR / "lib")  # filled by a CUDA build
 
 
 def install_identity(bin_dir: Path) -> None:
