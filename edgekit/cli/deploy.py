@@ -10,8 +10,9 @@ from edgekit.cli.app import App
 from edgekit.config.recipes import load_recipe
 from edgekit.deploy import activate as act
 from edgekit.deploy.activate import HealthCheckFailed
+from edgekit.deploy.health import apply_gpu_policy
 from edgekit.deploy.health import check as health_check
-from edgekit.deploy.service import Service
+from edgekit.deploy.service import Service, log_tail
 from edgekit.deploy.unit import UNIT_NAME
 from edgekit.errors import EdgekitError
 from edgekit.remote import releases
@@ -93,8 +94,11 @@ def status(app: App, board_name: str) -> None:
         active = Service(runner, UNIT_NAME, facts.sudo != "root").is_active()
         health = None
         if lay.current and active:
-            health = health_check(runner, int(manifest.get("port", 8080)), bool(manifest.get("drafter")),
-                                  timeout=30).to_dict()
+            checked = health_check(runner, int(manifest.get("port", 8080)), bool(manifest.get("drafter")),
+                                   timeout=30)
+            gpu = manifest.get("gpu", "none")
+            log = log_tail(runner, act.BoardPaths(facts.base).log, 400) if gpu != "none" else ""
+            health = apply_gpu_policy(checked, gpu, log).to_dict()
     data = {
         "board": board_name, "current": lay.current, "serving": lay.serving, "service_active": active,
         "recipe": manifest.get("recipe"), "port": manifest.get("port"), "spec_type": manifest.get("spec_type"),
@@ -109,6 +113,8 @@ def status(app: App, board_name: str) -> None:
             table.add_row("health", "ok" if health["ok"] else f"FAILING: {health['reason']}")
             if health.get("tokens_per_second"):
                 table.add_row("tok/s", f"{health['tokens_per_second']:.1f}")
+            if health.get("gpu"):
+                table.add_row("GPU", health["gpu"])
         table.add_row("releases", ", ".join(lay.releases) or "none")
         app.out.print(table)
 
