@@ -146,7 +146,7 @@ def _facts(arch: str, gpu: str = "", glibc: str = "glibc 2.35") -> object:
 
 def test_each_board_gets_the_build_its_hardware_can_run() -> None:
     from edgekit.config.boardfile import Board
-    from edgekit.deploy.pipeline import choose_build
+    from edgekit.engines.llamacpp import choose_build
 
     board = Board(host="127.0.0.1", user="nvidia", profile="orin-agx-64gb", base="~/edgekit")
     assert choose_build(board, _facts("x86_64"), "auto").target == "host"
@@ -178,7 +178,7 @@ def test_gpu_use_comes_from_the_last_server_start_in_the_log() -> None:
 
 
 def test_binaries_newer_than_the_boards_glibc_are_refused() -> None:
-    from edgekit.deploy.pipeline import check_glibc
+    from edgekit.engines.llamacpp import check_glibc
 
     manifest = {"verify": {"glibc_needed": "2.34"}}
     check_glibc(manifest, _facts("aarch64", glibc="glibc 2.35"))

@@ -95,19 +95,21 @@ def status(app: App, board_name: str) -> None:
         health = None
         if lay.current and active:
             checked = health_check(runner, int(manifest.get("port", 8080)), bool(manifest.get("drafter")),
-                                   timeout=30)
+                                   timeout=30, engine=manifest.get("engine", "llama.cpp"),
+                                   model=manifest.get("recipe", ""))
             gpu = manifest.get("gpu", "none")
             log = log_tail(runner, act.BoardPaths(facts.base).log, 400) if gpu != "none" else ""
             health = apply_gpu_policy(checked, gpu, log).to_dict()
     data = {
-        "board": board_name, "current": lay.current, "serving": lay.serving, "service_active": active,
+        "board": board_name, "engine": manifest.get("engine", "llama.cpp") if manifest else None,
+        "current": lay.current, "serving": lay.serving, "service_active": active,
         "recipe": manifest.get("recipe"), "port": manifest.get("port"), "spec_type": manifest.get("spec_type"),
         "server_args": manifest.get("server_args"), "health": health, "releases": lay.releases,
     }
 
     def human() -> None:
         table = Table(title=f"board {board_name}", show_header=False)
-        for key in ("current", "serving", "service_active", "recipe", "port", "spec_type"):
+        for key in ("engine", "current", "serving", "service_active", "recipe", "port", "spec_type"):
             table.add_row(key, str(data[key]))
         if health:
             table.add_row("health", "ok" if health["ok"] else f"FAILING: {health['reason']}")

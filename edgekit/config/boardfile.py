@@ -33,6 +33,7 @@ class Board(BaseModel):
     service_port: int | None = Field(None, ge=1, le=65535)  # overrides the recipe's port on this board
     sim: bool = False  # a simulated board made by `edgekit sim up`
     local: bool = False  # the machine edgekit runs on (nightly CI on the board itself)
+    vllm_python: str | None = None  # a Python on the board that imports vllm (engine: vllm); None → python3
 
     @field_validator("host")
     @classmethod

@@ -81,10 +81,25 @@ class ConvertSpec(BaseModel):
     litert_cache_length: int = Field(4096, ge=16)
 
 
-class Runtime(BaseModel):
-    """llama-server settings; names follow the flags of the pinned llama.cpp."""
+class VllmSettings(BaseModel):
+    """vLLM's own knobs (engine: vllm); the shared ones (ctx_size, parallel, draft_n_max) are the runtime's."""
 
     model_config = ConfigDict(extra="forbid")
+
+    gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0)  # on CPU: the share of RAM for weights + KV
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    enforce_eager: bool = False  # no CUDA graphs / torch.compile: starts faster, decodes slower
+    text_only: bool = True  # serve the text model alone (Gemma4ForCausalLM): no vision/audio processors
+    extra_args: list[str] = Field(default_factory=list)
+
+
+class Runtime(BaseModel):
+    """Server settings; names follow the flags of the pinned llama.cpp (engine: llama.cpp, the default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    engine: Literal["llama.cpp", "vllm"] = "llama.cpp"
+    vllm: VllmSettings = Field(default_factory=VllmSettings)
 
     ctx_size: int = Field(4096, ge=64)
     n_gpu_layers: int = Field(99, ge=0)

@@ -78,6 +78,8 @@ def activate(
     timeout: float = 180.0,
     on_step: Callable[[str], None] = lambda _msg: None,
     gpu: health_mod.GpuPolicy = "none",
+    engine: str = "llama.cpp",
+    model: str = "",
 ) -> Activation:
     paths = BoardPaths(base)
     main = Service(runner, UNIT_NAME, need_sudo)
@@ -85,7 +87,8 @@ def activate(
     previous = lay.current
 
     def check(svc: Service, p: int) -> health_mod.Health:
-        h = health_mod.check(runner, p, expect_drafts, timeout=timeout, alive=svc.is_active)
+        h = health_mod.check(runner, p, expect_drafts, timeout=timeout, alive=svc.is_active, engine=engine,
+                             model=model)
         log = paths.candidate_log() if svc.unit == CANDIDATE_UNIT else paths.log
         return health_mod.apply_gpu_policy(h, gpu, log_tail(runner, log, 400) if gpu != "none" else "")
 
@@ -159,7 +162,8 @@ def rollback(runner: Runner, base: str, need_sudo: bool, to: str | None = None,
     main = Service(runner, UNIT_NAME, need_sudo)
     main.install(paths.unit_file(target))
     main.restart()
-    h = health_mod.check(runner, port, expect_drafts, timeout=timeout, alive=main.is_active)
+    h = health_mod.check(runner, port, expect_drafts, timeout=timeout, alive=main.is_active,
+                         engine=manifest.get("engine", "llama.cpp"), model=manifest.get("recipe", ""))
     gpu = manifest.get("gpu", "none")
     h = health_mod.apply_gpu_policy(h, gpu, log_tail(runner, paths.log, 400) if gpu != "none" else "")
     if not h.ok:

@@ -75,36 +75,50 @@ def check(
     timeout: float = 120.0,
     alive: Callable[[], bool] | None = None,
     n_predict: int = 24,
+    engine: str = "llama.cpp",
+    model: str = "",
 ) -> Health:
+    """/health answers, then one greedy completion through ``engine``'s API shows tokens (and drafts).
+
+    ``model``: the name the engine serves the model under (vLLM's --served-model-name)."""
+    from edgekit.engines import get_engine
+
     try:
         ready = wait_ready(runner, port, timeout, alive)
     except TimeoutError as exc:
         return Health(False, str(exc))
-    payload = {"prompt": HEALTH_PROMPT, "n_predict": n_predict, "temperature": 0.0, "cache_prompt": False,
-               "seed": 0}
+    health = get_engine(engine).completion(runner, port, model, HEALTH_PROMPT, n_predict, timeout)
+    health.seconds_to_ready = round(ready, 2)
+    if not health.ok:
+        return health
+    if health.tokens <= 0:
+        health.ok, health.reason = False, "the completion generated no tokens"
+    elif expect_drafts and not health.draft_n:
+        health.ok, health.reason = False, "a drafter is configured but the server drafted no tokens (draft_n = 0)"
+    return health
+
+
+def llama_completion(runner: SshRunner | LocalRunner, port: int, prompt: str, n_predict: int,
+                     timeout: float) -> Health:
+    """llama-server's /completion: its `timings` carry tokens, tok/s and the draft counts."""
+    payload = {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "cache_prompt": False, "seed": 0}
     try:
         resp = request(runner, port, "POST", "/completion", payload, timeout=timeout)
     except ConnectionError as exc:
-        return Health(False, f"the completion request failed: {exc}", ready)
+        return Health(False, f"the completion request failed: {exc}")
     if resp.status != 200:
-        return Health(False, f"the completion request answered {resp.status}: {resp.body[:200]!r}", ready)
+        return Health(False, f"the completion request answered {resp.status}: {resp.body[:200]!r}")
     data = resp.json()
     timings = data.get("timings") or {}
-    health = Health(
+    return Health(
         ok=True,
         reason="healthy",
-        seconds_to_ready=round(ready, 2),
         tokens=int(timings.get("predicted_n") or data.get("tokens_predicted") or 0),
         tokens_per_second=timings.get("predicted_per_second"),
         draft_n=timings.get("draft_n"),
         draft_n_accepted=timings.get("draft_n_accepted"),
         text=str(data.get("content", "")),
     )
-    if health.tokens <= 0:
-        health.ok, health.reason = False, "the completion generated no tokens"
-    elif expect_drafts and not health.draft_n:
-        health.ok, health.reason = False, "a drafter is configured but the server drafted no tokens (draft_n = 0)"
-    return health
 
 
 def gpu_use(log_text: str) -> tuple[bool, str]:

@@ -19,16 +19,9 @@ from edgekit.config.recipes import Recipe
 from edgekit.deploy.activate import CANDIDATE_UNIT
 from edgekit.deploy.compose import ReleasePlan
 from edgekit.deploy.health import HEALTH_PROMPT
-from edgekit.deploy.pipeline import (
-    DeployOptions,
-    check_glibc,
-    choose_build,
-    choose_strategy,
-    compose,
-    llama_src,
-    server_help,
-)
+from edgekit.deploy.pipeline import DeployOptions, choose_strategy
 from edgekit.deploy.unit import UNIT_NAME
+from edgekit.engines.llamacpp import check_glibc, choose_build, compose, llama_src, server_help
 from edgekit.fleet.connect import Target
 from edgekit.fleet.scripts import scripts
 
@@ -91,7 +84,7 @@ def plan_fleet(recipe: Recipe, targets: dict[str, Target], options: DeployOption
     from edgekit.build import BuildOptions, build
     from edgekit.deploy.models import resolve_models
 
-    src = llama_src(options)
+    src = llama_src(options.src)
     result = FleetPlan(recipe.name)
     built: dict[str, tuple[Path, str, str]] = {}  # build target → (bin dir, key, --help)
     manifests: dict[str, dict[str, Any]] = {}
