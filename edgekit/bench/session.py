@@ -158,6 +158,9 @@ class Session:
         if self.manifest.get("recipe") != self.recipe.name:
             raise EdgekitError(f"Board {self.name!r} serves recipe {self.manifest.get('recipe')!r}, not "
                                f"{self.recipe.name!r}; deploy {self.recipe.name} first or bench that recipe.")
+        if (engine := self.manifest.get("engine", "llama.cpp")) != "llama.cpp":
+            raise EdgekitError(f"Board {self.name!r} serves {self.recipe.name} with {engine}; `edgekit bench` "
+                               "measures llama.cpp releases (and --backend litert-lm) so far, not that engine.")
         self._stack.enter_context(BoardLock(runner, base, self.opts.lock_wait_s))  # no deploy meanwhile
         self.release_dir = f"{base}/releases/{self.release}"
         self.work = f"{base}/bench/{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"

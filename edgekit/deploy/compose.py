@@ -38,6 +38,12 @@ class ReleasePlan:
         return {rel: b.sha256 for rel, b in self.files.items()}
 
 
+def agent_files() -> dict[str, Path]:
+    """The board-side agent (stdlib only): it travels with every release, whatever the engine."""
+    agent = Path(__file__).resolve().parents[1] / "agent"
+    return {f"agent/{p.name}": p for p in sorted(agent.glob("*.py"))} if agent.is_dir() else {}
+
+
 def blob_for(path: Path, executable: bool = False) -> Blob:
     return Blob(sha256_file(path), path.stat().st_size, path, executable)
 

@@ -18,7 +18,7 @@ from edgekit.build.source import LLAMA_CPP_SHORT
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
 from edgekit.deploy import activate as act
-from edgekit.deploy.compose import ReleasePlan, plan_release
+from edgekit.deploy.compose import ReleasePlan, agent_files, plan_release
 from edgekit.deploy.health import GpuPolicy, Health, llama_completion
 from edgekit.deploy.quirks import Applied, apply_guards
 from edgekit.deploy.server_args import server_args
@@ -100,9 +100,7 @@ def server_help(bin_dir: Path, target: str, key: str) -> str:
 def release_files(bin_dir: Path, models: dict[str, Path]) -> dict[str, Path]:
     files = {f"bin/{p.name}": p for p in sorted(bin_dir.iterdir()) if p.is_file()}
     files.update(models)
-    agent = Path(__file__).resolve().parents[1] / "agent"
-    if agent.is_dir():  # the board-side agent travels with every release (stdlib only)
-        files.update({f"agent/{p.name}": p for p in sorted(agent.glob("*.py"))})
+    files.update(agent_files())
     return files
 
 

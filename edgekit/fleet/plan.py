@@ -22,6 +22,7 @@ from edgekit.deploy.health import HEALTH_PROMPT
 from edgekit.deploy.pipeline import DeployOptions, choose_strategy
 from edgekit.deploy.unit import UNIT_NAME
 from edgekit.engines.llamacpp import check_glibc, choose_build, compose, llama_src, server_help
+from edgekit.errors import EdgekitError
 from edgekit.fleet.connect import Target
 from edgekit.fleet.scripts import scripts
 
@@ -84,6 +85,9 @@ def plan_fleet(recipe: Recipe, targets: dict[str, Target], options: DeployOption
     from edgekit.build import BuildOptions, build
     from edgekit.deploy.models import resolve_models
 
+    if recipe.runtime.engine != "llama.cpp":
+        raise EdgekitError(f"Recipe {recipe.name} serves with {recipe.runtime.engine}; `fleet rollout` deploys "
+                           "llama.cpp releases so far (use `edgekit deploy --board B` for each board).")
     src = llama_src(options.src)
     result = FleetPlan(recipe.name)
     built: dict[str, tuple[Path, str, str]] = {}  # build target → (bin dir, key, --help)

