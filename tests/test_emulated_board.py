@@ -34,7 +34,7 @@ def edgekit(env: dict[str, str], *args: str, timeout: float = 1500) -> subproces
 
 
 def ok_json(res: subprocess.CompletedProcess) -> dict:
-    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-3000:])
     return json.loads(res.stdout)
 
 

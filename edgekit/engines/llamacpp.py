@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edgekit.build import BuildResult
 from edgekit.build.source import LLAMA_CPP_SHORT
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
@@ -78,20 +79,27 @@ def llama_src(src: str | None) -> str | None:
     return src or os.environ.get("EDGEKIT_LLAMA_SRC") or None
 
 
-def server_help(bin_dir: Path, target: str, key: str) -> str:
-    """`llama-server --help` of the artifact, run here (under qemu for aarch64), cached by artifact key."""
+def server_help(built: BuildResult) -> str:
+    """`llama-server --help` of the artifact, run here (under qemu for aarch64), cached by artifact key.
+
+    A CUDA cross build finds libcudart/libcublas in the toolkit it was built with (the board has its own)."""
+    key, bin_dir = built.artifact.key, built.bin_dir
     cached = cache_dir() / "help" / f"{key}.txt"
     if cached.is_file():
         return cached.read_text()
-    from edgekit.build.targets import resolve_target
     from edgekit.build.verify import qemu_prefix
 
-    argv = [*qemu_prefix(resolve_target(target)), str(bin_dir / "llama-server"), "--help"]
-    env = {**os.environ, "LD_LIBRARY_PATH": str(bin_dir)}
+    libs = [str(bin_dir)]
+    if built.plan.cuda is not None and built.plan.where == "workstation":
+        libs.append(str(built.plan.cuda.lib_dir))
+    argv = [*qemu_prefix(built.plan.target), str(bin_dir / "llama-server"), "--help"]
+    env = {**os.environ, "LD_LIBRARY_PATH": os.pathsep.join(libs)}
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
     text = proc.stdout + proc.stderr
     if "--port" not in text:
-        raise EdgekitError(f"`llama-server --help` of build {key[:12]} printed no usage; the build is broken.")
+        last = (text.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        raise EdgekitError(f"`llama-server --help` of build {key[:12]} printed no usage ({last}); the build "
+                           "is broken.")
     cached.parent.mkdir(parents=True, exist_ok=True)
     cached.write_text(text)
     return text
@@ -156,7 +164,7 @@ class LlamaCpp:
         ctx.say("models")
         models = resolve_models(ctx.recipe, ctx.console, src)
         stages["models"] = time.monotonic() - t
-        help_text = server_help(built.bin_dir, target, built.artifact.key)
+        help_text = server_help(built)
         plan = compose(ctx.recipe, ctx.board, ctx.facts.base, built.bin_dir, built.artifact.key, help_text, models,
                        target, choice.gpu)
         for guard in plan.manifest["guards"]:

@@ -104,7 +104,7 @@ def plan_fleet(recipe: Recipe, targets: dict[str, Target], options: DeployOption
             console.print(f"[dim]fleet: build llama.cpp for {kind_key}[/dim]")
             art = build(BuildOptions(target=target, cpu_only=choice.cpu_only, src=src, board_cuda=t.facts.cuda,
                                      board_jetpack=t.facts.jetpack), console=console, runner=t.runner)
-            built[kind_key] = (art.bin_dir, art.artifact.key, server_help(art.bin_dir, target, art.artifact.key))
+            built[kind_key] = (art.bin_dir, art.artifact.key, server_help(art))
             result.builds[kind_key] = art.artifact.key
             manifests[kind_key] = art.artifact.manifest
         check_glibc(manifests[kind_key], t.facts)
