@@ -20,9 +20,9 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
+
+import simenv  # benchmarks/simenv.py
 
 from edgekit.sim import boards as sim
 
@@ -50,14 +50,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=2, help="bench rounds per board, alternating")
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="edgekit-emulation-bench-"))
-    env = {**os.environ, "EDGEKIT_CONFIG_DIR": str(work / "config"), "EDGEKIT_SIM_DIR": str(work / "sim"),
-           "EDGEKIT_CONFIG": str(work / "config" / "edgekit.yaml")}
-    if not env.get("EDGEKIT_LLAMA_SRC"):
-        from edgekit.build import fetch_sdist
-
-        env["EDGEKIT_LLAMA_SRC"] = str(fetch_sdist())
-    targets = sim.Targets(Path(env["EDGEKIT_CONFIG"]), Path(env["EDGEKIT_CONFIG_DIR"]) / "known_hosts")
+    work, env, targets = simenv.isolated("edgekit-emulation-bench-")
     per: dict[str, list[dict[str, float]]] = {"x86_64": [], "aarch64": []}
     deploys: dict[str, Any] = {}
     try:

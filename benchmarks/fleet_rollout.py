@@ -24,10 +24,11 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import simenv  # benchmarks/simenv.py
 
 from edgekit.config.boardfile import Boards
 from edgekit.sim import boards as sim
@@ -78,14 +79,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="rollouts per size (fresh boards each time); median")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    work = Path(tempfile.mkdtemp(prefix="edgekit-fleet-bench-"))
-    env = {**os.environ, "EDGEKIT_CONFIG_DIR": str(work / "config"), "EDGEKIT_SIM_DIR": str(work / "sim"),
-           "EDGEKIT_CONFIG": str(work / "config" / "edgekit.yaml")}
-    if not env.get("EDGEKIT_LLAMA_SRC"):
-        from edgekit.build import fetch_sdist
-
-        env["EDGEKIT_LLAMA_SRC"] = str(fetch_sdist())
-    targets = sim.Targets(Path(env["EDGEKIT_CONFIG"]), Path(env["EDGEKIT_CONFIG_DIR"]) / "known_hosts")
+    work, env, targets = simenv.isolated("edgekit-fleet-bench-")
     rows: list[dict[str, Any]] = []
     try:
         # Warm the build/convert caches and the help text once, outside the timings.
