@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
+from edgekit.bench import results
 from edgekit.config.boardfile import Boards
 from edgekit.convert.text_only import text_only
 from edgekit.engines.vllm import _COUNTER, server_argv
@@ -82,6 +83,18 @@ def test_vllm_serves_the_pair_with_mtp_same_text_as_without_and_rolls_back(sim_s
 
     back = ok_json(edgekit(env, "--json", "rollback", "--board", board.name))
     assert back["release"] == first["release"] and back["health"]["ok"] and back["health"]["draft_n"] > 0
+
+    # The bench measures the vLLM release as it does llama-server's: with and without the drafter, the
+    # same schema, power windows, acceptance from vLLM's counters; the service is put back afterwards.
+    doc = ok_json(edgekit(env, "--json", "bench", "--board", board.name, "--recipe", "sim-tiny-mtp-vllm", "--quick",
+                          "--out", str(tmp_path / "bench")))
+    results.validate(doc)
+    assert {r["config"] for r in doc["runs"]} == {"baseline", "drafter"}
+    assert all(r["errors"] == 0 and r["tokens"] > 0 and r["ttft_p50_s"] for r in doc["runs"])
+    assert all(r["acceptance"] > 0.2 for r in doc["runs"] if r["config"] == "drafter")
+    assert all(not r["draft_n"] for r in doc["runs"] if r["config"] == "baseline")
+    assert doc["power"]["available"] and not doc["llama_bench"]
+    assert greedy(board.service_port, "sim-tiny-mtp-vllm") == with_mtp  # the deployed service is back
 
 
 def test_a_vllm_release_that_cannot_start_is_rolled_back(sim_session, env, tmp_path) -> None:

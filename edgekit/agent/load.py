@@ -1,7 +1,12 @@
-"""`load`: a closed-loop load against llama-server, run on the board itself.
+"""`load`: a closed-loop load against llama-server (or vLLM's OpenAI server), run on the board itself.
 
     load --port P --prompts FILE --concurrency C --requests N --n-gen G [--context-length L]
-         [--warmup K] [--offset O] [--ignore-eos] [--out FILE]
+         [--warmup K] [--offset O] [--ignore-eos] [--out FILE] [--api openai --model NAME]
+
+``--api openai`` speaks vLLM's dialect: ``/tokenize``, ``/detokenize``, the chat template through
+``/tokenize`` with messages, streaming ``/v1/completions`` with the usage chunk; vLLM reports no
+draft counts per request, so the run's come from ``/metrics`` (``vllm:spec_decode_num_draft_tokens``,
+``_num_accepted_tokens``) read just before and just after the measured requests.
 
 C worker threads send N streaming ``/completion`` requests (``"stream": true``) from the prompt
 set, category after category, so every run covers every category. Per request: TTFT (first
@@ -89,6 +94,62 @@ class Server:
             return None
         n_ctx = (data.get("default_generation_settings") or {}).get("n_ctx")
         return int(n_ctx) if n_ctx else None
+
+
+class OpenAIServer(Server):
+    """vLLM's OpenAI server on this board: the same questions, asked its way."""
+
+    api = "openai"
+
+    def __init__(self, host: str, port: int, timeout: float, model: str) -> None:
+        super().__init__(host, port, timeout)
+        self.model = model
+
+    def tokenize(self, text: str, special: bool) -> list[int]:
+        status, data = self.call("POST", "/tokenize", {"model": self.model, "prompt": text,
+                                                       "add_special_tokens": special})
+        if status != 200 or not isinstance(data, dict):
+            raise LoadError(f"vLLM's /tokenize answered {status}")
+        return [int(t) for t in data.get("tokens", [])]
+
+    def detokenize(self, tokens: list[int]) -> str:
+        status, data = self.call("POST", "/detokenize", {"model": self.model, "tokens": tokens})
+        if status != 200 or not isinstance(data, dict):
+            raise LoadError(f"vLLM's /detokenize answered {status}")
+        return str(data.get("prompt", ""))
+
+    def template(self, content: str) -> str | None:
+        status, data = self.call("POST", "/tokenize", {"model": self.model, "add_generation_prompt": True,
+                                                       "messages": [{"role": "user", "content": content}]})
+        if status != 200 or not isinstance(data, dict) or not data.get("tokens"):
+            return None  # no chat template: raw prompts
+        return self.detokenize([int(t) for t in data["tokens"]])
+
+    def slot_ctx(self) -> int | None:
+        status, data = self.call("GET", "/v1/models")
+        models = (data or {}).get("data") if isinstance(data, dict) else None
+        if status != 200 or not models:
+            return None
+        n_ctx = models[0].get("max_model_len")
+        return int(n_ctx) if n_ctx else None
+
+    def spec_counters(self) -> dict[str, int]:
+        conn = self.connect()
+        try:
+            conn.request("GET", "/metrics")
+            text = conn.getresponse().read().decode("utf-8", "replace")
+        except OSError as exc:
+            raise LoadError(f"vLLM on port {self.port} does not answer /metrics ({exc})") from None
+        finally:
+            conn.close()
+        out = {"draft_n": 0, "draft_n_accepted": 0}
+        for name, value in _SPEC_COUNTER.findall(text):
+            out["draft_n" if name == "draft" else "draft_n_accepted"] += int(float(value))
+        return out
+
+
+_SPEC_COUNTER = re.compile(r"^vllm:spec_decode_num_(draft|accepted)_tokens(?:_total)?(?:\{[^}]*\})?\s+(\S+)$",
+                           re.MULTILINE)
 
 
 def load_prompts(path: str) -> tuple[list[str], dict[str, list[str]], str]:
@@ -180,6 +241,8 @@ class Load:
                     sock.shutdown(socket.SHUT_RDWR)
 
     def one(self, req: Request) -> dict[str, Any]:
+        if isinstance(self.server, OpenAIServer):
+            return self.one_openai(req, self.server)
         payload = {"prompt": req.tokens, "n_predict": self.n_gen, "stream": True, "temperature": 0.0,
                    "cache_prompt": False, "seed": 0, "ignore_eos": self.ignore_eos}
         rec: dict[str, Any] = {"i": req.index, "category": req.category, "prompt_index": req.prompt_index,
@@ -234,6 +297,57 @@ class Load:
             rec["error"] = "interrupted" if self.stop.is_set() else "the stream ended without a final chunk"
         return rec
 
+    def one_openai(self, req: Request, server: OpenAIServer) -> dict[str, Any]:
+        """One streaming /v1/completions request; the usage chunk at the end counts the tokens."""
+        payload = {"model": server.model, "prompt": req.tokens, "max_tokens": self.n_gen, "stream": True,
+                   "stream_options": {"include_usage": True}, "temperature": 0.0, "seed": 0,
+                   "ignore_eos": self.ignore_eos}
+        rec: dict[str, Any] = {"i": req.index, "category": req.category, "prompt_index": req.prompt_index,
+                               "prompt_tokens": len(req.tokens)}
+        conn = server.connect()
+        with self._lock:
+            self._open.add(conn)
+        t0 = time.monotonic()
+        rec["start"] = round(t0, 6)
+        first = None
+        usage: dict[str, Any] | None = None
+        try:
+            conn.request("POST", "/v1/completions", body=json.dumps(payload).encode(),
+                         headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            if resp.status != 200:
+                rec["error"] = f"HTTP {resp.status}: {resp.read()[:200].decode('utf-8', 'replace')}"
+            else:
+                while not self.stop.is_set():
+                    line = resp.readline()
+                    if not line or line.startswith(b"data: [DONE]"):
+                        break
+                    if not line.startswith(b"data: "):
+                        continue
+                    chunk = json.loads(line[6:].decode("utf-8"))
+                    if "error" in chunk:
+                        rec["error"] = str(chunk["error"])[:300]
+                        break
+                    if first is None and chunk.get("choices"):
+                        first = time.monotonic()  # the first chunk with a choice carries the first token
+                    if chunk.get("usage"):
+                        usage = chunk["usage"]
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            rec["error"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            with self._lock:
+                self._open.discard(conn)
+            conn.close()
+        t1 = time.monotonic()
+        rec.update(end=round(t1, 6), latency_s=round(t1 - t0, 6),
+                   ttft_s=round(first - t0, 6) if first is not None else None)
+        if usage is not None and "error" not in rec:
+            rec.update(tokens=int(usage.get("completion_tokens") or 0),
+                       prompt_tokens=int(usage.get("prompt_tokens") or rec["prompt_tokens"]))
+        elif "error" not in rec:
+            rec["error"] = "interrupted" if self.stop.is_set() else "the stream ended without a usage chunk"
+        return rec
+
     def run(self, requests: list[Request], concurrency: int) -> tuple[float, float]:
         """Closed loop: C workers take the next request as soon as theirs is answered."""
         queue = list(requests)
@@ -273,7 +387,10 @@ def plan(order: list[str], prompts: dict[str, list[str]], n: int, offset: int) -
 def cmd_load(args: argparse.Namespace) -> int:
     if args.concurrency < 1 or args.requests < 1 or args.n_gen < 1 or args.warmup < 0:
         raise LoadError("--concurrency, --requests and --n-gen must be at least 1, --warmup at least 0")
-    server = Server(args.host, args.port, args.timeout)
+    if args.api == "openai" and not args.model:
+        raise LoadError("--api openai needs --model (the name the server serves the model under)")
+    server = (OpenAIServer(args.host, args.port, args.timeout, args.model) if args.api == "openai"
+              else Server(args.host, args.port, args.timeout))
     order, prompts, context = load_prompts(args.prompts)
     n_ctx = server.slot_ctx()
     if n_ctx and args.context_length and args.context_length + args.n_gen > n_ctx:
@@ -299,6 +416,8 @@ def cmd_load(args: argparse.Namespace) -> int:
         if warm:
             load.run(warm, args.concurrency)
         w1 = time.monotonic()
+        # vLLM counts drafts per server, not per request: the measured requests' share is the difference.
+        before = server.spec_counters() if isinstance(server, OpenAIServer) else None
         t0, t1 = load.run(measured, args.concurrency) if not load.stop.is_set() else (w1, w1)
     finally:
         for s, h in old.items():
@@ -316,8 +435,11 @@ def cmd_load(args: argparse.Namespace) -> int:
         "window": {"start": round(t0, 6), "end": round(t1, 6), "duration_s": round(t1 - t0, 6)},
         "requests": recs, "tokens": tokens, "errors": sum(1 for r in recs if "error" in r),
         "tokens_per_second": round(tokens / (t1 - t0), 4) if t1 > t0 else None,
-        "interrupted": load.stop.is_set(),
+        "interrupted": load.stop.is_set(), "api": args.api,
     }
+    if before is not None:
+        after = server.spec_counters()  # type: ignore[attr-defined]
+        result["spec_decode"] = {k: after[k] - before[k] for k in before}
     text = json.dumps(result)
     if args.out:
         tmp = args.out + ".part"
@@ -345,4 +467,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
     p.add_argument("--label", default=None, help="copied into the output")
     p.add_argument("--out", default=None, help="write the full result here (stdout gets a summary)")
+    p.add_argument("--api", choices=("llama", "openai"), default="llama",
+                   help="the server's dialect: llama-server's, or vLLM's OpenAI API")
+    p.add_argument("--model", default=None, help="--api openai: the served model name")
     p.set_defaults(fn=cmd_load)

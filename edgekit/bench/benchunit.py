@@ -103,14 +103,14 @@ class Board:
             _systemctl(self.runner, self.need_sudo, "stop", UNIT_NAME, check=True)
 
     def start_server(self, argv: list[str], port: int, description: str, timeout: float,
-                     exe: list[str] | None = None) -> float:
+                     exe: list[str] | None = None, env: dict[str, str] | None = None) -> float:
         """(Re)start the bench unit with ``argv`` (relative to the release dir); seconds until ready.
 
         ``exe``: the server command (default: the release's llama-server), e.g. the LiteRT-LM front.
         """
         unit_file = f"{self.work}/{BENCH_UNIT}"
         command = exe or [f"{self.release_dir}/bin/llama-server"]
-        text = render_unit(self.release_dir, [*command, *argv], self.log, description)
+        text = render_unit(self.release_dir, [*command, *argv], self.log, description, environment=env)
         boardfs.put_text(self.runner, unit_file, text)
         self.bench_installed = True
         self._sh(_START_UNIT, unit_file, BENCH_UNIT)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit import __version__
-from edgekit.bench import litert_backend, plots, prompts, report, results, roofline, serverconf
+from edgekit.bench import litert_backend, plots, prompts, report, results, roofline, serverconf, vllm_backend
 from edgekit.bench.plan import Overrides, Plan, make_plan
 from edgekit.bench.power import window_power
 from edgekit.bench.session import Run, Session, SessionOptions, check_restored
@@ -73,16 +73,20 @@ def measure(name: str, board: Board, recipe: Recipe, opts: BenchOptions,
                                                 Path(bundle["file"]), sess.work)
             configs = litert_backend.configs(python, sess.agent, remote, sess.bench_port, bundle["cache_length"],
                                              bundle.get("draft_steps"), opts.litert_accelerator)
+        elif sess.engine == "vllm":
+            configs = vllm_backend.configs(sess.manifest, sess.release_dir, board.vllm_python or "python3",
+                                           sess.bench_port, plan.parallel, plan.slot_ctx)
         else:
             configs = serverconf.pair(sess.release_args, sess.bench_port, plan.parallel, plan.slot_ctx)
+        llama = not litert and sess.engine == "llama.cpp"  # llama-bench and the GGUF roofline are llama.cpp's
         power_on = sess.start_power()
         sess.take_board()
         idle = sess.idle(plan.idle_s) if power_on else None
         lb = (sess.llama_bench(plan.llama_bench_pp, plan.n_gen, plan.llama_bench_reps)
-              if opts.llama_bench and not litert else [])
+              if opts.llama_bench and llama else [])
         runs = sess.run_matrix([(c, plan.points) for c in configs], plan.repetitions, plan.n_gen, plan.warmup,
                                plan.requests, opts.ignore_eos, on_run=lambda r, n: say(_run_line(r, n)))
-        gguf = None if litert else roofline.read_remote_header(sess.runner, f"{sess.release_dir}/models/target.gguf")
+        gguf = roofline.read_remote_header(sess.runner, f"{sess.release_dir}/models/target.gguf") if llama else None
     check_restored(sess)
     doc = build_document(sess, plan, configs, runs, lb, idle, gguf, opts)
     if bundle is not None:

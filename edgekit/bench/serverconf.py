@@ -93,6 +93,9 @@ class ServerConfig:
     speculative: bool
     settings: dict[str, Any] = field(default_factory=dict)
     exe: list[str] | None = None  # the server command before ``args``; None: the release's llama-server
+    env: dict[str, str] = field(default_factory=dict)  # the bench unit's environment
+    api: str = "llama"  # the dialect the load speaks: llama (llama-server, LiteRT-LM front) | openai (vLLM)
+    model: str = ""  # api openai: the served model name
 
     def to_json(self) -> dict[str, Any]:
         exe = {"server_command": self.exe} if self.exe else {}

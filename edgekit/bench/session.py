@@ -158,9 +158,7 @@ class Session:
         if self.manifest.get("recipe") != self.recipe.name:
             raise EdgekitError(f"Board {self.name!r} serves recipe {self.manifest.get('recipe')!r}, not "
                                f"{self.recipe.name!r}; deploy {self.recipe.name} first or bench that recipe.")
-        if (engine := self.manifest.get("engine", "llama.cpp")) != "llama.cpp":
-            raise EdgekitError(f"Board {self.name!r} serves {self.recipe.name} with {engine}; `edgekit bench` "
-                               "measures llama.cpp releases (and --backend litert-lm) so far, not that engine.")
+        self.engine = str(self.manifest.get("engine", "llama.cpp"))
         self._stack.enter_context(BoardLock(runner, base, self.opts.lock_wait_s))  # no deploy meanwhile
         self.release_dir = f"{base}/releases/{self.release}"
         self.work = f"{base}/bench/{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
@@ -282,7 +280,7 @@ class Session:
         for rep in range(reps):
             for cfg, points in matrix:
                 ready: float | None = self.svc.start_server(cfg.args, self.bench_port, f"edgekit bench: {cfg.name}",
-                                                            self.opts.server_timeout_s, cfg.exe)
+                                                            self.opts.server_timeout_s, cfg.exe, cfg.env)
                 self.say(f"server {cfg.name} ready in {ready:.1f} s (repetition {rep + 1}/{reps})")
                 for point in points:
                     runs.append(self._run(len(runs), cfg, point, rep, n_gen, warmup, requests(point), ignore_eos,
@@ -299,7 +297,7 @@ class Session:
         label = f"{cfg.name} {point.label()} rep {rep + 1}"
         out_file = f"{self.work}/load-{k}.json"
         argv = workloads.load_argv(PYTHON, self.agent, self.bench_port, self.prompts, point, n_requests, n_gen,
-                                   warmup, rep, ignore_eos, out_file, label)
+                                   warmup, rep, ignore_eos, out_file, label, cfg.api, cfg.model)
         job = self._job(f"load-{k}", argv, "the load")
         rc = job.wait(self.opts.run_timeout_s, collect=out_file)
         raw = job.collected.strip()

@@ -133,6 +133,9 @@ def tune(name: str, board: Board, recipe: Recipe, grid: Grid, opts: TuneOptions,
         raise EdgekitError("--objective energy needs power sampling (drop --no-power).")
     sess = Session(name, board, recipe, sopts, say=say)
     with sess:
+        if sess.engine != "llama.cpp":
+            raise EdgekitError(f"Board {name!r} serves {recipe.name} with {sess.engine}; `edgekit tune` sweeps "
+                               "llama-server's draft settings only so far (bench it with `edgekit bench`).")
         if not serverconf.is_speculative(sess.release_args):
             raise EdgekitError(f"Release {sess.release} on board {name!r} has no speculative decoding to tune.")
         matrix = configs(sess.release_args, sess.bench_port, grid, recipe.runtime.parallel, ctx + n_gen + 256)

@@ -36,10 +36,13 @@ def requests_per_run(concurrency: int, categories: int, rounds: int = 1) -> int:
 
 
 def load_argv(python: str, agent: str, port: int, prompts: str, point: Point, requests: int, n_gen: int,
-              warmup: int, offset: int, ignore_eos: bool, out: str, label: str) -> list[str]:
+              warmup: int, offset: int, ignore_eos: bool, out: str, label: str, api: str = "llama",
+              model: str = "") -> list[str]:
     argv = [python, agent, "load", "--port", str(port), "--prompts", prompts, "--concurrency",
             str(point.concurrency), "--requests", str(requests), "--n-gen", str(n_gen), "--warmup", str(warmup),
             "--offset", str(offset), "--out", out, "--label", label]
+    if api != "llama":
+        argv += ["--api", api, "--model", model]
     if point.context_length:
         argv += ["--context-length", str(point.context_length)]
     if ignore_eos:
@@ -80,6 +83,10 @@ def load_metrics(out: dict[str, Any]) -> dict[str, Any]:
         v = percentile(vals, q)
         return round(v, 6) if v is not None else None
 
+    drafted, accepted = _sum(ok, "draft_n"), _sum(ok, "draft_n_accepted")
+    if out.get("spec_decode"):  # vLLM: the run's drafts from the server's counters, not per request
+        drafted, accepted = int(out["spec_decode"]["draft_n"]), int(out["spec_decode"]["draft_n_accepted"])
+        acc = accepted / drafted if drafted else None
     return {
         "requests": len(recs), "errors": len(recs) - len(ok), "tokens": tokens,
         "prompt_tokens_mean": round(sum(r.get("prompt_tokens", 0) for r in ok) / len(ok), 1) if ok else None,
@@ -87,7 +94,7 @@ def load_metrics(out: dict[str, Any]) -> dict[str, Any]:
         "decode_tokens_per_second_mean": round(sum(tps) / len(tps), 4) if tps else None,
         "ttft_p50_s": pct(ttft, 50), "ttft_p95_s": pct(ttft, 95),
         "latency_p50_s": pct(lat, 50), "latency_p95_s": pct(lat, 95),
-        "draft_n": _sum(ok, "draft_n"), "draft_n_accepted": _sum(ok, "draft_n_accepted"),
+        "draft_n": drafted, "draft_n_accepted": accepted,
         "acceptance": round(acc, 6) if acc is not None else None, "acceptance_by_category": by_cat,
     }
 

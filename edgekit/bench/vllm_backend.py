@@ -1,0 +1,59 @@
+"""`edgekit bench` of a vLLM release (engine: vllm): the same bench, vLLM's server and dialect.
+
+The deployed release's own server arguments (``release.json``), moved to the bench port, with
+enough sequences for the highest concurrency and a context for the longest prompt: with its MTP
+drafter (``--speculative-config``) and without it (the baseline). The agent's load speaks vLLM's
+OpenAI API (``--api openai``) and reads the drafts of each run from ``/metrics``. llama-bench and
+the GGUF roofline are llama.cpp's, so they are left out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgekit.bench.serverconf import ServerConfig
+from edgekit.engines.vllm import ENVIRONMENT
+
+SPEC = "--speculative-config"
+
+
+def _set(args: list[str], flag: str, value: str) -> list[str]:
+    out = list(args)
+    if flag in out:
+        out[out.index(flag) + 1] = value
+    else:
+        out += [flag, value]
+    return out
+
+
+def _value(args: list[str], flag: str) -> str | None:
+    return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else None
+
+
+def configs(manifest: dict[str, Any], release_dir: str, python: str, port: int, parallel: int | None,
+            slot_ctx: int | None) -> list[ServerConfig]:
+    """[drafter, baseline] (only the baseline when the release does not draft)."""
+    args = [a.replace("$RELEASE", release_dir) for a in manifest.get("server_args") or []]
+    args = _set(args, "--port", str(port))
+    if parallel is not None:
+        args = _set(args, "--max-num-seqs", str(parallel))
+    if slot_ctx is not None and int(_value(args, "--max-model-len") or 0) < slot_ctx:
+        args = _set(args, "--max-model-len", str(slot_ctx))
+    base = list(args)
+    if SPEC in base:
+        i = base.index(SPEC)
+        del base[i:i + 2]
+    model = str(manifest.get("recipe") or "")
+    rt = manifest.get("runtime") or {}
+
+    def settings(spec: bool) -> dict[str, Any]:
+        return {"backend": "vllm", "engine": "vllm", "vllm": manifest.get("vllm"),
+                "spec_type": "mtp" if spec else "none", "draft_n_max": rt.get("draft_n_max") if spec else None,
+                "parallel": int(_value(args, "--max-num-seqs") or 1),
+                "ctx_size": int(_value(args, "--max-model-len") or 0)}
+
+    out = []
+    if SPEC in args:
+        out.append(ServerConfig("drafter", args, True, settings(True), [python], ENVIRONMENT, "openai", model))
+    out.append(ServerConfig("baseline", base, False, settings(False), [python], ENVIRONMENT, "openai", model))
+    return out
