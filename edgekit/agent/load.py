@@ -35,7 +35,7 @@ import signal
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 _FINAL = re.compile(rb'"stop":\s*true|"error"')  # the last chunk (or an error): only these are parsed
 
@@ -241,51 +241,26 @@ class Load:
                     sock.shutdown(socket.SHUT_RDWR)
 
     def one(self, req: Request) -> dict[str, Any]:
-        if isinstance(self.server, OpenAIServer):
-            return self.one_openai(req, self.server)
-        payload = {"prompt": req.tokens, "n_predict": self.n_gen, "stream": True, "temperature": 0.0,
-                   "cache_prompt": False, "seed": 0, "ignore_eos": self.ignore_eos}
         rec: dict[str, Any] = {"i": req.index, "category": req.category, "prompt_index": req.prompt_index,
                                "prompt_tokens": len(req.tokens)}
-        conn = self.server.connect()
-        with self._lock:
-            self._open.add(conn)
-        t0 = time.monotonic()
-        rec["start"] = round(t0, 6)
-        first = None
-        final: dict[str, Any] | None = None
-        try:
-            conn.request("POST", "/completion", body=json.dumps(payload).encode(),
-                         headers={"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            if resp.status != 200:
-                rec["error"] = f"HTTP {resp.status}: {resp.read()[:200].decode('utf-8', 'replace')}"
-            else:
-                while not self.stop.is_set():
-                    line = resp.readline()
-                    if not line:
-                        break
-                    if not line.startswith(b"data: "):
-                        continue
-                    if first is None:
-                        first = time.monotonic()  # the first streamed chunk carries the first token
-                    if _FINAL.search(line):  # parse only what may be the end: cheap per streamed token
-                        chunk = json.loads(line[6:].decode("utf-8"))
-                        if chunk.get("stop") or "error" in chunk:  # not a token whose text is "error"
-                            final = chunk
-                            break
-        except (OSError, http.client.HTTPException, ValueError) as exc:
-            rec["error"] = f"{type(exc).__name__}: {exc}"
-        finally:
-            with self._lock:
-                self._open.discard(conn)
-            conn.close()
-        t1 = time.monotonic()
-        rec["end"] = round(t1, 6)
-        rec["latency_s"] = round(t1 - t0, 6)
-        rec["ttft_s"] = round(first - t0, 6) if first is not None else None
+        openai = isinstance(self.server, OpenAIServer)
+        if isinstance(self.server, OpenAIServer):
+            payload = {"model": self.server.model, "prompt": req.tokens, "max_tokens": self.n_gen, "stream": True,
+                       "stream_options": {"include_usage": True}, "temperature": 0.0, "seed": 0,
+                       "ignore_eos": self.ignore_eos}
+            final = self._stream("/v1/completions", payload, rec, self._read_openai)
+        else:
+            payload = {"prompt": req.tokens, "n_predict": self.n_gen, "stream": True, "temperature": 0.0,
+                       "cache_prompt": False, "seed": 0, "ignore_eos": self.ignore_eos}
+            final = self._stream("/completion", payload, rec, self._read_llama)
+        if "error" in rec:
+            return rec
         if final is not None and "error" in final:
             rec["error"] = str(final["error"])[:300]
+        elif final is not None and openai:
+            usage = final["usage"]
+            rec.update(tokens=int(usage.get("completion_tokens") or 0),
+                       prompt_tokens=int(usage.get("prompt_tokens") or rec["prompt_tokens"]))
         elif final is not None:
             tm = final.get("timings") or {}
             rec.update(tokens=int(tm.get("predicted_n") or final.get("tokens_predicted") or 0),
@@ -293,45 +268,26 @@ class Load:
                        decode_tps=tm.get("predicted_per_second"), prompt_ms=tm.get("prompt_ms"),
                        predicted_ms=tm.get("predicted_ms"), draft_n=tm.get("draft_n"),
                        draft_n_accepted=tm.get("draft_n_accepted"), stop_type=final.get("stop_type"))
-        elif "error" not in rec:
+        else:
             rec["error"] = "interrupted" if self.stop.is_set() else "the stream ended without a final chunk"
         return rec
 
-    def one_openai(self, req: Request, server: OpenAIServer) -> dict[str, Any]:
-        """One streaming /v1/completions request; the usage chunk at the end counts the tokens."""
-        payload = {"model": server.model, "prompt": req.tokens, "max_tokens": self.n_gen, "stream": True,
-                   "stream_options": {"include_usage": True}, "temperature": 0.0, "seed": 0,
-                   "ignore_eos": self.ignore_eos}
-        rec: dict[str, Any] = {"i": req.index, "category": req.category, "prompt_index": req.prompt_index,
-                               "prompt_tokens": len(req.tokens)}
-        conn = server.connect()
+    def _stream(self, path: str, payload: dict[str, Any], rec: dict[str, Any],
+                read: Callable[[Any], tuple[float | None, dict[str, Any] | None]]) -> dict[str, Any] | None:
+        """POST one streaming request; times it into ``rec``; returns the final chunk ``read`` found."""
+        conn = self.server.connect()
         with self._lock:
             self._open.add(conn)
         t0 = time.monotonic()
         rec["start"] = round(t0, 6)
-        first = None
-        usage: dict[str, Any] | None = None
+        first = final = None
         try:
-            conn.request("POST", "/v1/completions", body=json.dumps(payload).encode(),
-                         headers={"Content-Type": "application/json"})
+            conn.request("POST", path, body=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
             resp = conn.getresponse()
             if resp.status != 200:
                 rec["error"] = f"HTTP {resp.status}: {resp.read()[:200].decode('utf-8', 'replace')}"
             else:
-                while not self.stop.is_set():
-                    line = resp.readline()
-                    if not line or line.startswith(b"data: [DONE]"):
-                        break
-                    if not line.startswith(b"data: "):
-                        continue
-                    chunk = json.loads(line[6:].decode("utf-8"))
-                    if "error" in chunk:
-                        rec["error"] = str(chunk["error"])[:300]
-                        break
-                    if first is None and chunk.get("choices"):
-                        first = time.monotonic()  # the first chunk with a choice carries the first token
-                    if chunk.get("usage"):
-                        usage = chunk["usage"]
+                first, final = read(resp)
         except (OSError, http.client.HTTPException, ValueError) as exc:
             rec["error"] = f"{type(exc).__name__}: {exc}"
         finally:
@@ -341,12 +297,41 @@ class Load:
         t1 = time.monotonic()
         rec.update(end=round(t1, 6), latency_s=round(t1 - t0, 6),
                    ttft_s=round(first - t0, 6) if first is not None else None)
-        if usage is not None and "error" not in rec:
-            rec.update(tokens=int(usage.get("completion_tokens") or 0),
-                       prompt_tokens=int(usage.get("prompt_tokens") or rec["prompt_tokens"]))
-        elif "error" not in rec:
-            rec["error"] = "interrupted" if self.stop.is_set() else "the stream ended without a usage chunk"
-        return rec
+        return final
+
+    def _read_llama(self, resp: Any) -> tuple[float | None, dict[str, Any] | None]:
+        first = None
+        while not self.stop.is_set():
+            line = resp.readline()
+            if not line:
+                break
+            if not line.startswith(b"data: "):
+                continue
+            if first is None:
+                first = time.monotonic()  # the first streamed chunk carries the first token
+            if _FINAL.search(line):  # parse only what may be the end: cheap per streamed token
+                chunk = json.loads(line[6:].decode("utf-8"))
+                if chunk.get("stop") or "error" in chunk:  # not a token whose text is "error"
+                    return first, chunk
+        return first, None
+
+    def _read_openai(self, resp: Any) -> tuple[float | None, dict[str, Any] | None]:
+        """vLLM's stream: a chunk per step, then one with the usage (stream_options), then [DONE]."""
+        first = final = None
+        while not self.stop.is_set():
+            line = resp.readline()
+            if not line or line.startswith(b"data: [DONE]"):
+                break
+            if not line.startswith(b"data: "):
+                continue
+            chunk = json.loads(line[6:].decode("utf-8"))
+            if "error" in chunk:
+                return first, chunk
+            if first is None and chunk.get("choices"):
+                first = time.monotonic()  # the first chunk with a choice carries the first token
+            if chunk.get("usage"):
+                final = chunk
+        return first, final
 
     def run(self, requests: list[Request], concurrency: int) -> tuple[float, float]:
         """Closed loop: C workers take the next request as soon as theirs is answered."""
