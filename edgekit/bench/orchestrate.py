@@ -74,7 +74,7 @@ def measure(name: str, board: Board, recipe: Recipe, opts: BenchOptions,
             configs = litert_backend.configs(python, sess.agent, remote, sess.bench_port, bundle["cache_length"],
                                              bundle.get("draft_steps"), opts.litert_accelerator)
         elif sess.engine == "vllm":
-            configs = vllm_backend.configs(sess.manifest, sess.release_dir, board.vllm_python or "python3",
+            configs = vllm_backend.configs(sess.manifest, sess.release_dir, vllm_backend.board_python(board),
                                            sess.bench_port, plan.parallel, plan.slot_ctx)
         else:
             configs = serverconf.pair(sess.release_args, sess.bench_port, plan.parallel, plan.slot_ctx)

@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from edgekit.bench.serverconf import ServerConfig
-from edgekit.engines.vllm import ENVIRONMENT
+from edgekit.engines.vllm import ENVIRONMENT, board_python
 
+__all__ = ["board_python", "configs"]
 SPEC = "--speculative-config"
 
 

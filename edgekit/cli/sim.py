@@ -30,7 +30,7 @@ def sim() -> None:
               help="The JetPack line the boards present (Orin: 6 or 7.2; Thor: 7 or 7.2). Default: the profile's.")
 @click.option("--arch", type=click.Choice(["x86_64", "aarch64"]), default=None,
               help="aarch64: an emulated board, whose binaries run under qemu-user, so deploy sends it the "
-                   "aarch64 release a Jetson gets (≈ 10× slower than native). Default: this machine's own.")
+                   "aarch64 release a Jetson gets (≈ 45× slower than native here). Default: this machine's own.")
 @_DIR
 @json_option
 @click.pass_obj

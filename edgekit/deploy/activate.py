@@ -87,10 +87,9 @@ def activate(
     previous = lay.current
 
     def check(svc: Service, p: int) -> health_mod.Health:
-        h = health_mod.check(runner, p, expect_drafts, timeout=timeout, alive=svc.is_active, engine=engine,
-                             model=model)
         log = paths.candidate_log() if svc.unit == CANDIDATE_UNIT else paths.log
-        return health_mod.apply_gpu_policy(h, gpu, log_tail(runner, log, 400) if gpu != "none" else "")
+        return health_mod.check(runner, p, expect_drafts, timeout=timeout, alive=svc.is_active, engine=engine,
+                                model=model, gpu=gpu, log_file=log)
 
     if lay.current == release_id and lay.serving == release_id and main.is_active():
         recorded = health_mod.quick(runner, port, lay.health, expect_drafts) if lay.health else None
@@ -163,9 +162,8 @@ def rollback(runner: Runner, base: str, need_sudo: bool, to: str | None = None,
     main.install(paths.unit_file(target))
     main.restart()
     h = health_mod.check(runner, port, expect_drafts, timeout=timeout, alive=main.is_active,
-                         engine=manifest.get("engine", "llama.cpp"), model=manifest.get("recipe", ""))
-    gpu = manifest.get("gpu", "none")
-    h = health_mod.apply_gpu_policy(h, gpu, log_tail(runner, paths.log, 400) if gpu != "none" else "")
+                         engine=manifest.get("engine", "llama.cpp"), model=manifest.get("recipe", ""),
+                         gpu=manifest.get("gpu", "none"), log_file=paths.log)
     if not h.ok:
         logs = log_tail(runner, paths.log)
         _restore(runner, main, paths, lay.current, lambda _m: None)

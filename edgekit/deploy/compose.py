@@ -38,6 +38,29 @@ class ReleasePlan:
         return {rel: b.sha256 for rel, b in self.files.items()}
 
 
+def service_ports(board_port: int | None, recipe_port: int) -> tuple[int, int]:
+    """(main, candidate): the board's service port (else the recipe's) and the one beside it."""
+    port = board_port or recipe_port
+    return port, port + 1 if port < 65535 else port - 1
+
+
+def service_units(base: str, rid: str, argv_at: Callable[[str, int], list[str]], ports: tuple[int, int],
+                  server: str, recipe: str, environment: dict[str, str]) -> dict[str, str]:
+    """The release's main and candidate units: the same server (``argv_at(release dir, port)``) on two ports,
+    each logging where activation reads it."""
+    from edgekit.deploy.activate import CANDIDATE_UNIT
+    from edgekit.deploy.unit import UNIT_NAME, render_unit
+
+    rdir = f"{base}/releases/{rid}"
+    main, candidate = ports
+    return {
+        UNIT_NAME: render_unit(rdir, argv_at(rdir, main), f"{base}/logs/llama-server.log",
+                               f"edgekit {server} ({recipe}, release {rid})", environment=environment),
+        CANDIDATE_UNIT: render_unit(rdir, argv_at(rdir, candidate), f"{base}/logs/llama-server-candidate.log",
+                                    f"edgekit candidate {server} ({recipe}, release {rid})", environment=environment),
+    }
+
+
 def agent_files() -> dict[str, Path]:
     """The board-side agent (stdlib only): it travels with every release, whatever the engine."""
     agent = Path(__file__).resolve().parents[1] / "agent"

@@ -77,10 +77,14 @@ def check(
     n_predict: int = 24,
     engine: str = "llama.cpp",
     model: str = "",
+    gpu: GpuPolicy = "none",
+    log_file: str = "",
 ) -> Health:
-    """/health answers, then one greedy completion through ``engine``'s API shows tokens (and drafts).
+    """/health answers, then one greedy completion through ``engine``'s API shows tokens (and drafts),
+    and a CUDA build's server log (``log_file``) shows whether it used the GPU, as ``gpu`` demands.
 
     ``model``: the name the engine serves the model under (vLLM's --served-model-name)."""
+    from edgekit.deploy.service import log_tail
     from edgekit.engines import get_engine
 
     try:
@@ -95,6 +99,8 @@ def check(
         health.ok, health.reason = False, "the completion generated no tokens"
     elif expect_drafts and not health.draft_n:
         health.ok, health.reason = False, "a drafter is configured but the server drafted no tokens (draft_n = 0)"
+    elif gpu != "none":
+        health = apply_gpu_policy(health, gpu, log_tail(runner, log_file, 400))
     return health
 
 

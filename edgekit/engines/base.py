@@ -46,7 +46,8 @@ class Engine(Protocol):
         """Build/convert what the board needs and compose the release (files, units, release.json)."""
         ...
 
-    def completion(self, runner: SshRunner | LocalRunner, port: int, manifest_recipe: str, prompt: str,
+    def completion(self, runner: SshRunner | LocalRunner, port: int, model: str, prompt: str,
                    n_predict: int, timeout: float) -> Health:
-        """One greedy completion on a ready server: tokens, tok/s, and draft counts where it drafts."""
+        """One greedy completion on a ready server (``model``: the name it serves the model under): tokens,
+        tok/s, and draft counts where it drafts."""
         ...

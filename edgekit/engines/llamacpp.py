@@ -18,12 +18,10 @@ from edgekit.build import BuildResult
 from edgekit.build.source import LLAMA_CPP_SHORT
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
-from edgekit.deploy import activate as act
-from edgekit.deploy.compose import ReleasePlan, agent_files, plan_release
+from edgekit.deploy.compose import ReleasePlan, agent_files, plan_release, service_ports, service_units
 from edgekit.deploy.health import GpuPolicy, Health, llama_completion
 from edgekit.deploy.quirks import Applied, apply_guards
 from edgekit.deploy.server_args import server_args
-from edgekit.deploy.unit import UNIT_NAME, render_unit
 from edgekit.engines.base import EngineRelease, ReleaseContext
 from edgekit.errors import EdgekitError
 from edgekit.paths import cache_dir
@@ -116,28 +114,21 @@ def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: s
             models: dict[str, Path], target: str, gpu: GpuPolicy = "none") -> ReleasePlan:
     has_drafter = "models/drafter.gguf" in models
     rt, guards = apply_guards(recipe.runtime, board.profile, LLAMA_CPP_SHORT, has_drafter)
-    port = board.service_port or rt.port
-    candidate_port = port + 1 if port < 65535 else port - 1
-    args = server_args(rt, help_text, "models/target.gguf", "models/drafter.gguf" if has_drafter else None, port)
-    cand_args = server_args(rt, help_text, "models/target.gguf",
-                            "models/drafter.gguf" if has_drafter else None, candidate_port)
+    ports = service_ports(board.service_port, rt.port)
+
+    def args_at(port: int) -> list[str]:
+        return server_args(rt, help_text, "models/target.gguf", "models/drafter.gguf" if has_drafter else None, port)
+
     describe = {
-        "engine": "llama.cpp", "recipe": recipe.name, "server_args": args, "port": port,
-        "candidate_port": candidate_port,
+        "engine": "llama.cpp", "recipe": recipe.name, "server_args": args_at(ports[0]), "port": ports[0],
+        "candidate_port": ports[1],
         "drafter": has_drafter, "spec_type": rt.spec_type, "build": {"key": build_key, "target": target},
         "runtime": rt.model_dump(mode="json"), "guards": [g.to_dict() for g in guards], "gpu": gpu,
     }
 
     def render(rid: str) -> dict[str, str]:
-        rdir = f"{base}/releases/{rid}"
-        server = f"{rdir}/bin/llama-server"
-        return {
-            UNIT_NAME: render_unit(rdir, [server, *args], f"{base}/logs/llama-server.log",
-                                   f"edgekit llama-server ({recipe.name}, release {rid})", environment=rt.env),
-            act.CANDIDATE_UNIT: render_unit(rdir, [server, *cand_args], f"{base}/logs/llama-server-candidate.log",
-                                            f"edgekit candidate llama-server ({recipe.name}, release {rid})",
-                                            environment=rt.env),
-        }
+        return service_units(base, rid, lambda rdir, port: [f"{rdir}/bin/llama-server", *args_at(port)], ports,
+                             "llama-server", recipe.name, rt.env)
 
     return plan_release(recipe.name, release_files(bin_dir, models), describe, render)
 

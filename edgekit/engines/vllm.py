@@ -17,11 +17,10 @@ import re
 import time
 from pathlib import Path
 
+from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
-from edgekit.deploy import activate as act
-from edgekit.deploy.compose import ReleasePlan, agent_files, plan_release
+from edgekit.deploy.compose import ReleasePlan, agent_files, plan_release, service_ports, service_units
 from edgekit.deploy.health import Health
-from edgekit.deploy.unit import UNIT_NAME, render_unit
 from edgekit.engines.base import EngineRelease, ReleaseContext
 from edgekit.errors import EdgekitError
 from edgekit.remote.http import request
@@ -76,29 +75,28 @@ def server_argv(python: str, rdir: str, recipe: Recipe, port: int, has_drafter: 
     return [*argv, *v.extra_args]
 
 
+def board_python(board: Board) -> str:
+    """The board's Python with vLLM: the board file's `vllm_python`, else python3."""
+    return board.vllm_python or "python3"
+
+
 def compose(ctx: ReleaseContext, python: str, version: str, models: dict[str, Path]) -> ReleasePlan:
-    recipe, board = ctx.recipe, ctx.board
+    recipe = ctx.recipe
     has_drafter = any(rel.startswith("models/drafter/") for rel in models)
-    port = board.service_port or recipe.runtime.port
-    candidate_port = port + 1 if port < 65535 else port - 1
+    ports = service_ports(ctx.board.service_port, recipe.runtime.port)
     describe = {
-        "engine": "vllm", "vllm": version, "recipe": recipe.name, "port": port, "candidate_port": candidate_port,
-        "server_args": server_argv(python, "$RELEASE", recipe, port, has_drafter)[1:],
+        "engine": "vllm", "vllm": version, "recipe": recipe.name, "port": ports[0], "candidate_port": ports[1],
+        "server_args": server_argv(python, "$RELEASE", recipe, ports[0], has_drafter)[1:],
         "drafter": has_drafter, "spec_type": "mtp" if has_drafter else "none",
         "runtime": recipe.runtime.model_dump(mode="json"), "guards": [], "gpu": "none",
     }
 
     def render(rid: str) -> dict[str, str]:
-        rdir = f"{ctx.facts.base}/releases/{rid}"
-        env = {**ENVIRONMENT, **recipe.runtime.env}
-        return {
-            UNIT_NAME: render_unit(rdir, server_argv(python, rdir, recipe, port, has_drafter),
-                                   f"{ctx.facts.base}/logs/llama-server.log",
-                                   f"edgekit vLLM ({recipe.name}, release {rid})", environment=env),
-            act.CANDIDATE_UNIT: render_unit(rdir, server_argv(python, rdir, recipe, candidate_port, has_drafter),
-                                            f"{ctx.facts.base}/logs/llama-server-candidate.log",
-                                            f"edgekit candidate vLLM ({recipe.name}, release {rid})", environment=env),
-        }
+        def argv_at(rdir: str, port: int) -> list[str]:
+            return server_argv(python, rdir, recipe, port, has_drafter)
+
+        return service_units(ctx.facts.base, rid, argv_at, ports, "vLLM", recipe.name,
+                             {**ENVIRONMENT, **recipe.runtime.env})
 
     return plan_release(recipe.name, {**models, **agent_files()}, describe, render)
 
@@ -120,7 +118,7 @@ class Vllm:
         from edgekit.convert.pipeline import prepare_inputs
         from edgekit.convert.text_only import needs_text_only, text_only
 
-        python = ctx.board.vllm_python or "python3"
+        python = board_python(ctx.board)
         version = board_vllm(ctx.runner, ctx.name, python)
         ctx.say(f"vLLM {version} on the board ({python})")
         t = time.monotonic()
