@@ -15,25 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from edgekit.bench.serverconf import ServerConfig
-from edgekit.config.recipes import Recipe
-from edgekit.errors import EdgekitError
-from edgekit.store import Store
-
-
-def bundle_for(recipe: Recipe, store: Store | None = None,
-               say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
-    """The recipe's LiteRT-LM bundle (exported once, then from the store), whatever its ``convert.litert``."""
-    from edgekit.convert.pipeline import convert_recipe
-
-    if recipe.drafter is not None and recipe.runtime.spec_type != "draft-mtp":
-        raise EdgekitError(f"Recipe {recipe.name} drafts with {recipe.runtime.spec_type}; LiteRT-LM drafts with "
-                           "an MTP drafter only (spec_type draft-mtp).")
-    spec = recipe.convert.model_copy(update={"litert": True, "gguf": False})
-    result = convert_recipe(recipe.model_copy(update={"convert": spec}), store, say=say)
-    if not result.litert:
-        raise EdgekitError(f"Recipe {recipe.name}'s target is not converted by edgekit (a package): "
-                           "there is no LiteRT-LM bundle to bench.")
-    return result.litert[0]
+from edgekit.engines.litert import board_python, bundle_for
 
 
 def blob_of(path: Path) -> tuple[str, int]:
@@ -58,15 +40,6 @@ def configs(python: str, agent_path: str, bundle: str, port: int, cache_length: 
                                 {**settings, "spec_type": "litert-mtp", "draft_n_max": draft_steps}, front))
     out.append(ServerConfig("baseline", base, False, {**settings, "spec_type": "none", "draft_n_max": None}, front))
     return out
-
-
-def board_python(runner: Any, board_name: str, python: str) -> str:
-    """``python`` if it can import ``litert_lm`` on the board, else one clear error."""
-    res = runner.run([python, "-c", "import litert_lm"], check=False, timeout=120)
-    if not res.ok:
-        raise EdgekitError(f"Board {board_name!r}: {python} cannot import litert_lm; install litert-lm-api==0.18.1 "
-                           "there (pip) or name a Python that has it with --litert-python.")
-    return python
 
 
 def push_bundle(runner: Any, base: str, path: Path, work: str) -> str:

@@ -34,6 +34,7 @@ class Board(BaseModel):
     sim: bool = False  # a simulated board made by `edgekit sim up`
     local: bool = False  # the machine edgekit runs on (nightly CI on the board itself)
     vllm_python: str | None = None  # a Python on the board that imports vllm (engine: vllm); None → python3
+    litert_python: str | None = None  # a Python on the board that imports litert_lm (engine: litert-lm); None → python3
 
     @field_validator("host")
     @classmethod

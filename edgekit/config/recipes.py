@@ -93,13 +93,22 @@ class VllmSettings(BaseModel):
     extra_args: list[str] = Field(default_factory=list)
 
 
+class LitertSettings(BaseModel):
+    """LiteRT-LM's own knobs (engine: litert-lm); its context is the bundle's KV cache (convert.litert_cache_length)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    accelerator: Literal["cpu", "gpu"] = "cpu"  # LiteRT-LM's backend (gpu: its GPU delegate, where it has one)
+
+
 class Runtime(BaseModel):
     """Server settings; names follow the flags of the pinned llama.cpp (engine: llama.cpp, the default)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    engine: Literal["llama.cpp", "vllm"] = "llama.cpp"
+    engine: Literal["llama.cpp", "vllm", "litert-lm"] = "llama.cpp"
     vllm: VllmSettings = Field(default_factory=VllmSettings)
+    litert: LitertSettings = Field(default_factory=LitertSettings)
 
     ctx_size: int = Field(4096, ge=64)
     n_gpu_layers: int = Field(99, ge=0)

@@ -3,6 +3,7 @@ rollback share: what a release ships, the server's argv, how health and acceptan
 
     llamacpp.py   llama-server (GGUF; --spec-type draft-mtp), the default
     vllm.py       vLLM's OpenAI server (HF safetensors; speculative_config method "mtp")
+    litert.py     LiteRT-LM (a .litertlm bundle with edgekit's MTP drafter section) behind the agent's front
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from edgekit.engines.base import Engine, EngineRelease, ReleaseContext
 from edgekit.errors import EdgekitError
 
-ENGINES = ("llama.cpp", "vllm")
+ENGINES = ("llama.cpp", "vllm", "litert-lm")
 
 
 def get_engine(name: str) -> Engine:
@@ -22,6 +23,10 @@ def get_engine(name: str) -> Engine:
         from edgekit.engines.vllm import Vllm
 
         return Vllm()
+    if name == "litert-lm":
+        from edgekit.engines.litert import Litert
+
+        return Litert()
     raise EdgekitError(f"Unknown engine {name!r}; edgekit serves with {', '.join(ENGINES)}.")
 
 

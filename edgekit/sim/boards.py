@@ -168,12 +168,22 @@ def vllm_python() -> str | None:
     return str(venv) if venv.exists() else None
 
 
+def litert_python() -> str | None:
+    """The LiteRT-LM a sim board serves with: $EDGEKIT_LITERT_PYTHON, else the LiteRT venv `.ci/install`
+    derives from edgekit's, else none (engine: litert-lm there then says so)."""
+    if os.environ.get("EDGEKIT_LITERT_PYTHON"):
+        return os.environ["EDGEKIT_LITERT_PYTHON"]
+    venv = Path(sys.prefix) / "litert-venv" / "bin" / "python"
+    return str(venv) if venv.exists() else None
+
+
 def _publish(st: SimState, targets: Targets) -> None:
     """Write every board into the board file and pin its host key."""
-    vllm = vllm_python()
+    vllm, litert = vllm_python(), litert_python()
     boards = {
         name: Board(host=b.host, port=b.port, user=b.user, key=str(st.client_key), profile=b.profile,
-                    base=str(b.base), service_port=b.service_port, sim=True, vllm_python=vllm)
+                    base=str(b.base), service_port=b.service_port, sim=True, vllm_python=vllm,
+                    litert_python=litert)
         for name, b in st.boards.items()
     }
     Boards(targets.board_file).update(add=boards)
