@@ -103,14 +103,17 @@ class Board:
             _systemctl(self.runner, self.need_sudo, "stop", UNIT_NAME, check=True)
 
     def start_server(self, argv: list[str], port: int, description: str, timeout: float,
-                     exe: list[str] | None = None, env: dict[str, str] | None = None) -> float:
+                     exe: list[str] | None = None, env: dict[str, str] | None = None,
+                     release_dir: str | None = None) -> float:
         """(Re)start the bench unit with ``argv`` (relative to the release dir); seconds until ready.
 
         ``exe``: the server command (default: the release's llama-server), e.g. the LiteRT-LM front.
+        ``release_dir``: the release it runs from (default: the deployed one), e.g. another engine's.
         """
         unit_file = f"{self.work}/{BENCH_UNIT}"
-        command = exe or [f"{self.release_dir}/bin/llama-server"]
-        text = render_unit(self.release_dir, [*command, *argv], self.log, description, environment=env)
+        rdir = release_dir or self.release_dir
+        command = exe or [f"{rdir}/bin/llama-server"]
+        text = render_unit(rdir, [*command, *argv], self.log, description, environment=env)
         boardfs.put_text(self.runner, unit_file, text)
         self.bench_installed = True
         self._sh(_START_UNIT, unit_file, BENCH_UNIT)

@@ -10,7 +10,6 @@ llama-bench and the GGUF roofline are llama.cpp's, so they are left out.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -42,6 +41,26 @@ def configs(python: str, agent_path: str, bundle: str, port: int, cache_length: 
     return out
 
 
+def release_configs(manifest: dict[str, Any], release_dir: str, python: str, port: int) -> list[ServerConfig]:
+    """[drafter, baseline] of a deployed LiteRT-LM release (engine: litert-lm), moved to the bench port."""
+    args = [a.replace("$RELEASE", release_dir) for a in manifest.get("server_args") or []]
+    front, args = [python, args[0]], args[1:]
+    args[args.index("--port") + 1] = str(port)
+    base = [a for a in args if a != "--speculative"]
+    if "--draft-steps" in base:
+        i = base.index("--draft-steps")
+        del base[i:i + 2]
+    lit = manifest.get("litert") or {}
+    acc = args[args.index("--accelerator") + 1] if "--accelerator" in args else "cpu"
+    settings = {"backend": "litert-lm", "accelerator": acc, "ctx_size": lit.get("cache_length"), "parallel": 1}
+    out = []
+    if "--speculative" in args:
+        out.append(ServerConfig("drafter", args, True, {**settings, "spec_type": "litert-mtp",
+                                                        "draft_n_max": lit.get("draft_steps")}, front))
+    out.append(ServerConfig("baseline", base, False, {**settings, "spec_type": "none", "draft_n_max": None}, front))
+    return out
+
+
 def push_bundle(runner: Any, base: str, path: Path, work: str) -> str:
     """The bundle into the board's content-addressed store (sent only if missing), linked into ``work``.
 
@@ -56,4 +75,4 @@ def push_bundle(runner: Any, base: str, path: Path, work: str) -> str:
     return link
 
 
-__all__ = ["blob_of", "board_python", "bundle_for", "configs", "push_bundle"]
+__all__ = ["blob_of", "board_python", "bundle_for", "configs", "push_bundle", "release_configs"]

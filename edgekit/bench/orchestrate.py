@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from edgekit import __version__
-from edgekit.bench import litert_backend, plots, prompts, report, results, roofline, serverconf, vllm_backend
+from edgekit.bench import engines, litert_backend, plots, prompts, report, results, roofline, serverconf
 from edgekit.bench.plan import Overrides, Plan, make_plan
 from edgekit.bench.power import window_power
-from edgekit.bench.session import Run, Session, SessionOptions, check_restored
+from edgekit.bench.session import BoardRelease, Run, Session, SessionOptions, check_restored
 from edgekit.config.boardfile import Board
 from edgekit.config.profiles import get_profile
 from edgekit.config.recipes import Recipe
@@ -34,7 +34,8 @@ class BenchOptions:
     llama_bench: bool = True
     ignore_eos: bool = False
     plots: bool = True
-    backend: str = "llama.cpp"  # or "litert-lm": the recipe's .litertlm bundle through LiteRT-LM
+    backend: str = "release"  # or "litert-lm": the recipe's .litertlm bundle through LiteRT-LM, not a release
+    engines: list[str] | None = None  # the engines' releases to measure side by side (None: the deployed one)
     litert_python: str | None = None  # the board's Python with litert_lm (default: see _litert_python)
     litert_accelerator: str = "cpu"  # LiteRT-LM's backend on the board: cpu or gpu
 
@@ -66,33 +67,47 @@ def measure(name: str, board: Board, recipe: Recipe, opts: BenchOptions,
                            f"bench's longest prompt + n_gen; raise convert.litert_cache_length in {recipe.name}.")
     sess = Session(name, board, recipe, sopts, say=say)
     with sess:
+        rels: list[BoardRelease] = []
         if bundle is not None:
-            python = litert_backend.board_python(sess.runner, name, _litert_python(board, opts))
+            python = litert_backend.board_python(sess.runner, name, _litert_python(board, opts), "--litert-python")
             say(f"pushing the LiteRT-LM bundle ({Path(bundle['file']).stat().st_size / 1e6:.1f} MB) to {name}")
             remote = litert_backend.push_bundle(sess.runner, sess.facts.base if sess.facts else board.base,
                                                 Path(bundle["file"]), sess.work)
             configs = litert_backend.configs(python, sess.agent, remote, sess.bench_port, bundle["cache_length"],
                                              bundle.get("draft_steps"), opts.litert_accelerator)
-        elif sess.engine == "vllm":
-            configs = vllm_backend.configs(sess.manifest, sess.release_dir, vllm_backend.board_python(board),
-                                           sess.bench_port, plan.parallel, plan.slot_ctx)
         else:
-            configs = serverconf.pair(sess.release_args, sess.bench_port, plan.parallel, plan.slot_ctx)
-        llama = not litert and sess.engine == "llama.cpp"  # llama-bench and the GGUF roofline are llama.cpp's
+            rels = [sess.release_for(e) for e in (opts.engines or [sess.engine])]
+            configs = release_configs(rels, board, sess.bench_port, plan)
+        llama = next((r for r in rels if r.engine == "llama.cpp"), None)  # llama-bench, roofline: llama.cpp's
         power_on = sess.start_power()
         sess.take_board()
         idle = sess.idle(plan.idle_s) if power_on else None
-        lb = (sess.llama_bench(plan.llama_bench_pp, plan.n_gen, plan.llama_bench_reps)
+        lb = (sess.llama_bench(plan.llama_bench_pp, plan.n_gen, plan.llama_bench_reps, llama)
               if opts.llama_bench and llama else [])
         runs = sess.run_matrix([(c, plan.points) for c in configs], plan.repetitions, plan.n_gen, plan.warmup,
                                plan.requests, opts.ignore_eos, on_run=lambda r, n: say(_run_line(r, n)))
-        gguf = roofline.read_remote_header(sess.runner, f"{sess.release_dir}/models/target.gguf") if llama else None
+        gguf = roofline.read_remote_header(sess.runner, f"{llama.dir}/models/target.gguf") if llama else None
     check_restored(sess)
-    doc = build_document(sess, plan, configs, runs, lb, idle, gguf, opts)
+    doc = build_document(sess, plan, configs, runs, lb, idle, gguf, opts, rels)
     if bundle is not None:
         doc["litert"] = {k: bundle.get(k) for k in ("key", "model_types", "draft_steps", "cache_length")}
     doc["_power_samples"] = sess.power_text  # written beside results.json, not into it
     return doc
+
+
+def release_configs(rels: list[BoardRelease], board: Board, port: int, plan: Plan) -> list[serverconf.ServerConfig]:
+    """Every release's [drafter, baseline], named ``<engine>/<config>`` when several engines are measured."""
+    out: list[serverconf.ServerConfig] = []
+    for rel in rels:
+        cache = (rel.manifest.get("litert") or {}).get("cache_length")
+        if cache and not plan.fits(int(cache)):
+            raise EdgekitError(f"The LiteRT-LM release {rel.id}'s KV cache holds {cache} tokens, fewer than the "
+                               "bench's longest prompt + n_gen; raise convert.litert_cache_length and deploy it again.")
+        for cfg in engines.configs(rel, board, port, plan.parallel, plan.slot_ctx):
+            if len(rels) > 1:
+                cfg.name = f"{rel.engine}/{cfg.name}"
+            out.append(cfg)
+    return out
 
 
 def _litert_python(board: Board, opts: BenchOptions) -> str:
@@ -108,7 +123,8 @@ def _litert_python(board: Board, opts: BenchOptions) -> str:
 
 def build_document(sess: Session, plan: Plan, configs: list[serverconf.ServerConfig], runs: list[Run],
                    llama_bench: list[dict[str, Any]], idle: tuple[float, float] | None,
-                   gguf: roofline.GGUFInfo | None, opts: BenchOptions) -> dict[str, Any]:
+                   gguf: roofline.GGUFInfo | None, opts: BenchOptions,
+                   rels: list[BoardRelease] | None = None) -> dict[str, Any]:
     profile = get_profile(sess.board.profile)
     log = sess.power_log
     if log is not None and idle is not None:
@@ -138,10 +154,18 @@ def build_document(sess: Session, plan: Plan, configs: list[serverconf.ServerCon
         power = {"available": False, "reason": "power sampling was turned off (--no-power)",
                  "total_rail_method": sess.rail.method if sess.rail else None}
     summary = results.summarize(run_docs)
-    ups = results.speedups(run_docs)
     model = sess.recipe.target.repo or sess.recipe.target.synthetic or sess.recipe.target.package or "the model"
-    base_pt = next((p for p in summary if p["config"] == "baseline"), None)
-    spec_pt = next((p for p in summary if p["config"] == "drafter"), None)
+    names = [r.engine for r in rels or []]
+    if len(names) > 1:
+        ups = results.engine_speedups(run_docs, names)
+        table = results.engines_table(summary, ups, names)
+        head = results.engines_headline(table, ups)
+    else:
+        ups, table = results.speedups(run_docs), None
+        head = results.headline(summary, ups, model)
+    pre = "llama.cpp/" if len(names) > 1 else ""  # the roofline is the GGUF's: llama.cpp's configurations
+    base_pt = next((p for p in summary if p["config"] == f"{pre}baseline"), None)
+    spec_pt = next((p for p in summary if p["config"] == f"{pre}drafter"), None)
 
     def decode(p: dict[str, Any] | None) -> float | None:
         e = p and p.get("decode_tokens_per_second")
@@ -151,7 +175,10 @@ def build_document(sess: Session, plan: Plan, configs: list[serverconf.ServerCon
     doc: dict[str, Any] = {
         "schema": results.SCHEMA_VERSION,
         "kind": "bench",
-        "backend": opts.backend,
+        "backend": opts.backend if opts.backend != "release" else (names[0] if len(names) == 1 else "engines"),
+        "engines": [{"engine": r.engine, "release": r.id, "recipe": r.manifest.get("recipe"),
+                     "spec_type": r.manifest.get("spec_type"), "drafter": bool(r.manifest.get("drafter")),
+                     "server_args": r.manifest.get("server_args") or []} for r in rels or []],
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "edgekit_version": __version__,
         "board": {"name": sess.name, "profile": sess.board.profile, "sim": sess.board.sim,
@@ -179,8 +206,8 @@ def build_document(sess: Session, plan: Plan, configs: list[serverconf.ServerCon
         "power": power,
         "llama_bench": llama_bench,
         "runs": run_docs,
-        "summary": {"points": summary, "speedups": ups,
-                    "headline": results.headline(summary, ups, model)},
+        "summary": {"points": summary, "speedups": ups, "headline": head,
+                    **({"engines": table} if table is not None else {})},
         "roofline": (roofline.roofline(gguf, profile.mem_bandwidth_gbs, decode(base_pt), decode(spec_pt))
                      if gguf is not None else None),  # the GGUF's bytes: llama.cpp's backend only
         "phases": [p.to_json() for p in sess.phases],

@@ -86,7 +86,7 @@ def tps_vs_concurrency(doc: dict[str, Any], path: Path) -> None:
 def acceptance_by_category(doc: dict[str, Any], path: Path) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    spec = [p for p in doc["summary"]["points"] if p["config"] != "baseline" and p["acceptance_by_category"]]
+    spec = [p for p in doc["summary"]["points"] if not p["config"].endswith("baseline") and p["acceptance_by_category"]]
     cats: dict[str, list[int]] = {}
     for p in spec:
         for cat, v in p["acceptance_by_category"].items():

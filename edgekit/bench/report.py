@@ -25,14 +25,41 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
             *("| " + " | ".join(r) + " |" for r in rows), ""]
 
 
+def _what(doc: dict[str, Any], rel: dict[str, Any]) -> str:
+    """What ran: the pushed LiteRT-LM bundle, several engines' releases, or the deployed release."""
+    if doc.get("backend") == "litert-lm" and doc.get("litert"):
+        return f"LiteRT-LM (CPU), bundle `{doc['litert'].get('key', '?')[:12]}` with the MTP drafter · "
+    engines = doc.get("engines") or []
+    if len(engines) > 1:
+        return "Releases " + ", ".join(f"`{e['release']}` ({e['engine']})" for e in engines) + " · "
+    engine = engines[0]["engine"] if engines else "llama.cpp"
+    ref = f"llama.cpp {doc['llama_cpp'].get('ref') or '?'}" if engine == "llama.cpp" else engine
+    return f"Release `{rel['id']}` · {ref} · "
+
+
+def _engines(s: dict[str, Any]) -> list[str]:
+    """Several engines side by side: each with and without its own drafter."""
+    if not s.get("engines"):
+        return []
+    return ["## Engines side by side", "",
+            "Each engine serves its own release of the recipe's models; every repetition runs every engine "
+            "in turn on the same prompts, under the same power method and idle baseline.", "",
+            *_table(["engine", "conc.", "ctx", "tok/s (drafter)", "tok/s (baseline)", "speedup", "acceptance",
+                     "TTFT p50 s (drafter / baseline)", "J/token (drafter / baseline)"],
+                    [[r["engine"], str(r["concurrency"]), str(r["context_length"] or "–"),
+                      _num(r["tokens_per_second"], 1), _num(r["baseline_tokens_per_second"], 1),
+                      _num(r["speedup"], 2) + ("×" if r["speedup"] is not None else ""), _pct(r["acceptance"]),
+                      f"{_num(r['ttft_p50_s'], 3)} / {_num(r['baseline_ttft_p50_s'], 3)}",
+                      f"{_num(r['joules_per_token'], 4)} / {_num(r['baseline_joules_per_token'], 4)}"]
+                     for r in s["engines"]])]
+
+
 def render(doc: dict[str, Any]) -> str:
     b, rel, s, pw = doc["board"], doc["release"], doc["summary"], doc["power"]
     st = doc["settings"]
     lines = [f"# {doc['recipe']['name']} on {b['name']} ({doc['profile']['name']})", "",
              f"**{s['headline']['text']}**", "",
-             (f"LiteRT-LM (CPU), bundle `{(doc.get('litert') or {}).get('key', '?')[:12]}` with the MTP drafter · "
-              if doc.get("backend") == "litert-lm" else
-              f"Release `{rel['id']}` · llama.cpp {doc['llama_cpp'].get('ref') or '?'} · ") +
+             _what(doc, rel) +
              f"{b.get('model') or 'board'} · L4T {b.get('l4t') or '?'} · nvpmodel "
              f"{(b.get('nvpmodel') or {}).get('name') or '?'}" + (" · simulated board" if b.get("sim") else ""), "",
              f"{st['repetitions']} repetitions per point, configurations alternated "
@@ -41,10 +68,12 @@ def render(doc: dict[str, Any]) -> str:
              f"{st['repetitions']} repetitions per point, configurations alternated ({' '.join(st['order'])} …), "
              f"{st['warmup']} warm-up round(s) per run, n_gen {st['n_gen']}, no cool-down.", "",
              "Values are means ± CI95 (Student's t over repetitions)." , ""]
+    lines += _engines(s)
     if s["speedups"]:
         lines += ["## The drafter's speedup", ""]
-        lines += _table(["concurrency", "context", "speedup (tok/s ratio)", "energy/token ratio"],
-                        [[str(u["concurrency"]), str(u["context_length"] or "–"), _e(u["speedup"], 2, "×"),
+        lines += _table(["engine", "concurrency", "context", "speedup (tok/s ratio)", "energy/token ratio"],
+                        [[u.get("engine") or (doc.get("engines") or [{}])[0].get("engine", "llama.cpp"),
+                          str(u["concurrency"]), str(u["context_length"] or "–"), _e(u["speedup"], 2, "×"),
                           _e(u["energy_ratio"], 2, "×")] for u in s["speedups"]])
     lines += ["## Throughput, latency, acceptance, energy", ""]
     lines += _table(
@@ -55,7 +84,7 @@ def render(doc: dict[str, Any]) -> str:
           _e(p["latency_p95_s"], 3), _pct(p["acceptance"]), _e(p["joules_per_token"], 4), _e(p["average_watts"], 2)]
          for p in s["points"]])
     cats = sorted({c for p in s["points"] for c in (p["acceptance_by_category"] or {})})
-    spec = [p for p in s["points"] if p["config"] != "baseline"]
+    spec = [p for p in s["points"] if not p["config"].endswith("baseline")]
     if cats and spec:
         lines += ["### Acceptance by prompt category", ""]
         lines += _table(["config", "conc.", "ctx", *cats],

@@ -92,6 +92,61 @@ def speedups(runs: list[dict[str, Any]], spec: str = "drafter", base: str = "bas
     return out
 
 
+def engine_speedups(runs: list[dict[str, Any]], engines: list[str]) -> list[dict[str, Any]]:
+    """Each engine's drafter ÷ its own baseline (configs ``<engine>/drafter`` and ``<engine>/baseline``)."""
+    return [{**u, "engine": e} for e in engines for u in speedups(runs, f"{e}/drafter", f"{e}/baseline")]
+
+
+def engines_table(summary: list[dict[str, Any]], ups: list[dict[str, Any]], engines: list[str]) -> list[dict[str, Any]]:
+    """One row per engine and point: with and without its drafter side by side."""
+    def at(cfg: str, c: int, ctx: int | None) -> dict[str, Any]:
+        return next((p for p in summary if p["config"] == cfg and p["concurrency"] == c
+                     and p["context_length"] == ctx), {})
+
+    def mean(p: dict[str, Any], key: str) -> float | None:
+        return (p.get(key) or {}).get("mean")
+
+    rows = []
+    for c, ctx in sorted({(p["concurrency"], p["context_length"]) for p in summary}, key=lambda k: ((k[1] or 0), k[0])):
+        for e in engines:
+            d, b = at(f"{e}/drafter", c, ctx), at(f"{e}/baseline", c, ctx)
+            if not d and not b:
+                continue
+            up = next((u for u in ups if u["engine"] == e and u["concurrency"] == c and u["context_length"] == ctx), {})
+            rows.append({"engine": e, "concurrency": c, "context_length": ctx,
+                         "tokens_per_second": mean(d, "tokens_per_second"),
+                         "baseline_tokens_per_second": mean(b, "tokens_per_second"),
+                         "speedup": (up.get("speedup") or {}).get("mean"), "acceptance": d.get("acceptance"),
+                         "ttft_p50_s": mean(d, "ttft_p50_s"), "baseline_ttft_p50_s": mean(b, "ttft_p50_s"),
+                         "joules_per_token": mean(d, "joules_per_token"),
+                         "baseline_joules_per_token": mean(b, "joules_per_token")})
+    return rows
+
+
+def engines_headline(table: list[dict[str, Any]], ups: list[dict[str, Any]]) -> dict[str, Any]:
+    """The engines at the first point (fewest requests, shortest prompts), fastest first."""
+    if not table:
+        return {"text": "No engine produced a measurement.", "speedup": None}
+    first = (table[0]["concurrency"], table[0]["context_length"])
+    rows = [r for r in table if (r["concurrency"], r["context_length"]) == first]
+    rows.sort(key=lambda r: -(r["tokens_per_second"] or r["baseline_tokens_per_second"] or 0))
+
+    def part(r: dict[str, Any]) -> str:
+        if r["tokens_per_second"] is None:
+            return f"{r['engine']} {r['baseline_tokens_per_second'] or 0:.1f} tok/s (no drafter)"
+        acc = f", {r['acceptance']:.0%} accepted" if r["acceptance"] is not None else ""
+        up = f"{r['speedup']:.2f}× its baseline" if r["speedup"] is not None else "unpaired"
+        return f"{r['engine']} {r['tokens_per_second']:.1f} tok/s with its drafter ({up}{acc})"
+
+    c, ctx = first
+    where = f"{c} request{'s' if c > 1 else ''} at a time" + (f", {ctx}-token prompts" if ctx else "")
+    best = next((u for u in ups if u["engine"] == rows[0]["engine"] and (u["concurrency"], u["context_length"])
+                 == first), None)
+    return {"text": f"At {where}: " + "; ".join(part(r) for r in rows) + ".",
+            "speedup": best["speedup"] if best else None, "concurrency": c, "context_length": ctx,
+            "fastest": rows[0]["engine"]}
+
+
 def _fmt_ci(e: dict[str, Any] | None, unit: str = "×", digits: int = 2) -> str:
     if not e:
         return "n/a"

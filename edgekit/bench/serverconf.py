@@ -96,6 +96,7 @@ class ServerConfig:
     env: dict[str, str] = field(default_factory=dict)  # the bench unit's environment
     api: str = "llama"  # the dialect the load speaks: llama (llama-server, LiteRT-LM front) | openai (vLLM)
     model: str = ""  # api openai: the served model name
+    release_dir: str | None = None  # the release it runs from (None: the deployed one)
 
     def to_json(self) -> dict[str, Any]:
         exe = {"server_command": self.exe} if self.exe else {}

@@ -61,6 +61,16 @@ class SessionOptions:
     keep_board_files: bool = False
 
 
+@dataclass(frozen=True)
+class BoardRelease:
+    """A release on the board, as the bench runs it."""
+
+    engine: str
+    id: str
+    dir: str
+    manifest: dict[str, Any]
+
+
 @dataclass
 class Run:
     """One measured run of the load."""
@@ -183,6 +193,18 @@ class Session:
     def release_args(self) -> list[str]:
         return list(self.manifest.get("server_args") or [])
 
+    def release_for(self, engine: str) -> BoardRelease:
+        """The deployed release when it is ``engine``'s, else the board's newest release of that engine."""
+        if self.engine == engine:
+            return BoardRelease(engine, self.release, self.release_dir, self.manifest)
+        base = self.facts.base if self.facts else self.board.base
+        for rid in reversed(releases.layout(self.runner, base).releases):
+            manifest = releases.read_manifest(self.runner, base, rid)
+            if manifest.get("engine", "llama.cpp") == engine:
+                return BoardRelease(engine, rid, f"{base}/releases/{rid}", manifest)
+        raise EdgekitError(f"Board {self.name!r} has no {engine} release to bench; deploy a recipe with "
+                           f"`runtime.engine: {engine}` there first (the newest one of each engine is measured).")
+
     def agent_json(self, args: list[str], timeout: float = 60) -> dict[str, Any] | None:
         res = self.runner.run([PYTHON, self.agent, *args], check=False, timeout=timeout)
         try:
@@ -246,12 +268,15 @@ class Session:
             self.say(f"warning: still {res.get('temp_c')} °C after {self.opts.cooldown_timeout_s:.0f} s of cool-down")
         return res
 
-    def llama_bench(self, pp: int, tg: int, reps: int) -> list[dict[str, Any]]:
-        rt = self.recipe.runtime
+    def llama_bench(self, pp: int, tg: int, reps: int, release: BoardRelease | None = None) -> list[dict[str, Any]]:
+        """llama-bench pp / tg of a llama.cpp release's target (default: the deployed one) with its settings."""
+        rdir = release.dir if release else self.release_dir
+        rt = (release.manifest.get("runtime") or {}) if release else self.recipe.runtime.model_dump()
         out = []
         for test, (p, n) in (("pp", (pp, 0)), ("tg", (0, tg))):
             self.cooldown()
-            argv = workloads.llama_bench_argv(self.release_dir, PYTHON, p, n, reps, rt.n_gpu_layers, rt.threads)
+            argv = workloads.llama_bench_argv(rdir, PYTHON, p, n, reps, int(rt.get("n_gpu_layers", 99)),
+                                              rt.get("threads"))
             job = self._job(f"llama-bench-{test}", argv, "llama-bench")
             rc = job.wait(self.opts.run_timeout_s)
             t0, t1, recs = workloads.parse_llama_bench(job.read())
@@ -280,7 +305,8 @@ class Session:
         for rep in range(reps):
             for cfg, points in matrix:
                 ready: float | None = self.svc.start_server(cfg.args, self.bench_port, f"edgekit bench: {cfg.name}",
-                                                            self.opts.server_timeout_s, cfg.exe, cfg.env)
+                                                            self.opts.server_timeout_s, cfg.exe, cfg.env,
+                                                            cfg.release_dir)
                 self.say(f"server {cfg.name} ready in {ready:.1f} s (repetition {rep + 1}/{reps})")
                 for point in points:
                     runs.append(self._run(len(runs), cfg, point, rep, n_gen, warmup, requests(point), ignore_eos,
@@ -396,4 +422,4 @@ def check_restored(session: Session) -> None:
                            + "; ".join(session.cleanup_errors))
 
 
-__all__ = ["Interrupted", "JobFailed", "Run", "Session", "SessionOptions", "check_restored"]
+__all__ = ["BoardRelease", "Interrupted", "JobFailed", "Run", "Session", "SessionOptions", "check_restored"]

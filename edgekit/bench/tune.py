@@ -1,13 +1,13 @@
 """`edgekit tune`: sweep the drafter's settings on the board, pick the best, deploy it.
 
-Every grid point is the deployed release's server with ``--spec-draft-n-max`` / ``--spec-draft-p-min``
-(and slots) changed; the baseline without speculative decoding is measured beside them for
-reference. Points run round-robin per repetition (as the bench alternates its two
-configurations), each at as many concurrent requests as it has slots. The best point by the
-objective (mean tok/s, or mean J/token) is reported with its CI95 and the points whose interval
-overlaps it ("tie"); then the recipe's runtime with those values goes through the deploy pipeline
-and becomes a new release on the board. Seed 004: long drafts cost speed on slow cards and the gain
-shrinks with concurrency, so this is worth doing per board.
+Every grid point is the deployed release's server with its draft length changed (llama-server's
+``--spec-draft-n-max`` / ``--spec-draft-p-min``; vLLM's ``num_speculative_tokens``), and slots; the
+baseline without speculative decoding is measured beside them for reference. Points run round-robin
+per repetition (as the bench alternates its two configurations), each at as many concurrent requests
+as it has slots. The best point by the objective (mean tok/s, or mean J/token) is reported with its
+CI95 and the points whose interval overlaps it ("tie"); then the recipe's runtime with those values
+goes through the deploy pipeline and becomes a new release on the board. Seed 004: long drafts cost
+speed on slow cards and the gain shrinks with concurrency, so this is worth doing per board.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from edgekit.bench import prompts, serverconf
+from edgekit.bench import engines, prompts, serverconf
 from edgekit.bench.power import window_power
-from edgekit.bench.session import Run, Session, SessionOptions, check_restored
+from edgekit.bench.session import BoardRelease, Run, Session, SessionOptions, check_restored
 from edgekit.bench.stats import Estimate, estimate
 from edgekit.bench.workloads import Point, requests_per_run
 from edgekit.config.boardfile import Board
@@ -34,7 +34,7 @@ from edgekit.errors import EdgekitError
 @dataclass
 class Grid:
     draft_n: list[int]
-    p_min: list[float | None]  # None: the server's default
+    p_min: list[float | None] | None  # None in the list: the server's default; None: the engine's grid
     parallel: list[int] | None = None  # None: as deployed
 
 
@@ -64,24 +64,26 @@ def _pname(p: float | None) -> str:
     return "pdef" if p is None else f"p{p:g}"
 
 
-def configs(release_args: list[str], port: int, grid: Grid, deployed_parallel: int,
+def configs(rel: BoardRelease, board: Board, port: int, grid: Grid, deployed_parallel: int,
             slot_ctx: int) -> list[tuple[serverconf.ServerConfig, list[Point]]]:
+    """Every grid point in the release's engine's spelling, and the baseline beside them, per slot count."""
     out = []
     for slots in grid.parallel or [deployed_parallel]:
         suffix = f"-s{slots}" if grid.parallel else ""
-        base = serverconf.for_bench(release_args, port, slots, slot_ctx)
+        pair = engines.configs(rel, board, port, slots, slot_ctx)
+        drafter = next((c for c in pair if c.speculative), None)
+        if drafter is None:
+            raise EdgekitError(f"Release {rel.id} has no speculative decoding to tune.")
         for n in grid.draft_n:
-            for p in grid.p_min:
-                args = serverconf.put(base, "draft_n_max", n)
-                args = serverconf.drop(args, "draft_p_min") if p is None else serverconf.put(args, "draft_p_min", p)
-                if int(serverconf.get(args, "draft_n_min") or 0) > n:
-                    args = serverconf.put(args, "draft_n_min", n)
-                name = f"n{n}-{_pname(p)}{suffix}"
-                out.append(serverconf.ServerConfig(name, args, True, {**serverconf.describe(args), "draft_n_max": n,
-                                                                      "draft_p_min": p, "parallel": slots}))
-        ref = serverconf.for_bench(serverconf.baseline_args(release_args), port, slots, slot_ctx)
-        out.append(serverconf.ServerConfig(f"baseline{suffix}", ref, False,
-                                           {**serverconf.describe(ref), "parallel": slots}))
+            for p in grid.p_min or [None]:
+                cfg = engines.tune_point(rel, drafter, n, p)
+                cfg.name = f"n{n}-{_pname(p)}{suffix}"
+                cfg.settings["parallel"] = slots
+                out.append(cfg)
+        base = next(c for c in pair if not c.speculative)
+        base.name = f"baseline{suffix}"
+        base.settings["parallel"] = slots
+        out.append(base)
     return [(c, [Point(int(c.settings["parallel"]), None)]) for c in out]
 
 
@@ -133,12 +135,16 @@ def tune(name: str, board: Board, recipe: Recipe, grid: Grid, opts: TuneOptions,
         raise EdgekitError("--objective energy needs power sampling (drop --no-power).")
     sess = Session(name, board, recipe, sopts, say=say)
     with sess:
-        if sess.engine != "llama.cpp":
-            raise EdgekitError(f"Board {name!r} serves {recipe.name} with {sess.engine}; `edgekit tune` sweeps "
-                               "llama-server's draft settings only so far (bench it with `edgekit bench`).")
-        if not serverconf.is_speculative(sess.release_args):
+        if sess.engine == "litert-lm":
+            raise EdgekitError(f"Board {name!r} serves {recipe.name} with LiteRT-LM, whose draft length is fixed "
+                               "when the bundle is exported; `edgekit tune` sweeps llama.cpp and vLLM releases "
+                               "(compare draft lengths by deploying bundles with another runtime.draft_n_max).")
+        if not sess.manifest.get("drafter"):
             raise EdgekitError(f"Release {sess.release} on board {name!r} has no speculative decoding to tune.")
-        matrix = configs(sess.release_args, sess.bench_port, grid, recipe.runtime.parallel, ctx + n_gen + 256)
+        if grid.p_min is None:  # vLLM's MTP has no p-min; llama-server's matters, except in a smoke test
+            grid.p_min = [None] if opts.quick or sess.engine != "llama.cpp" else [None, 0.5, 0.8]
+        matrix = configs(sess.release_for(sess.engine), board, sess.bench_port, grid, recipe.runtime.parallel,
+                         ctx + n_gen + 256)
         matrix = [(c, [Point(p.concurrency, ctx) for p in pts]) for c, pts in matrix]
         power_on = sess.start_power()
         if opts.objective == "energy" and not power_on:

@@ -14,11 +14,11 @@ from typing import Any
 from edgekit.bench.serverconf import ServerConfig
 from edgekit.engines.vllm import ENVIRONMENT, board_python
 
-__all__ = ["board_python", "configs"]
+__all__ = ["board_python", "configs", "set_flag"]
 SPEC = "--speculative-config"
 
 
-def _set(args: list[str], flag: str, value: str) -> list[str]:
+def set_flag(args: list[str], flag: str, value: str) -> list[str]:
     out = list(args)
     if flag in out:
         out[out.index(flag) + 1] = value
@@ -35,11 +35,11 @@ def configs(manifest: dict[str, Any], release_dir: str, python: str, port: int, 
             slot_ctx: int | None) -> list[ServerConfig]:
     """[drafter, baseline] (only the baseline when the release does not draft)."""
     args = [a.replace("$RELEASE", release_dir) for a in manifest.get("server_args") or []]
-    args = _set(args, "--port", str(port))
+    args = set_flag(args, "--port", str(port))
     if parallel is not None:
-        args = _set(args, "--max-num-seqs", str(parallel))
+        args = set_flag(args, "--max-num-seqs", str(parallel))
     if slot_ctx is not None and int(_value(args, "--max-model-len") or 0) < slot_ctx:
-        args = _set(args, "--max-model-len", str(slot_ctx))
+        args = set_flag(args, "--max-model-len", str(slot_ctx))
     base = list(args)
     if SPEC in base:
         i = base.index(SPEC)

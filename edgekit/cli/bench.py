@@ -90,6 +90,21 @@ def _session_opts(kw: dict[str, Any]) -> Any:
                           lock_wait_s=kw["wait_s"])
 
 
+def _engines(text: str | None, backend: str) -> list[str] | None:
+    from edgekit.engines import ENGINES
+
+    if not text:
+        return None
+    names = [e.strip() for e in text.split(",") if e.strip()]
+    bad = [e for e in names if e not in ENGINES]
+    if bad or not names or len(set(names)) != len(names):
+        raise click.BadParameter(f"{text!r} is not a list of distinct engines from {', '.join(ENGINES)}.",
+                                 param_hint="--engines")
+    if backend != "release":
+        raise click.BadParameter("--engines measures releases; leave out --backend.", param_hint="--engines")
+    return names
+
+
 @click.command()
 @_common
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
@@ -103,8 +118,12 @@ def _session_opts(kw: dict[str, Any]) -> Any:
               help="Seconds of idle baseline (default 5, quick 2).")
 @click.option("--no-llama-bench", is_flag=True, help="Skip llama-bench (pp/tg of the target alone).")
 @click.option("--no-plots", is_flag=True, help="Write results.json and report.md only.")
-@click.option("--backend", type=click.Choice(["llama.cpp", "litert-lm"]), default="llama.cpp", show_default=True,
-              help="llama.cpp: the deployed release. litert-lm: the recipe's .litertlm (target + MTP drafter).")
+@click.option("--engines", "engines", metavar="E1,E2,…",
+              help="Measure several engines' releases side by side in one run (llama.cpp, vllm, litert-lm): the "
+                   "deployed one and the board's newest release of each other engine, alternated.")
+@click.option("--backend", type=click.Choice(["release", "litert-lm"]), default="release", show_default=True,
+              help="release: the deployed release (whatever its engine). litert-lm: the recipe's .litertlm "
+                   "(target + MTP drafter) pushed for the bench alone.")
 @click.option("--litert-python", metavar="PATH",
               help="The board's Python with litert_lm (default: python3; a simulated board: this machine's).")
 @click.option("--litert-accelerator", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True,
@@ -113,11 +132,12 @@ def _session_opts(kw: dict[str, Any]) -> Any:
 @click.pass_obj
 def bench(app: App, board_name: str, recipe_name: str, out_dir: Path | None, concurrency: str | None,
           context_lengths: str | None, slots: str, idle_s: float | None, no_llama_bench: bool, no_plots: bool,
-          backend: str, litert_python: str | None, litert_accelerator: str, **kw: Any) -> None:
+          engines: str | None, backend: str, litert_python: str | None, litert_accelerator: str, **kw: Any) -> None:
     """Measure the deployed release on a board with and without its drafter: tok/s, TTFT, acceptance, J/token.
 
     The board's service is stopped while measuring (unless --shared) and started again afterwards,
     also after Ctrl-C. Results: JSON first (docs/results-schema.json), then Markdown and PNGs.
+    --engines llama.cpp,vllm,litert-lm measures those engines' releases on the board in one run.
     --backend litert-lm measures the recipe's .litertlm (target + MTP drafter) through LiteRT-LM instead.
     """
     from edgekit.bench import orchestrate
@@ -130,7 +150,8 @@ def bench(app: App, board_name: str, recipe_name: str, out_dir: Path | None, con
                    slots=slots, idle_s=idle_s)
     opts = orchestrate.BenchOptions(out_dir=out_dir, quick=kw["quick"], overrides=ov, session=_session_opts(kw),
                                     llama_bench=not no_llama_bench, ignore_eos=kw["ignore_eos"], plots=not no_plots,
-                                    backend=backend, litert_python=litert_python,
+                                    backend=backend, engines=_engines(engines, backend),
+                                    litert_python=litert_python,
                                     litert_accelerator=litert_accelerator)
     # Ctrl-C inside: the session puts the board back and raises Interrupted (exit 130).
     doc = orchestrate.measure(board_name, board, recipe, opts, say=lambda m: app.info(f"[dim]{board_name}:[/] {m}"))
@@ -152,10 +173,10 @@ def bench(app: App, board_name: str, recipe_name: str, out_dir: Path | None, con
 @click.option("--objective", type=click.Choice(["speed", "energy"]), default="speed", show_default=True,
               help="Maximise tok/s, or minimise J/token.")
 @click.option("--draft-n", "draft_n", default="1,2,3,4,5,6,7,8", show_default=True,
-              help="--spec-draft-n-max values to try.")
+              help="Draft lengths to try (llama-server's --spec-draft-n-max, vLLM's num_speculative_tokens).")
 @click.option("--p-min", "p_min", default=None,
-              help="--spec-draft-p-min values to try; 'default' = the server's (default: default,0.5,0.8; quick: "
-                   "default).")
+              help="--spec-draft-p-min values to try; 'default' = the server's (default: default,0.5,0.8; quick "
+                   "and vLLM, which has no p-min: default).")
 @click.option("--parallel", "parallel", default=None,
               help="Server slots to try, e.g. 1,2,4 (each measured at that many concurrent requests).")
 @click.option("--context-length", type=click.IntRange(1, 1 << 20), help="Prompt length (default: recipe's first).")
@@ -178,7 +199,7 @@ def tune(app: App, board_name: str, recipe_name: str, objective: str, draft_n: s
     if kw["quick"] and draft_n == "1,2,3,4,5,6,7,8":
         draft_n = "1,3"
     grid = tune_mod.Grid(draft_n=_ints(draft_n) or [recipe.runtime.draft_n_max],
-                         p_min=_p_mins(p_min) or ([None] if kw["quick"] else [None, 0.5, 0.8]),
+                         p_min=_p_mins(p_min),
                          parallel=_ints(parallel))
     opts = tune_mod.TuneOptions(objective=objective, quick=kw["quick"], n_gen=kw["n_gen"],
                                 repetitions=kw["repetitions"], warmup=kw["warmup"],
