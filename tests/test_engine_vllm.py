@@ -9,6 +9,7 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -152,3 +153,44 @@ def test_vllm_argv_and_metrics_parsing() -> None:
             "vllm:spec_decode_num_drafts_total 4.0\n")
     assert dict(_COUNTER.findall(text)) == {"vllm:spec_decode_num_draft_tokens": "12.0",
                                             "vllm:spec_decode_num_accepted_tokens": "7.0"}
+
+
+# ------------------------------------------------------------------ vLLM in a container (Jetson)
+
+def test_container_image_table_digest_pin_and_docker_argv() -> None:
+    from edgekit.config.recipes import VllmSettings
+    from edgekit.engines.vllm_container import default_image, docker_prefix, pinned, wants_container
+    from edgekit.errors import EdgekitError
+
+    assert default_image("orin-agx-64gb", "6.2") == "ghcr.io/nvidia-ai-iot/vllm:gemma4-jetson-orin"
+    assert default_image("thor-agx", "7.0").startswith("vllm/vllm-openai")
+    with pytest.raises(EdgekitError, match=r"no vLLM image for orin-nano-8gb on JetPack 5\.1"):
+        default_image("orin-nano-8gb", "5.1")
+    digest = "sha256:" + "ab" * 32
+    held = [f"docker.io/library/other@{digest}", f"ghcr.io/nvidia-ai-iot/vllm@{digest}"]
+    assert pinned("ghcr.io/nvidia-ai-iot/vllm:gemma4-jetson-orin", held) == held[1]
+    assert pinned("localhost:5000/vllm:x", [f"localhost:5000/vllm@{digest}"]) == f"localhost:5000/vllm@{digest}"
+    assert pinned("ghcr.io/nvidia-ai-iot/vllm:gemma4-jetson-orin", held[:1]) is None
+    argv = docker_prefix(held[1], "/opt/edgekit/releases/r1", 8080, {"HF_HUB_OFFLINE": "1"})
+    assert argv[:3] == ["docker", "run", "--rm"] and argv[-3:] == ["--entrypoint", "python3", held[1]]
+    assert "--runtime" in argv and argv[argv.index("--runtime") + 1] == "nvidia"
+    assert "/opt/edgekit/releases/r1/models:/opt/edgekit/releases/r1/models:ro" in argv
+    assert argv[argv.index("--name") + 1] == "edgekit-vllm-8080" and "HF_HUB_OFFLINE=1" in argv
+    jetson = SimpleNamespace(gpu_driver="/dev/nvgpu")  # only what the choice reads of the probed facts
+    sim = SimpleNamespace(gpu_driver=None)
+    assert wants_container("auto", False, jetson) and not wants_container("auto", True, jetson)
+    assert not wants_container("auto", False, sim) and wants_container("container", True, sim)
+    with pytest.raises(ValueError, match="not a container image reference"):
+        VllmSettings(image="Not An Image!")
+
+
+def test_a_container_recipe_on_a_board_without_docker_gets_one_sentence(sim_session, env, tmp_path) -> None:
+    (board,) = sim_session.boards(1, fresh=True)
+    res = edgekit(env, "deploy", "--board", board.name, "--recipe",
+                  str(variant(tmp_path, "sim-tiny-vllm-docker", runner="container", image="edgekit.invalid/none:0")))
+    assert res.returncode == 2, res.stderr[-2000:]
+    # No docker daemon (here), or one without that image (a machine with docker): one sentence either way.
+    assert (f"Board {board.name!r} has no working docker" in res.stderr
+            or f"Board {board.name!r} does not hold the vLLM image edgekit.invalid/none:0" in res.stderr), res.stderr
+    assert "Traceback" not in res.stderr
+    assert not (board.base / "releases").exists()

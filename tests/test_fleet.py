@@ -296,3 +296,36 @@ def test_deploy_and_ansible_leave_identical_boards(sim_session) -> None:
     # And each tool takes the other's work as current.
     again = edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp")
     assert again.returncode == 0 and not json.loads(again.stdout)["changed"]
+
+
+def test_ansible_rolls_out_litert_lm_and_vllm_releases_health_checks_them_and_rolls_back(sim_session) -> None:
+    """Every engine's release through the same roles: the board-side health check speaks the engine's
+    dialect (llama-style /completion for LiteRT-LM's front, /v1/completions + /metrics for vLLM)."""
+    pair = sim_session.boards(2, fresh=True)
+    env = {**os.environ, **sim_session.env}
+    file = Boards(Path(sim_session.env["EDGEKIT_CONFIG"]))
+    data = file.load()
+    data.groups["fleettest-engines"] = [b.name for b in pair]
+    file.save(data)
+    try:
+        lit = rollout(env, "--recipe", "sim-tiny-mtp-litert", "--group", "fleettest-engines")
+        assert sorted(lit["changed"]) == sorted(b.name for b in pair)
+        for b in pair:
+            health = lit["succeeded"][b.name]["health"]
+            assert health["ok"] and health["draft_n"] > 0 and health["acceptance"] > 0.2, health
+            manifest = json.loads((b.base / "current" / "release.json").read_text())
+            assert manifest["engine"] == "litert-lm"
+        board = pair[0]
+        vl = rollout(env, "--recipe", "sim-tiny-mtp-vllm", "--group", board.name)
+        health = vl["succeeded"][board.name]["health"]
+        assert health["ok"] and health["draft_n"] > 0 and health["acceptance"] > 0.2, health  # from /metrics
+        status = json.loads(edgekit(env, "--json", "fleet", "status", "--group", board.name).stdout)["boards"]
+        assert status[board.name]["recipe"] == "sim-tiny-mtp-vllm" and status[board.name]["health"]["ok"]
+        res = edgekit(env, "--json", "fleet", "rollback", "--group", board.name)
+        assert res.returncode == 0, res.stderr[-2000:]
+        back = json.loads(res.stdout)["succeeded"][board.name]
+        assert back["release"] == lit["succeeded"][board.name]["release"] and back["health"]["draft_n"] > 0
+    finally:
+        data = file.load()
+        data.groups.pop("fleettest-engines", None)
+        file.save(data)

@@ -6,7 +6,8 @@ asks), the agent, and the units that run `python -m vllm.entrypoints.openai.api_
 `--speculative-config {"method": "mtp", "model": <drafter>, "num_speculative_tokens": N}`; vLLM's
 `gemma4_mtp` runs the assistants' ordered-embedding head, which llama.cpp drops. The board's vLLM
 is a Python that imports it: the board file's `vllm_python` (sim boards: the venv `.ci/install`
-makes), else `python3`. Acceptance comes from `/metrics` (`vllm:spec_decode_num_draft_tokens` and
+makes), else `python3`; or, on a Jetson, NVIDIA's vLLM container pinned by digest
+(vllm_container.py). Acceptance comes from `/metrics` (`vllm:spec_decode_num_draft_tokens` and
 `_num_accepted_tokens`), read before and after the health completion.
 """
 
@@ -22,6 +23,7 @@ from edgekit.config.recipes import Recipe
 from edgekit.deploy.compose import ReleasePlan, agent_files, plan_release, service_ports, service_units
 from edgekit.deploy.health import Health
 from edgekit.engines.base import EngineRelease, ReleaseContext
+from edgekit.engines.vllm_container import default_image, docker_prefix, resolve, version_in, wants_container
 from edgekit.errors import EdgekitError
 from edgekit.remote.http import request
 from edgekit.remote.runner import LocalRunner, SshRunner
@@ -80,23 +82,28 @@ def board_python(board: Board) -> str:
     return board.vllm_python or "python3"
 
 
-def compose(ctx: ReleaseContext, python: str, version: str, models: dict[str, Path]) -> ReleasePlan:
+def compose(ctx: ReleaseContext, python: str, version: str, models: dict[str, Path],
+            image: str | None = None) -> ReleasePlan:
+    """The release; with ``image`` (digest-pinned) each unit runs the server in that container."""
     recipe = ctx.recipe
     has_drafter = any(rel.startswith("models/drafter/") for rel in models)
     ports = service_ports(ctx.board.service_port, recipe.runtime.port)
+    environment = {**ENVIRONMENT, **recipe.runtime.env}
+
+    def argv_at(rdir: str, port: int) -> list[str]:
+        prefix = docker_prefix(image, rdir, port, environment) if image else []
+        return [*prefix, *server_argv(python, rdir, recipe, port, has_drafter)]
+
     describe = {
         "engine": "vllm", "vllm": version, "recipe": recipe.name, "port": ports[0], "candidate_port": ports[1],
-        "server_args": server_argv(python, "$RELEASE", recipe, ports[0], has_drafter)[1:],
+        "server_command": argv_at("$RELEASE", ports[0])[:1], "server_args": argv_at("$RELEASE", ports[0])[1:],
         "drafter": has_drafter, "spec_type": "mtp" if has_drafter else "none",
         "runtime": recipe.runtime.model_dump(mode="json"), "guards": [], "gpu": "none",
+        "container": {"image": image} if image else None,
     }
 
     def render(rid: str) -> dict[str, str]:
-        def argv_at(rdir: str, port: int) -> list[str]:
-            return server_argv(python, rdir, recipe, port, has_drafter)
-
-        return service_units(ctx.facts.base, rid, argv_at, ports, "vLLM", recipe.name,
-                             {**ENVIRONMENT, **recipe.runtime.env})
+        return service_units(ctx.facts.base, rid, argv_at, ports, "vLLM", recipe.name, environment)
 
     return plan_release(recipe.name, {**models, **agent_files()}, describe, render)
 
@@ -118,9 +125,16 @@ class Vllm:
         from edgekit.convert.pipeline import prepare_inputs
         from edgekit.convert.text_only import needs_text_only, text_only
 
-        python = board_python(ctx.board)
-        version = board_vllm(ctx.runner, ctx.name, python)
-        ctx.say(f"vLLM {version} on the board ({python})")
+        v = ctx.recipe.runtime.vllm
+        image = None
+        if wants_container(v.runner, bool(ctx.board.vllm_python), ctx.facts):
+            image = resolve(ctx.runner, ctx.name, v.image or default_image(ctx.board.profile, ctx.facts.jetpack))
+            python, version = "python3", version_in(ctx.runner, image)
+            ctx.say(f"vLLM {version} in the container {image}")
+        else:
+            python = board_python(ctx.board)
+            version = board_vllm(ctx.runner, ctx.name, python)
+            ctx.say(f"vLLM {version} on the board ({python})")
         t = time.monotonic()
         ctx.say("models (HF safetensors for vLLM)")
         ready, skipped = prepare_inputs(ctx.recipe, say=lambda m: ctx.console.print(f"[dim]models: {m}[/dim]"))
@@ -134,7 +148,8 @@ class Vllm:
                 path = text_only(path)
             models.update(model_files(model.role, path))
         stages = {"models": time.monotonic() - t}
-        return EngineRelease(compose(ctx, python, version, models), {"engine": "vllm", "vllm": version}, stages)
+        return EngineRelease(compose(ctx, python, version, models, image),
+                             {"engine": "vllm", "vllm": version, "image": image}, stages)
 
     def completion(self, runner: Runner, port: int, model: str, prompt: str, n_predict: int,
                    timeout: float) -> Health:

@@ -22,7 +22,6 @@ from edgekit.deploy.health import HEALTH_PROMPT
 from edgekit.deploy.pipeline import DeployOptions, choose_strategy
 from edgekit.deploy.unit import UNIT_NAME
 from edgekit.engines.llamacpp import check_glibc, choose_build, compose, llama_src, server_help
-from edgekit.errors import EdgekitError
 from edgekit.fleet.connect import Target
 from edgekit.fleet.scripts import scripts
 
@@ -46,6 +45,7 @@ class BoardPlan:
             "release": self.plan.release_id, "base": self.base, "port": m["port"],
             "candidate_port": m["candidate_port"], "drafter": bool(m["drafter"]), "strategy": self.strategy,
             "keep": self.keep, "files": files, "blobs": [b.sha256 for b in self.plan.blobs],
+            "engine": m.get("engine", "llama.cpp"), "model": m["recipe"], "gpu": m.get("gpu", "none"),
         }
 
 
@@ -86,8 +86,7 @@ def plan_fleet(recipe: Recipe, targets: dict[str, Target], options: DeployOption
     from edgekit.deploy.models import resolve_models
 
     if recipe.runtime.engine != "llama.cpp":
-        raise EdgekitError(f"Recipe {recipe.name} serves with {recipe.runtime.engine}; `fleet rollout` deploys "
-                           "llama.cpp releases so far (use `edgekit deploy --board B` for each board).")
+        return plan_engine_fleet(recipe, targets, options, console)
     src = llama_src(options.src)
     result = FleetPlan(recipe.name)
     built: dict[str, tuple[Path, str, str]] = {}  # build target → (bin dir, key, --help)
@@ -118,6 +117,23 @@ def plan_fleet(recipe: Recipe, targets: dict[str, Target], options: DeployOption
                                      choice.gpu)
         plan = composed[kind]
         result.boards[name] = BoardPlan(name, t.facts.base, plan, choose_strategy(options, t.facts, plan),
+                                        options.keep or recipe.keep_releases)
+    return result
+
+
+def plan_engine_fleet(recipe: Recipe, targets: dict[str, Target], options: DeployOptions,
+                      console: Console) -> FleetPlan:
+    """Any other engine: its own release per board (models made once, then from the store), as deploy makes it;
+    the engine checks each board for its runtime first, before anything is sent."""
+    from edgekit.engines import ReleaseContext, get_engine
+
+    engine = get_engine(recipe.runtime.engine)
+    result = FleetPlan(recipe.name)
+    for name, t in targets.items():
+        made = engine.release(ReleaseContext(name, t.board, t.facts, recipe, t.runner, console,
+                                             lambda m, n=name: console.print(f"[dim]fleet: {n}: {m}[/dim]"),
+                                             options.src, options.cuda))
+        result.boards[name] = BoardPlan(name, t.facts.base, made.plan, choose_strategy(options, t.facts, made.plan),
                                         options.keep or recipe.keep_releases)
     return result
 

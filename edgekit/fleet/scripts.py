@@ -71,16 +71,23 @@ print(json.dumps({
 }))
 """
 
-# `python3 -c HEALTH_PY PORT EXPECT_DRAFTS(0|1) TIMEOUT N_PREDICT PROMPT UNIT`: edgekit's health
-# check (edgekit.deploy.health.check) run on the board: GET /health until 200 (failing fast once
-# UNIT is no longer active), then one completion whose `timings` must show tokens, and drafts when
-# a drafter is configured. Prints the Health as JSON; the exit status is always 0.
+# `python3 -c HEALTH_PY PORT EXPECT_DRAFTS(0|1) TIMEOUT N_PREDICT PROMPT UNIT [ENGINE MODEL GPU LOG]`:
+# edgekit's health check (edgekit.deploy.health.check) run on the board: GET /health until 200 (failing
+# fast once UNIT is no longer active), then one greedy completion in ENGINE's dialect (llama.cpp and
+# litert-lm: /completion and its `timings`; vllm: /v1/completions for MODEL, drafts from /metrics read
+# before and after) that must show tokens, and drafts when a drafter is configured; with GPU "required"
+# or "optional", the server log LOG must show ggml-cuda finding a device (required: else it fails).
+# Prints the Health as JSON; the exit status is always 0.
 HEALTH_PY = r"""
-import http.client, json, os, subprocess, sys, time
+import http.client, json, os, re, subprocess, sys, time
 
 port, expect, timeout = int(sys.argv[1]), sys.argv[2] == "1", float(sys.argv[3])
 n_predict, prompt, unit = int(sys.argv[4]), sys.argv[5], sys.argv[6]
+engine, model = (sys.argv[7], sys.argv[8]) if len(sys.argv) > 8 else ("llama.cpp", "")
+gpu, log = (sys.argv[9], sys.argv[10]) if len(sys.argv) > 10 else ("none", "")
 sudo = [] if os.getuid() == 0 else ["sudo", "-n"]
+COUNTER = re.compile(r"^vllm:spec_decode_num_(draft|accepted)_tokens(?:_total)?(?:\{[^}]*\})?\s+(\S+)$", re.M)
+CUDA_INIT = re.compile(r"ggml_cuda_init: (found (\d+) CUDA devices?|failed to initialize CUDA: [^\n]*)")
 
 def alive():
     try:
@@ -108,11 +115,64 @@ def request(method, path, payload, wait):
 
 def result(ok, reason, ready=None, **more):
     out = {"ok": ok, "reason": reason, "seconds_to_ready": ready, "tokens": 0, "tokens_per_second": None,
-           "draft_n": None, "draft_n_accepted": None, "text": ""}
+           "draft_n": None, "draft_n_accepted": None, "text": "", "gpu": None}
     out.update(more)
     out["acceptance"] = (out["draft_n_accepted"] or 0) / out["draft_n"] if out["draft_n"] else None
     print(json.dumps(out))
     sys.exit(0)
+
+def counters():
+    status, body = request("GET", "/metrics", None, 30)
+    out = {}
+    for kind, value in COUNTER.findall(body.decode("utf-8", "replace") if status == 200 else ""):
+        out[kind] = out.get(kind, 0.0) + float(value)
+    return out
+
+def llama_completion():
+    payload = {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "cache_prompt": False, "seed": 0}
+    status, body = request("POST", "/completion", payload, timeout)
+    if status != 200:
+        return status, body, {}
+    data = json.loads(body.decode() or "null") or {}
+    timings = data.get("timings") or {}
+    return status, body, {"tokens": int(timings.get("predicted_n") or data.get("tokens_predicted") or 0),
+                          "tokens_per_second": timings.get("predicted_per_second"),
+                          "draft_n": timings.get("draft_n"), "draft_n_accepted": timings.get("draft_n_accepted"),
+                          "text": str(data.get("content", ""))}
+
+def vllm_completion():
+    before, t0 = counters(), time.monotonic()
+    payload = {"model": model, "prompt": prompt, "max_tokens": n_predict, "temperature": 0.0, "seed": 0,
+               "ignore_eos": True}
+    status, body = request("POST", "/v1/completions", payload, timeout)
+    seconds = time.monotonic() - t0
+    if status != 200:
+        return status, body, {}
+    after, data = counters(), json.loads(body.decode() or "null") or {}
+    tokens = int((data.get("usage") or {}).get("completion_tokens") or 0)
+    drafted = int(after.get("draft", 0) - before.get("draft", 0))
+    return status, body, {"tokens": tokens, "tokens_per_second": round(tokens / seconds, 2) if seconds else None,
+                          "draft_n": drafted or None,
+                          "draft_n_accepted": int(after.get("accepted", 0) - before.get("accepted", 0))
+                          if drafted else None,
+                          "text": str(((data.get("choices") or [{}])[0]).get("text", ""))}
+
+def gpu_use():
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - 65536))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        text = ""
+    found = CUDA_INIT.findall(text)
+    if not found:
+        return False, "not used: the server log has no CUDA start-up line"
+    line, count = found[-1]
+    if count and int(count) > 0:
+        return True, "used (%s CUDA device%s)" % (count, "s" if int(count) > 1 else "")
+    reason = line[len("failed to initialize CUDA: "):] if line.startswith("failed to initialize CUDA: ") else line
+    return False, "not used: %s; the server runs on the CPU" % reason
 
 start, last = time.monotonic(), "no answer"
 while True:
@@ -129,23 +189,20 @@ while True:
         result(False, "the server exited before it was ready (%s)" % last)
     time.sleep(0.25)
 ready = round(time.monotonic() - start, 2)
-payload = {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "cache_prompt": False, "seed": 0}
 try:
-    status, body = request("POST", "/completion", payload, timeout)
+    status, body, more = vllm_completion() if engine == "vllm" else llama_completion()
 except ConnectionError as exc:
     result(False, "the completion request failed: %s" % exc, ready)
 if status != 200:
     result(False, "the completion request answered %d: %r" % (status, body[:200]), ready)
-data = json.loads(body.decode() or "null") or {}
-timings = data.get("timings") or {}
-tokens = int(timings.get("predicted_n") or data.get("tokens_predicted") or 0)
-more = {"tokens": tokens, "tokens_per_second": timings.get("predicted_per_second"),
-        "draft_n": timings.get("draft_n"), "draft_n_accepted": timings.get("draft_n_accepted"),
-        "text": str(data.get("content", ""))}
-if tokens <= 0:
+if more["tokens"] <= 0:
     result(False, "the completion generated no tokens", ready, **more)
 if expect and not more["draft_n"]:
     result(False, "a drafter is configured but the server drafted no tokens (draft_n = 0)", ready, **more)
+if gpu in ("required", "optional"):
+    used, more["gpu"] = gpu_use()
+    if not used and gpu == "required":
+        result(False, "the GPU was %s" % more["gpu"], ready, **more)
 result(True, "healthy", ready, **more)
 """
 
