@@ -50,8 +50,8 @@ def tune_point(rel: BoardRelease, drafter: ServerConfig, n: int, p_min: float | 
         args[i + 1] = json.dumps({**json.loads(args[i + 1]), "num_speculative_tokens": n}, separators=(",", ":"))
         settings = dict(drafter.settings)
     else:
-        raise EdgekitError(f"{rel.engine}'s draft length is fixed when its model is exported; `edgekit tune` "
-                           "sweeps llama.cpp and vLLM releases.")
+        raise EdgekitError(f"{rel.engine}'s draft length is fixed when its model is exported: tune sweeps it "
+                           "with one bundle per length (tune.litert_configs), not by server flags.")
     settings.update(draft_n_max=n, draft_p_min=p_min)
     return ServerConfig(drafter.name, args, True, settings, drafter.exe, drafter.env, drafter.api, drafter.model,
                         drafter.release_dir)

@@ -71,6 +71,7 @@ def push_bundle(runner: Any, base: str, path: Path, work: str) -> str:
     sha, size = blob_of(path)
     push_blobs(runner, base, [Blob(sha, size, path)])
     link = f"{work}/model.litertlm"
+    runner.run(["mkdir", "-p", work], timeout=30)
     runner.run(["ln", "-sfn", store_path(resolve_base(runner, base), sha), link], timeout=30)
     return link
 

@@ -87,6 +87,36 @@ def configs(rel: BoardRelease, board: Board, port: int, grid: Grid, deployed_par
     return [(c, [Point(int(c.settings["parallel"]), None)]) for c in out]
 
 
+def litert_configs(sess: Session, board: Board, recipe: Recipe, grid: Grid,
+                   say: Callable[[str], None]) -> list[tuple[serverconf.ServerConfig, list[Point]]]:
+    """LiteRT-LM's draft length is fixed when the bundle is exported: one bundle per length (exported once,
+    then from the store), each pushed into the session's work dir; the release itself is the baseline."""
+    from edgekit.bench import litert_backend
+    from edgekit.engines.litert import python_of
+
+    if grid.parallel or any(p is not None for p in grid.p_min or []):
+        raise EdgekitError("LiteRT-LM serves one request at a time and its MTP drafter has no p-min: tune it with "
+                           "--draft-n alone.")
+    rel = sess.release_for("litert-lm")
+    (baseline,) = [c for c in engines.configs(rel, board, sess.bench_port, None, None) if not c.speculative]
+    lit = rel.manifest.get("litert") or {}
+    base = sess.facts.base if sess.facts else board.base
+    out = []
+    for n in grid.draft_n:
+        say(f"LiteRT-LM bundle drafting {n} (exported once per draft length)")
+        variant = recipe.model_copy(update={"runtime": recipe.runtime.model_copy(update={"draft_n_max": n})})
+        bundle = litert_backend.bundle_for(variant)
+        remote = litert_backend.push_bundle(sess.runner, base, Path(bundle["file"]), f"{sess.work}/n{n}")
+        (cfg,) = [c for c in litert_backend.configs(python_of(board), sess.agent, remote, sess.bench_port,
+                                                    int(lit.get("cache_length") or bundle["cache_length"]), n,
+                                                    recipe.runtime.litert.accelerator) if c.speculative]
+        cfg.name = f"n{n}-pdef"
+        cfg.settings.update(draft_p_min=None, parallel=1)
+        out.append(cfg)
+    baseline.settings["parallel"] = 1
+    return [(c, [Point(1, None)]) for c in [*out, baseline]]
+
+
 def _line(run: Run, total: int) -> str:
     acc = run.metrics.get("acceptance")
     return (f"run {run.index + 1}/{total}: {run.config}: {run.metrics.get('tokens_per_second') or 0:.1f} tok/s"
@@ -135,16 +165,15 @@ def tune(name: str, board: Board, recipe: Recipe, grid: Grid, opts: TuneOptions,
         raise EdgekitError("--objective energy needs power sampling (drop --no-power).")
     sess = Session(name, board, recipe, sopts, say=say)
     with sess:
-        if sess.engine == "litert-lm":
-            raise EdgekitError(f"Board {name!r} serves {recipe.name} with LiteRT-LM, whose draft length is fixed "
-                               "when the bundle is exported; `edgekit tune` sweeps llama.cpp and vLLM releases "
-                               "(compare draft lengths by deploying bundles with another runtime.draft_n_max).")
         if not sess.manifest.get("drafter"):
             raise EdgekitError(f"Release {sess.release} on board {name!r} has no speculative decoding to tune.")
-        if grid.p_min is None:  # vLLM's MTP has no p-min; llama-server's matters, except in a smoke test
+        if grid.p_min is None:  # only llama-server has a p-min; a smoke test leaves it at the default
             grid.p_min = [None] if opts.quick or sess.engine != "llama.cpp" else [None, 0.5, 0.8]
-        matrix = configs(sess.release_for(sess.engine), board, sess.bench_port, grid, recipe.runtime.parallel,
-                         ctx + n_gen + 256)
+        if sess.engine == "litert-lm":
+            matrix = litert_configs(sess, board, recipe, grid, say)
+        else:
+            matrix = configs(sess.release_for(sess.engine), board, sess.bench_port, grid, recipe.runtime.parallel,
+                             ctx + n_gen + 256)
         matrix = [(c, [Point(p.concurrency, ctx) for p in pts]) for c, pts in matrix]
         power_on = sess.start_power()
         if opts.objective == "energy" and not power_on:
