@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import urllib.request
 from pathlib import Path
@@ -14,6 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import yaml
+from cli_helpers import edgekit, ok_json
 
 from edgekit.bench import results
 from edgekit.config.boardfile import Boards
@@ -23,16 +23,6 @@ from edgekit.models.safetensors import SafetensorsFile
 from edgekit.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def edgekit(env: dict[str, str], *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True,
-                          timeout=timeout, check=False, env=env)
-
-
-def ok_json(res: subprocess.CompletedProcess) -> dict:
-    assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads(res.stdout)
 
 
 def greedy(port: int, model: str, prompt: str = "The three primary colours are", n: int = 24) -> str:

@@ -8,27 +8,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import edgekit, ok_json
 
 from edgekit.bench import results
 from edgekit.config.boardfile import Boards
 
 ENGINES = ("llama.cpp", "vllm", "litert-lm")
 RECIPES = {"llama.cpp": "sim-tiny-mtp", "vllm": "sim-tiny-mtp-vllm", "litert-lm": "sim-tiny-mtp-litert"}
-
-
-def edgekit(env: dict[str, str], *args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True,
-                          timeout=timeout, check=False, env=env)
-
-
-def ok_json(res: subprocess.CompletedProcess) -> dict:
-    assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads(res.stdout)
 
 
 @pytest.fixture
