@@ -4,7 +4,8 @@ Strategy "candidate" (default when memory allows): start the new release as a se
 spare port, health-check it there while the old release keeps serving, then restart the main
 unit on the new release, check it again, and only then switch `current`. Strategy "in-place" (for
 boards that cannot hold two models): restart the main unit on the new release, health-check it,
-and on failure put the old release back. Either way a failure leaves `current` and the service on
+and on failure put the old release back; a board that serves nothing yet starts the new release in
+place (there is nothing for a candidate to protect). Either way a failure leaves `current` and the service on
 the last good release, and the error carries the server's last log lines.
 """
 
@@ -104,6 +105,10 @@ def activate(
     on_step(f"creating release {release_id}")
     releases.create(runner, base, release_id, file_shas)
 
+    if strategy == "candidate" and not main.is_active():
+        # A candidate protects what serves; with nothing serving, the service's own start is the check.
+        on_step("nothing serves yet: starting the release as the service itself")
+        strategy = "in-place"
     if strategy == "candidate":
         cand = Service(runner, CANDIDATE_UNIT, need_sudo)
         on_step(f"starting the new release as a candidate on port {candidate_port}")

@@ -132,6 +132,6 @@ def deploy(name: str, board: Board, recipe: Recipe, options: DeployOptions, cons
         board=name, recipe=recipe.name, release=plan.release_id, changed=activation.changed,
         bytes_sent=report.sent_bytes, blobs_sent=report.sent_blobs, blobs_skipped=report.skipped_blobs,
         seconds=round(time.monotonic() - start, 2), health=activation.health.to_dict(),
-        build=made.build, previous=activation.previous, strategy=strategy,
+        build=made.build, previous=activation.previous, strategy=activation.strategy,
         stages={k: round(v, 2) for k, v in stages.items()},
     )
