@@ -166,6 +166,12 @@ def test_bench_results_plots_and_the_known_power_integral(traced_nx, env: dict[s
 
 # ------------------------------------------------------------------------------------- Ctrl-C
 
+def _sigint_default() -> None:
+    """A background job (`.ci/run &`) starts with SIGINT ignored, and Python keeps an ignored SIGINT: the
+    bench would never see the Ctrl-C this test sends. Give the child the default, as a terminal would."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_the_load_and_leaves_the_service_as_it_was(agx: SimBoard, env: dict[str, str],
                                                                tmp_path: Path) -> None:
     before = _service(agx)
@@ -173,7 +179,7 @@ def test_ctrl_c_stops_the_load_and_leaves_the_service_as_it_was(agx: SimBoard, e
     proc = subprocess.Popen([sys.executable, "-m", "edgekit", "bench", "--board", agx.name, "--recipe", RECIPE,
                              "--quick", "--n-gen", "400", "--ignore-eos", "--no-llama-bench", "--out",
                              str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+                            env=env, preexec_fn=_sigint_default)
     deadline = time.monotonic() + 120
     while not glob.glob(f"{agx.base}/bench/*/jobs/load-0/child"):
         assert proc.poll() is None, proc.communicate()[1][-2000:]

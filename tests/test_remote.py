@@ -90,3 +90,35 @@ def test_unreachable_and_bad_key_are_one_line(sim_boards, tmp_path: Path) -> Non
     assert res.returncode == 2 and "Cannot reach" in res.stderr and res.stderr.count("\n") == 1
     res = edgekit("--config", str(alt), "board", "probe", "--board", "nokey")
     assert res.returncode == 2 and "does not exist" in res.stderr
+
+
+def test_ctrl_c_during_a_remote_command_is_not_lost(sim_session, monkeypatch) -> None:
+    """A Ctrl-C that lands while a command runs on the board reaches edgekit (Fabric re-raises it without a pty)
+    once the command's output is in, and the connection still works afterwards."""
+    import os
+    import signal
+    import threading
+    import time
+
+    import pytest
+
+    from edgekit.config.boardfile import Boards
+    from edgekit.remote.runner import SshRunner
+
+    (board,) = sim_session.boards(1)
+    for key, value in sim_session.env.items():
+        monkeypatch.setenv(key, value)
+    runner = SshRunner(Boards(Path(sim_session.env["EDGEKIT_CONFIG"])).load().boards[board.name], board.name)
+    # Python's own handler, whatever this test process inherited (a background job starts with SIGINT ignored).
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert runner.run(["true"]).ok  # connected before the clock starts
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            runner.run(["sleep", "1.5"])
+        assert time.monotonic() - start >= 1.4  # raised once the command was back
+        assert runner.run(["true"]).ok  # the connection still works
+    finally:
+        signal.signal(signal.SIGINT, old)
+        runner.close()
