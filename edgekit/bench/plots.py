@@ -35,8 +35,19 @@ def _save(plt: Any, fig: Any, path: Path) -> None:
     plt.close(fig)
 
 
+ENGINE_COLORS = {"llama.cpp": "#1f77b4", "vllm": "#2ca02c", "litert-lm": "#d62728"}
+
+
 def _color(name: str, k: int) -> str:
+    """Several engines (``<engine>/<config>``): one colour per engine, the baseline told by its marker."""
+    engine, sep, _ = name.partition("/")
+    if sep:
+        return ENGINE_COLORS.get(engine, f"C{k + 2}")
     return COLORS.get(name, f"C{k + 2}")
+
+
+def _marker(name: str) -> str:
+    return "s" if name.endswith("baseline") and "/" in name else "o"
 
 
 def _empty(ax: Any, text: str) -> None:
@@ -69,7 +80,7 @@ def tps_vs_concurrency(doc: dict[str, Any], path: Path) -> None:
             ys = [p["tokens_per_second"]["mean"] for p in pts]
             err = [p["tokens_per_second"]["ci95"] or 0.0 for p in pts]
             label = cfg + (f", ctx {ctx}" if len(ctxs) > 1 else "")
-            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=4, linestyle=styles[j % len(styles)],
+            ax.errorbar(xs, ys, yerr=err, marker=_marker(cfg), capsize=4, linestyle=styles[j % len(styles)],
                         color=_color(cfg, k), label=label)
     ax.set_xscale("log", base=2)
     concs = sorted({p["concurrency"] for p in summary})
@@ -158,7 +169,8 @@ def joules_per_token(doc: dict[str, Any], path: Path) -> None:
                     xs.append(i + k * width)
                     ys.append(p["joules_per_token"]["mean"])
                     err.append(p["joules_per_token"]["ci95"] or 0.0)
-            ax.bar(xs, ys, width, yerr=err, capsize=3, color=_color(cfg, k), label=cfg)
+            ax.bar(xs, ys, width, yerr=err, capsize=3, color=_color(cfg, k), label=cfg,
+                   hatch="//" if _marker(cfg) == "s" else None)
         ax.set_xticks([i + width * (len(cfgs) - 1) / 2 for i in range(len(pts))])
         ax.set_xticklabels([f"c={c}\nctx={ctx or '-'}" for ctx, c in pts])
         ax.set_ylabel("J / generated token")
