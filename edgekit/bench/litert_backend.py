@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from edgekit.bench.serverconf import ServerConfig
-from edgekit.engines.litert import board_python, bundle_for
+from edgekit.engines.litert import BUNDLE, front_argv
 
 
 def blob_of(path: Path) -> tuple[str, int]:
@@ -26,39 +26,34 @@ def blob_of(path: Path) -> tuple[str, int]:
 
 
 def configs(python: str, agent_path: str, bundle: str, port: int, cache_length: int,
-            draft_steps: int | None, accelerator: str = "cpu") -> list[ServerConfig]:
-    """[drafter, baseline] on the bench port: the same bundle, LiteRT-LM's MTP drafter on and off."""
-    front = [python, str(PurePosixPath(agent_path).parent / "litert_server.py")]
-    cache = str(PurePosixPath(bundle).parent / "litert-cache")  # in the bench work dir: removed with it
-    base = ["--model", bundle, "--port", str(port), "--ctx", str(cache_length), "--cache-dir", cache,
-            "--accelerator", accelerator]
+            draft_steps: int | None, accelerator: str = "cpu", cache_dir: str | None = None) -> list[ServerConfig]:
+    """[drafter, baseline] on the bench port: the same bundle, LiteRT-LM's MTP drafter on and off, the front
+    spelled as the release's units spell it (``engines.litert.front_argv``)."""
+    root = str(PurePosixPath(agent_path).parent.parent)  # the front lives in <root>/agent/
+    cache = cache_dir or str(PurePosixPath(bundle).parent / "litert-cache")  # beside the bundle: removed with it
+
+    def argv(steps: int | None) -> list[str]:
+        return front_argv(python, root, bundle, "127.0.0.1", port, cache_length, steps, accelerator, cache)
+
     settings = {"backend": "litert-lm", "accelerator": accelerator, "ctx_size": cache_length, "parallel": 1}
     out = []
     if draft_steps:
-        out.append(ServerConfig("drafter", [*base, "--speculative", "--draft-steps", str(draft_steps)], True,
-                                {**settings, "spec_type": "litert-mtp", "draft_n_max": draft_steps}, front))
-    out.append(ServerConfig("baseline", base, False, {**settings, "spec_type": "none", "draft_n_max": None}, front))
+        spec = argv(draft_steps)
+        out.append(ServerConfig("drafter", spec[2:], True,
+                                {**settings, "spec_type": "litert-mtp", "draft_n_max": draft_steps}, spec[:2]))
+    base = argv(None)
+    out.append(ServerConfig("baseline", base[2:], False, {**settings, "spec_type": "none", "draft_n_max": None},
+                            base[:2]))
     return out
 
 
 def release_configs(manifest: dict[str, Any], release_dir: str, python: str, port: int) -> list[ServerConfig]:
     """[drafter, baseline] of a deployed LiteRT-LM release (engine: litert-lm), moved to the bench port."""
-    args = [a.replace("$RELEASE", release_dir) for a in manifest.get("server_args") or []]
-    front, args = [python, args[0]], args[1:]
-    args[args.index("--port") + 1] = str(port)
-    base = [a for a in args if a != "--speculative"]
-    if "--draft-steps" in base:
-        i = base.index("--draft-steps")
-        del base[i:i + 2]
     lit = manifest.get("litert") or {}
-    acc = args[args.index("--accelerator") + 1] if "--accelerator" in args else "cpu"
-    settings = {"backend": "litert-lm", "accelerator": acc, "ctx_size": lit.get("cache_length"), "parallel": 1}
-    out = []
-    if "--speculative" in args:
-        out.append(ServerConfig("drafter", args, True, {**settings, "spec_type": "litert-mtp",
-                                                        "draft_n_max": lit.get("draft_steps")}, front))
-    out.append(ServerConfig("baseline", base, False, {**settings, "spec_type": "none", "draft_n_max": None}, front))
-    return out
+    accelerator = ((manifest.get("runtime") or {}).get("litert") or {}).get("accelerator", "cpu")
+    return configs(python, f"{release_dir}/agent/edgekit_agent.py", f"{release_dir}/{BUNDLE}", port,
+                   int(lit["cache_length"]), lit.get("draft_steps") if manifest.get("drafter") else None,
+                   accelerator, f"{release_dir}/litert-cache-{port}")
 
 
 def push_bundle(runner: Any, base: str, path: Path, work: str) -> str:
@@ -76,4 +71,4 @@ def push_bundle(runner: Any, base: str, path: Path, work: str) -> str:
     return link
 
 
-__all__ = ["blob_of", "board_python", "bundle_for", "configs", "push_bundle", "release_configs"]
+__all__ = ["blob_of", "configs", "push_bundle", "release_configs"]

@@ -22,6 +22,7 @@ from edgekit.bench.session import BoardRelease, Run, Session, SessionOptions, ch
 from edgekit.config.boardfile import Board
 from edgekit.config.profiles import get_profile
 from edgekit.config.recipes import Recipe
+from edgekit.engines import litert as litert_engine
 from edgekit.errors import EdgekitError
 
 
@@ -61,7 +62,7 @@ def measure(name: str, board: Board, recipe: Recipe, opts: BenchOptions,
     sopts = opts.session
     sopts.cooldown_temp_c = plan.cooldown_temp_c
     litert = opts.backend == "litert-lm"
-    bundle = litert_backend.bundle_for(recipe, say=say) if litert else None  # on the host, before the board
+    bundle = litert_engine.bundle_for(recipe, say=say) if litert else None  # on the host, before the board
     if bundle is not None and not plan.fits(bundle["cache_length"]):
         raise EdgekitError(f"The LiteRT-LM bundle's KV cache holds {bundle['cache_length']} tokens, fewer than the "
                            f"bench's longest prompt + n_gen; raise convert.litert_cache_length in {recipe.name}.")
@@ -69,7 +70,7 @@ def measure(name: str, board: Board, recipe: Recipe, opts: BenchOptions,
     with sess:
         rels: list[BoardRelease] = []
         if bundle is not None:
-            python = litert_backend.board_python(sess.runner, name, _litert_python(board, opts), "--litert-python")
+            python = litert_engine.board_python(sess.runner, name, _litert_python(board, opts), "--litert-python")
             say(f"pushing the LiteRT-LM bundle ({Path(bundle['file']).stat().st_size / 1e6:.1f} MB) to {name}")
             remote = litert_backend.push_bundle(sess.runner, sess.facts.base if sess.facts else board.base,
                                                 Path(bundle["file"]), sess.work)

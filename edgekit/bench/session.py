@@ -268,10 +268,9 @@ class Session:
             self.say(f"warning: still {res.get('temp_c')} °C after {self.opts.cooldown_timeout_s:.0f} s of cool-down")
         return res
 
-    def llama_bench(self, pp: int, tg: int, reps: int, release: BoardRelease | None = None) -> list[dict[str, Any]]:
-        """llama-bench pp / tg of a llama.cpp release's target (default: the deployed one) with its settings."""
-        rdir = release.dir if release else self.release_dir
-        rt = (release.manifest.get("runtime") or {}) if release else self.recipe.runtime.model_dump()
+    def llama_bench(self, pp: int, tg: int, reps: int, release: BoardRelease) -> list[dict[str, Any]]:
+        """llama-bench pp / tg of a llama.cpp release's target, with the settings that release serves with."""
+        rdir, rt = release.dir, release.manifest.get("runtime") or {}
         out = []
         for test, (p, n) in (("pp", (pp, 0)), ("tg", (0, tg))):
             self.cooldown()

@@ -92,7 +92,7 @@ def litert_configs(sess: Session, board: Board, recipe: Recipe, grid: Grid,
     """LiteRT-LM's draft length is fixed when the bundle is exported: one bundle per length (exported once,
     then from the store), each pushed into the session's work dir; the release itself is the baseline."""
     from edgekit.bench import litert_backend
-    from edgekit.engines.litert import python_of
+    from edgekit.engines.litert import bundle_for, python_of
 
     if grid.parallel or any(p is not None for p in grid.p_min or []):
         raise EdgekitError("LiteRT-LM serves one request at a time and its MTP drafter has no p-min: tune it with "
@@ -105,7 +105,7 @@ def litert_configs(sess: Session, board: Board, recipe: Recipe, grid: Grid,
     for n in grid.draft_n:
         say(f"LiteRT-LM bundle drafting {n} (exported once per draft length)")
         variant = recipe.model_copy(update={"runtime": recipe.runtime.model_copy(update={"draft_n_max": n})})
-        bundle = litert_backend.bundle_for(variant)
+        bundle = bundle_for(variant)
         remote = litert_backend.push_bundle(sess.runner, base, Path(bundle["file"]), f"{sess.work}/n{n}")
         (cfg,) = [c for c in litert_backend.configs(python_of(board), sess.agent, remote, sess.bench_port,
                                                     int(lit.get("cache_length") or bundle["cache_length"]), n,

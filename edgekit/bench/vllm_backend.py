@@ -35,11 +35,9 @@ def configs(manifest: dict[str, Any], release_dir: str, python: str, port: int, 
             slot_ctx: int | None) -> list[ServerConfig]:
     """[drafter, baseline] (only the baseline when the release does not draft)."""
     args = [a.replace("$RELEASE", release_dir) for a in manifest.get("server_args") or []]
-    exe = list(manifest.get("server_command") or [python])
-    if exe == ["docker"]:  # the release's container, under the bench's own name
-        args = set_flag(args, "--name", "edgekit-vllm-bench")
-    else:
-        exe = [python]
+    exe = [python]
+    if manifest.get("server_command") == ["docker"]:  # the release's container, under the bench's own name
+        exe, args = ["docker"], set_flag(args, "--name", "edgekit-vllm-bench")
     args = set_flag(args, "--port", str(port))
     if parallel is not None:
         args = set_flag(args, "--max-num-seqs", str(parallel))

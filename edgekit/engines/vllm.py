@@ -94,9 +94,10 @@ def compose(ctx: ReleaseContext, python: str, version: str, models: dict[str, Pa
         prefix = docker_prefix(image, rdir, port, environment) if image else []
         return [*prefix, *server_argv(python, rdir, recipe, port, has_drafter)]
 
+    served = argv_at("$RELEASE", ports[0])
     describe = {
         "engine": "vllm", "vllm": version, "recipe": recipe.name, "port": ports[0], "candidate_port": ports[1],
-        "server_command": argv_at("$RELEASE", ports[0])[:1], "server_args": argv_at("$RELEASE", ports[0])[1:],
+        "server_command": served[:1], "server_args": served[1:],
         "drafter": has_drafter, "spec_type": "mtp" if has_drafter else "none",
         "runtime": recipe.runtime.model_dump(mode="json"), "guards": [], "gpu": "none",
         "container": {"image": image} if image else None,

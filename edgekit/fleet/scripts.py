@@ -9,7 +9,9 @@ Values only ever arrive as arguments; the roles quote every argument (Jinja's `q
 
 from __future__ import annotations
 
+from edgekit.agent.load import _SPEC_COUNTER
 from edgekit.deploy import service
+from edgekit.deploy.health import _CUDA_INIT
 from edgekit.remote import boardscripts, releases
 
 # `python3 -c STATE_PY BASE [RELEASE] [UNIT]`: current, serving, releases (oldest first, as
@@ -86,8 +88,8 @@ n_predict, prompt, unit = int(sys.argv[4]), sys.argv[5], sys.argv[6]
 engine, model = (sys.argv[7], sys.argv[8]) if len(sys.argv) > 8 else ("llama.cpp", "")
 gpu, log = (sys.argv[9], sys.argv[10]) if len(sys.argv) > 10 else ("none", "")
 sudo = [] if os.getuid() == 0 else ["sudo", "-n"]
-COUNTER = re.compile(r"^vllm:spec_decode_num_(draft|accepted)_tokens(?:_total)?(?:\{[^}]*\})?\s+(\S+)$", re.M)
-CUDA_INIT = re.compile(r"ggml_cuda_init: (found (\d+) CUDA devices?|failed to initialize CUDA: [^\n]*)")
+COUNTER = re.compile(@SPEC_COUNTER@, re.M)
+CUDA_INIT = re.compile(@CUDA_INIT@)
 
 def alive():
     try:
@@ -205,6 +207,9 @@ if gpu in ("required", "optional"):
         result(False, "the GPU was %s" % more["gpu"], ready, **more)
 result(True, "healthy", ready, **more)
 """
+# The patterns the host's health check and the agent's load read, not a copy of them.
+HEALTH_PY = HEALTH_PY.replace("@SPEC_COUNTER@", repr(_SPEC_COUNTER.pattern)).replace("@CUDA_INIT@",
+                                                                                     repr(_CUDA_INIT.pattern))
 
 # `sh -c INVENTORY_RO sh STORE SHA...`: INVENTORY_SH without creating the store (for --check).
 INVENTORY_RO = r"""
