@@ -41,10 +41,10 @@ from edgekit.align.prompts import load_prompts
 from edgekit.align.run import AlignJob, align
 from edgekit.align.server import complete, server_acceptance
 from edgekit.align.spec import AlignSpec
-from edgekit.align.tinytarget import finetune_target
-from edgekit.convert.tiny import write_tokenizer
 from edgekit.models.inputs import ModelInput
 from edgekit.paths import cache_dir
+from edgekit.tinymodels.tokenizer import write_tokenizer
+from edgekit.tinymodels.tuned import finetune_target
 
 SPECIALS = {"pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 2}
 

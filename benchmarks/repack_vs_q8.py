@@ -33,9 +33,9 @@ import numpy as np
 
 from edgekit.convert.gguf_io import LOSSLESS, GGUFFile
 from edgekit.convert.llamacpp import find_llamacpp
-from edgekit.convert.tiny import write_tokenizer
 from edgekit.models.safetensors import open_model
 from edgekit.paths import cache_dir
+from edgekit.tinymodels.tokenizer import write_tokenizer
 
 BLOCK = 32
 VOCAB = 262_144

@@ -112,7 +112,8 @@ def _mismatched_target(out: Path, hidden: int = 64, vocab: int = 400) -> Path:
     """A real Gemma 4 target of another size (hidden or vocabulary), written like the tiny one."""
     from transformers import Gemma4ForConditionalGeneration
 
-    from edgekit.convert.tiny import target_config, write_tokenizer
+    from edgekit.tinymodels.legacy import target_config
+    from edgekit.tinymodels.tokenizer import write_tokenizer
 
     cfg = target_config(write_tokenizer(out, vocab))
     cfg.text_config.hidden_size = hidden

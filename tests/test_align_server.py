@@ -1,6 +1,6 @@
 """Alignment measured where it counts: llama-server's draft-mtp on a simulated board.
 
-The target is the tiny Gemma 4 fine-tuned on text (edgekit.align.tinytarget: the random one is chaos no
+The target is the tiny Gemma 4 fine-tuned on text (edgekit.tinymodels.tuned: the random one is chaos no
 drafter can follow); the drafter is the random tiny assistant, before and after `edgekit drafter align`.
 """
 

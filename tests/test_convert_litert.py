@@ -12,8 +12,8 @@ import pytest
 from edgekit.config.recipes import Recipe
 from edgekit.convert import litert, litert_run
 from edgekit.convert.pipeline import convert_recipe
-from edgekit.convert.tiny import ensure_tiny_pair
 from edgekit.store import Store
+from edgekit.tinymodels.legacy import ensure_tiny_pair
 
 pytestmark = pytest.mark.skipif(not litert.available(), reason="litert-torch / litert-lm-api not installed")
 

@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 from edgekit.convert.qat import eligible_shape, exact_q4_0
-from edgekit.convert.tiny import SPECIALS, ensure_tiny_pair, make_tiny_pair, snap_to_grid, write_tokenizer
 from edgekit.models.safetensors import open_model
+from edgekit.tinymodels.grid import snap_to_grid
+from edgekit.tinymodels.legacy import ensure_tiny_pair, make_tiny_pair
+from edgekit.tinymodels.tokenizer import SPECIALS, write_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,9 @@ from edgekit.cli import cli
 from edgekit.convert.llamacpp import LlamaCpp, find_llamacpp
 from edgekit.convert.pipeline import repack_any
 from edgekit.convert.qat import BLOCK, exact_q4_0, pack_q4_0, widen
-from edgekit.convert.tiny import ensure_tiny_pair
 from edgekit.errors import EdgekitError
 from edgekit.models.safetensors import open_model
+from edgekit.tinymodels.legacy import ensure_tiny_pair
 
 Q4_0 = GGMLQuantizationType.Q4_0
 Q8_0 = GGMLQuantizationType.Q8_0

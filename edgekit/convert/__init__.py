@@ -3,5 +3,5 @@
 - :mod:`edgekit.convert.pipeline`: ``edgekit convert`` / ``repack`` / ``verify`` entry points;
 - :mod:`edgekit.convert.gguf_stage`: one model → one checked GGUF artifact in the store;
 - :mod:`edgekit.convert.qat` + :mod:`edgekit.convert.repack`: exact Q4_0 for QAT weights;
-- :mod:`edgekit.convert.tiny`: tiny Gemma 4 target/drafter checkpoints for tests and the sim.
+- generated test models live in :mod:`edgekit.tinymodels`.
 """

@@ -18,8 +18,9 @@ has a ``tf_lite_mtp_drafter`` section. Its contract, read from LiteRT-LM's sourc
 
 The drafter graph computes what transformers' ``Gemma4AssistantForCausalLM`` computes in a drafting
 round: query at position t + 1 (LiteRT-LM passes t), keys 0…t of the last non-shared target layer of
-each attention type, llama.cpp's sliding window ((t + 1) − p < W, as edgekit's alignment trains), dense
-logits over the vocabulary (as llama.cpp; the ordered-embedding centroids are a speed-up only).
+each attention type, llama.cpp's sliding window ((t + 1) − p < W, as edgekit's alignment trains), and the
+drafter's own head: dense logits over the vocabulary, or, for an assistant with ordered embeddings (every
+published E2B/E4B one), transformers' centroid-masked head (:func:`_ordered_head`).
 """
 
 import json
@@ -111,6 +112,38 @@ def _grouped_attention(module, query, key, value, attention_mask, scaling=None, 
     return out.transpose(1, 2).contiguous(), None
 
 
+def _ordered_head(drafter):  # -> Callable[[Tensor [1, 1, H]], Tensor [1, 1, V]]
+    """transformers' ``Gemma4AssistantMaskedEmbedder`` in ops litert-torch converts (no scatter).
+
+    Centroid logits → top-k centroids → the ``V / C`` tokens of each (``token_ordering``) scored against the
+    tied embeddings; every other token gets (min of the scored ones − 1), as transformers does. The scored
+    values are placed in the ordered ``[C, V / C]`` space by a one-hot matmul (each output gets exactly one
+    product, so the values are exact), then read back in vocabulary order by a constant gather.
+    """
+    import torch
+
+    embedder = drafter.masked_embedding
+    ordering = embedder.token_ordering.detach().long()
+    vocab, centroids, k = ordering.numel(), embedder.num_centroids, embedder.centroid_intermediate_top_k
+    per_centroid = vocab // centroids
+    clusters = ordering.view(centroids, per_centroid)
+    inverse = torch.argsort(ordering)  # token v sits at inverse[v] of the ordered space
+    everyone = torch.arange(centroids)
+
+    def head(last):
+        h = last.reshape(1, -1)
+        _, top = torch.topk(embedder.centroids(h), k, dim=-1)  # [1, k]
+        rows = clusters[top[0]]  # [k, V / C] token ids
+        scored = (drafter.lm_head.weight[rows.reshape(-1)] @ h[0]).reshape(k, per_centroid)
+        floor = scored.min() - 1.0
+        onehot = (top[0][:, None] == everyone[None, :]).to(scored.dtype)  # [k, C]
+        placed = onehot.transpose(0, 1) @ scored  # [C, V / C]
+        ordered = torch.where(onehot.sum(0)[:, None] > 0, placed, floor)
+        return ordered.reshape(-1)[inverse].reshape(1, 1, vocab)
+
+    return head
+
+
 def _drafter_step(drafter, target_text, kv):  # -> (torch.nn.Module, sample inputs, donor KV index per type)
     """The ``mtp_drafter`` module around a ``Gemma4AssistantForCausalLM``, its sample inputs, the KV it reads."""
     import torch
@@ -123,6 +156,7 @@ def _drafter_step(drafter, target_text, kv):  # -> (torch.nn.Module, sample inpu
     cache_length = kv[f"kv_cache_k_{donors[layer_types[0]]}"][0][2]
     window = getattr(text, "sliding_window", None) or getattr(target_text, "sliding_window", None)
     neg = torch.finfo(torch.float32).min
+    head = _ordered_head(drafter) if getattr(drafter, "masked_embedding", None) is not None else drafter.lm_head
 
     class MtpDrafter(torch.nn.Module):
         def __init__(self):
@@ -142,7 +176,7 @@ def _drafter_step(drafter, target_text, kv):  # -> (torch.nn.Module, sample inpu
             out = self.drafter.model(inputs_embeds=x, attention_mask=masks, position_ids=(t + 1)[None],
                                      shared_kv_states=shared, use_cache=False)
             last = out.last_hidden_state
-            return {"logits": self.drafter.lm_head(last).to(torch.float32),
+            return {"logits": head(last).to(torch.float32),
                     "projected_activations": self.drafter.post_projection(last).to(torch.float32)}
 
     sample_kv = {}

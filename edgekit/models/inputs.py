@@ -3,7 +3,7 @@
 - ``repo`` + ``revision``: ``huggingface_hub.snapshot_download`` into the normal HF cache (it
   honours ``HF_HUB_OFFLINE``, ``HF_TOKEN`` and ``HF_HOME`` itself); the identity is the commit.
 - ``path``: a local HF-layout directory; the identity is a fingerprint of its files.
-- ``synthetic``: generated once by :mod:`edgekit.convert.tiny` into the cache.
+- ``synthetic``: generated once by :mod:`edgekit.tinymodels` into the cache.
 """
 
 from __future__ import annotations
@@ -75,13 +75,9 @@ def _from_hub(repo: str, revision: str) -> tuple[Path, str]:
 
 def synthetic_fingerprint(name: str) -> str:
     """Changes whenever the generator of ``name`` would write different bytes."""
-    if name == "tiny-gemma4-tuned":
-        from edgekit.align.tinytarget import tuned_fingerprint
+    from edgekit.tinymodels import fingerprint
 
-        return tuned_fingerprint()
-    from edgekit.convert.tiny import tiny_fingerprint
-
-    return tiny_fingerprint()
+    return fingerprint()
 
 
 def synthetic_dir(name: str, seed: int = 0) -> Path:
@@ -90,7 +86,7 @@ def synthetic_dir(name: str, seed: int = 0) -> Path:
 
 def ensure_synthetic(name: str, seed: int = 0) -> Path:
     """Generate a synthetic checkpoint once; it appears at its final path only when complete."""
-    from edgekit.convert.tiny import SYNTHETIC_MAKERS
+    from edgekit.tinymodels import SYNTHETIC_MAKERS
 
     if name not in SYNTHETIC_MAKERS:
         raise EdgekitError(f"Unknown synthetic model {name!r} (known: {', '.join(SYNTHETIC_MAKERS)}).")

@@ -1,8 +1,8 @@
 """A tiny Gemma 4 target with something to predict: the random tiny target, briefly fine-tuned on text.
 
-The random target of :mod:`edgekit.convert.tiny` is chaotic: its attention logits are unit-norm q·k
-at scale 1 (near-hard attention on random keys) and its next-token distribution is almost flat (top
-probability ≈ 0.004 of 400 tokens), so its argmax is a hash of the whole context that no 32-wide drafter
+A random tiny target (:mod:`edgekit.tinymodels.legacy` or ``published``) is chaotic: its attention
+logits are unit-norm q·k at scale 1 (near-hard attention on random keys) and its next-token
+distribution is almost flat (top probability ≈ 0.004 of 400 tokens), so its argmax is a hash of the whole context that no 32-wide drafter
 can follow (measured: held-out step-1 agreement stays near 2% while training agreement climbs).
 A user's fine-tuned target is not like that. This one is the same checkpoint fine-tuned for a few
 hundred steps on the bundled prompt text (seconds on one core): its continuations are English-like
@@ -12,25 +12,15 @@ a drafter that no longer fits it. Deterministic in ``seed``.
 
 from __future__ import annotations
 
-import hashlib
 import random
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 TUNE_STEPS = 200
 TUNE_LR = 3e-3
 WINDOW = 64
 BATCH = 16
-
-
-def tuned_fingerprint(steps: int = TUNE_STEPS) -> str:
-    from importlib import resources
-
-    from edgekit.convert.tiny import tiny_fingerprint
-
-    corpus = resources.files("edgekit").joinpath("data/align_prompts.txt").read_bytes()
-    digest = hashlib.sha256(tiny_fingerprint().encode() + Path(__file__).read_bytes() + corpus + str(steps).encode())
-    return digest.hexdigest()[:16]
 
 
 def _corpus() -> str:
@@ -83,12 +73,28 @@ def finetune_target(src: Path, out_dir: Path, seed: int = 0, steps: int = TUNE_S
     return out_dir
 
 
-def make_tuned_target(out_dir: Path, seed: int = 0, steps: int = TUNE_STEPS) -> Path:
-    """Write the random tiny target for ``seed``, fine-tuned for ``steps`` steps, to ``out_dir`` (bf16)."""
-    from edgekit.convert.tiny import make_target
+def make_tuned_target(out_dir: Path, seed: int, base: Callable[[Path, int], Path], steps: int = TUNE_STEPS) -> Path:
+    """Write the random target ``base`` makes for ``seed``, fine-tuned for ``steps`` steps, to ``out_dir`` (bf16)."""
+    import shutil
 
     with tempfile.TemporaryDirectory(prefix="edgekit-tiny-") as tmp:
-        return finetune_target(make_target(Path(tmp) / "target", seed), out_dir, seed, steps)
+        src = base(Path(tmp) / "target", seed)
+        finetune_target(src, out_dir, seed, steps)
+        _keep_what_transformers_skips(src, Path(out_dir))
+        if (src / "preprocessor_config.json").exists():
+            shutil.copy2(src / "preprocessor_config.json", Path(out_dir) / "preprocessor_config.json")
+        return Path(out_dir)
 
 
-__all__ = ["finetune_target", "make_tuned_target", "tuned_fingerprint"]
+def _keep_what_transformers_skips(src: Path, out_dir: Path) -> None:
+    """Tensors transformers does not load (the KV-shared layers' k/v projections) are not saved either: copy
+    them from the base checkpoint, so the tuned one has the published tensor set too."""
+    from safetensors.torch import load_file, save_file
+
+    base, tuned = load_file(src / "model.safetensors"), load_file(out_dir / "model.safetensors")
+    missing = {k: v for k, v in base.items() if k not in tuned}
+    if missing:
+        save_file(dict(sorted({**tuned, **missing}.items())), out_dir / "model.safetensors", metadata={"format": "pt"})
+
+
+__all__ = ["finetune_target", "make_tuned_target"]

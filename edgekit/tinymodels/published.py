@@ -1,0 +1,161 @@
+"""Tiny models with the structure of the published gemma-4-E2B-it / E4B-it and their assistants, only small.
+
+Read from the published configs (``edgekit/data/gemma4-configs``): the same classes and switches (vision and
+audio towers with clipped linears, ``use_double_wide_mlp``, per-layer inputs, proportional partial RoPE on
+full layers, ``eos_token_id: [1, 106]``), the same sliding/full period (4:1 for E2B, 5:1 for E4B) and a
+KV-shared split that, as published, ends on a full layer. Assistants have ordered embeddings
+(``masked_embedding.centroids`` + ``token_ordering``, a real permutation). What is small: widths, two periods
+of layers, a 512-token vocabulary, one-layer towers. The audio tower keeps the published width: llama.cpp's
+``gemma4a`` graph asserts on a narrower conformer (FIELD-NOTES).
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+from edgekit.convert.hfcompat import patch_transformers
+from edgekit.tinymodels.grid import qat_copy
+from edgekit.tinymodels.legacy import save_model
+from edgekit.tinymodels.tokenizer import END_OF_TURN_ID, media_token_ids, write_tokenizer
+
+VARIANTS = {"e2b": "gemma-4-E2B-it", "e4b": "gemma-4-E4B-it"}
+VOCAB = 512
+PERIODS = 2  # layers = two sliding/full periods; the first is KV-owning, the second KV-shared
+NUM_CENTROIDS = 16  # 512 / 16 = 32 tokens per centroid
+CENTROID_TOP_K = 4  # 4 of 16 centroids: the head scores 128 of 512 tokens, as published scores 4096 of 262144
+TEXT = dict(hidden_size=64, intermediate_size=128, num_attention_heads=2, head_dim=32, global_head_dim=64,
+            hidden_size_per_layer_input=16, sliding_window=16, max_position_embeddings=2048)
+ASSISTANT_TEXT = dict(hidden_size=32, intermediate_size=64, num_attention_heads=2, head_dim=32, global_head_dim=64,
+                      sliding_window=16, max_position_embeddings=2048)
+VISION = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+              num_key_value_heads=2, head_dim=32, global_head_dim=32)
+AUDIO = dict(num_hidden_layers=1)
+# Config keys that describe a saved file, not the structure.
+_NOISE = {"_name_or_path", "architectures", "dtype", "id2label", "label2id", "transformers_version",
+          "output_attentions", "output_hidden_states", "problem_type", "return_dict", "chunk_size_feed_forward",
+          "is_encoder_decoder"}
+
+
+def published_config(name: str) -> dict:
+    """One of the published configs edgekit ships (``gemma-4-E2B-it``, ``gemma-4-E2B-it-assistant`` …)."""
+    data = resources.files("edgekit").joinpath(f"data/gemma4-configs/{name}.config.json").read_text()
+    return json.loads(data)
+
+
+def _clean(cfg: dict) -> dict:
+    return {k: v for k, v in cfg.items() if k not in _NOISE}
+
+
+def tiny_layers(layer_types: list[str]) -> list[str]:
+    """``PERIODS`` periods of the published sliding/full pattern (the period ends on its full layer)."""
+    period = layer_types.index("full_attention") + 1
+    unit = layer_types[:period]
+    assert all(t == unit[i % period] for i, t in enumerate(layer_types)), "published layers are periodic"
+    return unit * PERIODS
+
+
+def target_config(variant: str, vocab_size: int = VOCAB):  # -> Gemma4Config
+    from transformers import Gemma4AudioConfig, Gemma4Config, Gemma4TextConfig, Gemma4VisionConfig
+
+    pub = published_config(VARIANTS[variant])
+    layers = tiny_layers(pub["text_config"]["layer_types"])
+    text = Gemma4TextConfig(**{**_clean(pub["text_config"]), **TEXT, "vocab_size": vocab_size,
+                               "vocab_size_per_layer_input": vocab_size, "layer_types": layers,
+                               "num_hidden_layers": len(layers), "num_kv_shared_layers": len(layers) // PERIODS})
+    vision = Gemma4VisionConfig(**{**_clean(pub["vision_config"]), **VISION})
+    audio = Gemma4AudioConfig(**{**_clean(pub["audio_config"]), **AUDIO, "output_proj_dims": text.hidden_size})
+    top = {k: v for k, v in _clean(pub).items() if k not in ("text_config", "vision_config", "audio_config")}
+    media = media_token_ids(vocab_size)
+    top.update(media, eoa_token_index=media["eoa_token_id"], eos_token_id=[text.eos_token_id, END_OF_TURN_ID])
+    return Gemma4Config(text_config=text, vision_config=vision, audio_config=audio, **top)
+
+
+def assistant_config(variant: str, vocab_size: int = VOCAB):  # -> Gemma4AssistantConfig
+    from transformers import Gemma4AssistantConfig, Gemma4TextConfig
+
+    patch_transformers()
+    pub = published_config(f"{VARIANTS[variant]}-assistant")
+    target_text = target_config(variant, vocab_size).text_config
+    text = Gemma4TextConfig(**{**_clean(pub["text_config"]), **ASSISTANT_TEXT, "vocab_size": vocab_size,
+                               "num_key_value_heads": target_text.num_key_value_heads})
+    top = {k: v for k, v in _clean(pub).items() if k != "text_config"}
+    top.update(media_token_ids(vocab_size), backbone_hidden_size=target_text.hidden_size,
+               num_centroids=NUM_CENTROIDS, centroid_intermediate_top_k=CENTROID_TOP_K)
+    return Gemma4AssistantConfig(text_config=text, **top)
+
+
+def _is_text(name: str) -> bool:
+    return ".language_model." in f".{name}" or name.startswith("lm_head")
+
+
+def make_target(out_dir: Path, variant: str, seed: int = 0, qat: bool = False) -> Path:
+    import torch
+    from transformers import Gemma4ForConditionalGeneration
+
+    vocab_size = write_tokenizer(out_dir, VOCAB, layout="gemma4")
+    torch.manual_seed(seed)
+    model = Gemma4ForConditionalGeneration(target_config(variant, vocab_size)).eval()
+    if qat:  # the QAT checkpoints train the text model on the grid; the towers stay as they are
+        qat_copy(model, seed, keep=_is_text)
+    _write_preprocessor(out_dir, model.config)
+    save_model(model, out_dir, vocab_size, layout="gemma4")
+    _add_unused_kv(out_dir, model.config.text_config, seed)
+    return out_dir
+
+
+def make_assistant(out_dir: Path, variant: str, seed: int = 0, qat: bool = False) -> Path:
+    import torch
+    from transformers import Gemma4AssistantForCausalLM
+
+    patch_transformers()
+    vocab_size = write_tokenizer(out_dir, VOCAB, layout="gemma4")
+    torch.manual_seed(seed + 1)
+    model = Gemma4AssistantForCausalLM(assistant_config(variant, vocab_size)).eval()
+    model.generation_config.num_assistant_tokens = 3  # transformers' assisted generation reads it
+    with torch.no_grad():  # transformers initialises the ordering to zeros: make it a real permutation
+        order = torch.randperm(vocab_size, generator=torch.Generator().manual_seed(seed + 2))
+        model.masked_embedding.token_ordering.copy_(order)
+    if qat:
+        qat_copy(model, seed + 1)
+    return save_model(model, out_dir, vocab_size, layout="gemma4")
+
+
+def _add_unused_kv(out_dir: Path, text, seed: int) -> None:  # text: Gemma4TextConfig
+    """The published KV-shared layers still carry ``k_proj``/``v_proj``/``k_norm``, which transformers ignores:
+    so do these, so the converter and the exact repack meet them as they meet the real checkpoints."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = out_dir / "model.safetensors"
+    tensors = load_file(path)
+    g = torch.Generator().manual_seed(seed + 3)
+    layer_types = list(text.layer_types)
+    first_shared = len(layer_types) - text.num_kv_shared_layers
+    for i in range(first_shared, len(layer_types)):
+        # Shapes as the last KV-owning layer of the same type has them.
+        donor = max(j for j in range(first_shared) if layer_types[j] == layer_types[i])
+        pre, src = (f"model.language_model.layers.{n}.self_attn" for n in (i, donor))
+        for name in ("k_proj.weight", "v_proj.weight"):
+            shape = tensors[f"{src}.{name}"].shape
+            tensors[f"{pre}.{name}"] = (torch.randn(shape, generator=g) * 0.02).to(torch.bfloat16)
+        tensors[f"{pre}.k_norm.weight"] = torch.ones_like(tensors[f"{src}.k_norm.weight"])
+    save_file(dict(sorted(tensors.items())), path, metadata={"format": "pt"})
+
+
+def _write_preprocessor(out_dir: Path, config) -> None:  # config: Gemma4Config
+    """``preprocessor_config.json`` as the published checkpoints ship it: llama.cpp's mmproj converter reads
+    ``image_mean``/``image_std`` from it (FIELD-NOTES)."""
+    vision = config.vision_config
+    doc = {"image_processor_type": "Gemma4ImageProcessor", "do_normalize": False, "do_rescale": True,
+           "rescale_factor": 1 / 255, "image_mean": [0.0, 0.0, 0.0], "image_std": [1.0, 1.0, 1.0],
+           "patch_size": vision.patch_size, "pooling_kernel_size": vision.pooling_kernel_size,
+           "max_soft_tokens": config.vision_soft_tokens_per_image,
+           "feature_extractor_type": "Gemma4AudioFeatureExtractor", "sampling_rate": 16000}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "preprocessor_config.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+
+__all__ = ["VARIANTS", "assistant_config", "make_assistant", "make_target", "published_config", "target_config",
+           "tiny_layers"]
