@@ -43,6 +43,9 @@ def convert(app: App, recipe: str, src: str | None, llama_bin: str | None, force
         for lt in data["litert"]:
             table.add_row(lt["role"], "litertlm", "", "", "", "cached" if lt["cached"] else "exported", lt["file"])
         app.out.print(table)
+        for m in data["models"]:
+            if (m.get("head") or {}).get("note"):
+                app.out.print(f"{m['role']}: {m['head']['note']}")
         for sk in data["skipped"]:
             app.out.print(f"{sk['role']}: skipped ({sk['why']})")
 

@@ -54,7 +54,7 @@ class Converted:
         return {"role": self.role, "file": str(self.file), "key": self.artifact.key, "cached": self.cached,
                 "seconds": round(self.seconds, 2), "quant": m["quant"], "arch": m["gguf"]["arch"],
                 "tensors": m["gguf"]["tensors"], "size": entry.get("size"), "sha256": entry.get("sha256"),
-                "source": m["source"], "repack": m.get("repack")}
+                "source": m["source"], "repack": m.get("repack"), "head": m.get("head")}
 
 
 def lossless_outtype(info: ModelInfo) -> str:
@@ -73,6 +73,29 @@ def expected_tensors(llama: LlamaCpp, info: ModelInfo) -> tuple[str, set[str]]:
     config = json.loads((info.path / "config.json").read_text())
     arch, mapping = llama.gguf_names(config, sorted(open_model(info.path)))
     return arch, {g for g in mapping.values() if g} | GENERATED.get(arch, set())
+
+
+def head_facts(llama: LlamaCpp, info: ModelInfo) -> dict[str, Any] | None:
+    """For an assistant with ordered embeddings: which head the GGUF keeps, and what the converter drops.
+
+    llama.cpp's converter drops ``masked_embedding.*``, so llama-server drafts with the full tied head:
+    it scores every token, not the top-k centroids' share, and its argmax can differ from the published
+    head's. LiteRT-LM (edgekit's bundle) and vLLM run the ordered head.
+    """
+    if not info.ordered_head:
+        return None
+    config = json.loads((info.path / "config.json").read_text())
+    _, mapping = llama.gguf_names(config, sorted(open_model(info.path)))
+    dropped = sorted(n for n, g in mapping.items() if g is None and n.startswith("masked_embedding."))
+    kept = not dropped
+    return {"checkpoint": "ordered", **info.ordered_head, "tokens_scored": info.head_tokens,
+            "gguf": "ordered" if kept else "dense", "gguf_tokens_scored": info.head_tokens if kept else info.vocab_size,
+            "dropped": dropped,
+            "note": None if kept else (
+                f"llama.cpp's converter drops {', '.join(dropped)}: llama-server drafts with the full tied head "
+                f"(all {info.vocab_size} tokens), not the checkpoint's centroid-masked head (top "
+                f"{info.ordered_head['top_k']} of {info.ordered_head['num_centroids']} centroids, "
+                f"{info.head_tokens} tokens); LiteRT-LM and vLLM run the ordered head.")}
 
 
 def convert_model(model: ModelInput, info: ModelInfo, quant: str, fallback: str, llama: LlamaCpp,
@@ -123,6 +146,8 @@ def convert_model(model: ModelInput, info: ModelInfo, quant: str, fallback: str,
             "converter": {"identity": llama.identity, "commit": llama.commit},
             "tools": {"edgekit": __version__, "gguf": _gguf_version()},
         })
+        if (head := head_facts(llama, info)) is not None:
+            manifest["head"] = head
         art = store.put(KIND, key, staging, manifest)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

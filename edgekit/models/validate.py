@@ -30,6 +30,15 @@ class ModelInfo:
     dtypes: tuple[str, ...]
     n_tensors: int
     n_params: int
+    towers: tuple[str, ...] = ()  # "vision", "audio": the multimodal towers the checkpoint has
+    ordered_head: dict[str, int] | None = None  # an assistant's centroid-masked head: num_centroids, top_k
+
+    @property
+    def head_tokens(self) -> int:
+        """How many tokens the drafter's own head scores per step (all, or its top-k centroids' share)."""
+        if not self.ordered_head:
+            return self.vocab_size
+        return self.ordered_head["top_k"] * (self.vocab_size // self.ordered_head["num_centroids"])
 
     @property
     def gguf_arch(self) -> str:
@@ -39,6 +48,7 @@ class ModelInfo:
         d = self.__dict__.copy()
         d["path"] = str(self.path)
         d["dtypes"] = list(self.dtypes)
+        d["towers"] = list(self.towers)
         return d
 
 
@@ -84,7 +94,45 @@ def inspect_model(path: Path, role: str) -> ModelInfo:
     entries = [f.tensors[n] for n, f in tensors.items()]
     n_params = sum(int(_prod(e.shape)) for e in entries)
     return ModelInfo(path, role, arch, hidden, vocab, layers, backbone if role == "drafter" else None,
-                     tuple(sorted({e.dtype for e in entries})), len(entries), n_params)
+                     tuple(sorted({e.dtype for e in entries})), len(entries), n_params,
+                     towers=_towers(path, cfg, set(tensors)),
+                     ordered_head=_ordered_head(path, cfg, vocab, set(tensors)))
+
+
+def _towers(path: Path, cfg: dict[str, Any], names: set[str]) -> tuple[str, ...]:
+    """The towers a multimodal config declares, each checked to be in the weights."""
+    found = []
+    for tower in ("vision", "audio"):
+        if not cfg.get(f"{tower}_config"):
+            continue
+        if not any(n.startswith(f"model.{tower}_tower.") for n in names):
+            raise EdgekitError(f"The target {path.name} declares an {tower} tower ({tower}_config) but its weights "
+                               f"have no model.{tower}_tower.* tensors: the checkpoint is incomplete.")
+        found.append(tower)
+    return tuple(found)
+
+
+def _ordered_head(path: Path, cfg: dict[str, Any], vocab: int, names: set[str]) -> dict[str, int] | None:
+    """An assistant's ordered embeddings (centroid-masked head), checked against its vocabulary and weights."""
+    if not cfg.get("use_ordered_embeddings"):
+        return None
+    try:
+        centroids, top_k = int(cfg.get("num_centroids", 2048)), int(cfg.get("centroid_intermediate_top_k", 32))
+    except (TypeError, ValueError):
+        raise EdgekitError(f"{path / 'config.json'} has a num_centroids or centroid_intermediate_top_k that is "
+                           "not a whole number.") from None
+    if centroids <= 0 or vocab % centroids:
+        raise EdgekitError(f"The drafter {path.name} uses ordered embeddings with num_centroids {centroids}, which "
+                           f"does not divide its vocabulary of {vocab} tokens: each centroid must own vocab / "
+                           "num_centroids tokens.")
+    if not 0 < top_k <= centroids:
+        raise EdgekitError(f"The drafter {path.name} picks centroid_intermediate_top_k {top_k} of {centroids} "
+                           "centroids: it must be between 1 and num_centroids.")
+    missing = [n for n in ("masked_embedding.centroids.weight", "masked_embedding.token_ordering") if n not in names]
+    if missing:
+        raise EdgekitError(f"The drafter {path.name} uses ordered embeddings but its weights lack "
+                           f"{', '.join(missing)}.")
+    return {"num_centroids": centroids, "top_k": top_k}
 
 
 def _prod(shape: tuple[int, ...]) -> int:

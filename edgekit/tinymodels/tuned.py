@@ -2,8 +2,9 @@
 
 A random tiny target (:mod:`edgekit.tinymodels.legacy` or ``published``) is chaotic: its attention
 logits are unit-norm q·k at scale 1 (near-hard attention on random keys) and its next-token
-distribution is almost flat (top probability ≈ 0.004 of 400 tokens), so its argmax is a hash of the whole context that no 32-wide drafter
-can follow (measured: held-out step-1 agreement stays near 2% while training agreement climbs).
+distribution is almost flat (top probability ≈ 0.004 of 400 tokens), so its argmax is a hash of the
+whole context that no 32-wide drafter can follow (measured: held-out step-1 agreement stays near 2%
+while training agreement climbs).
 A user's fine-tuned target is not like that. This one is the same checkpoint fine-tuned for a few
 hundred steps on the bundled prompt text (seconds on one core): its continuations are English-like
 and peaked (top probability ≈ 0.55), which is the situation alignment is for — a moved target and
