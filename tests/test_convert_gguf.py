@@ -111,6 +111,30 @@ def test_llama_quantize_types(store: Store, llama_bin: Path) -> None:
 # --- served by the host llama-server ------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def e2b_exact_pair(store: Store) -> ConvertResult:
+    """The published E2B structure (towers, double-wide MLP, ordered-embedding assistant), QAT, exact Q4_0."""
+    recipe = _recipe("e2b-qat", {"synthetic": "tiny-gemma4-e2b-qat", "quant": "q4_0-exact"},
+                     {"synthetic": "tiny-gemma4-e2b-assistant-qat", "quant": "q4_0-exact", "fallback": "F16"})
+    return convert_recipe(recipe, store, src=str(sdist_or_skip()))
+
+
+def test_published_structure_repacks_exactly_and_says_the_ordered_head_is_dropped(
+        e2b_exact_pair: ConvertResult) -> None:
+    target, drafter = e2b_exact_pair.models
+    for m in (target, drafter):
+        rp = m.artifact.manifest["repack"]
+        assert rp["tensors_exact"] == rp["tensors_quantizable"] > 0 and rp["proof_bit_exact"], m.role
+    # The text GGUF has no tower tensors (the converter drops them); it does keep the KV-shared layers'
+    # k/v projections, which nothing reads (on the grid here, so they repack exactly too).
+    assert target.artifact.manifest["gguf"]["arch"] == "gemma4" and "head" not in target.artifact.manifest
+    head = drafter.artifact.manifest["head"]
+    assert head["checkpoint"] == "ordered" and head["gguf"] == "dense"
+    assert head["dropped"] == ["masked_embedding.centroids.weight", "masked_embedding.token_ordering"]
+    assert (head["tokens_scored"], head["gguf_tokens_scored"]) == (128, 512)
+    assert "drops masked_embedding" in head["note"] and drafter.to_dict()["head"] == head
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -159,7 +183,7 @@ def _complete(url: str) -> dict:
         return json.loads(r.read())
 
 
-@pytest.mark.parametrize("pair", ["f32_pair", "exact_pair"])
+@pytest.mark.parametrize("pair", ["f32_pair", "exact_pair", "e2b_exact_pair"])
 def test_mtp_drafter_keeps_greedy_text_and_drafts(pair: str, request: pytest.FixtureRequest, llama_bin: Path,
                                                   tmp_path: Path) -> None:
     files = _by_role(request.getfixturevalue(pair))

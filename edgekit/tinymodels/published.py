@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 from edgekit.convert.hfcompat import patch_transformers
-from edgekit.tinymodels.grid import qat_copy
+from edgekit.tinymodels.grid import qat_copy, snap_to_grid
 from edgekit.tinymodels.legacy import save_model
 from edgekit.tinymodels.tokenizer import END_OF_TURN_ID, media_token_ids, write_tokenizer
 
@@ -101,7 +101,7 @@ def make_target(out_dir: Path, variant: str, seed: int = 0, qat: bool = False) -
         qat_copy(model, seed, keep=_is_text)
     _write_preprocessor(out_dir, model.config)
     save_model(model, out_dir, vocab_size, layout="gemma4")
-    _add_unused_kv(out_dir, model.config.text_config, seed)
+    _add_unused_kv(out_dir, model.config.text_config, seed, qat)
     return out_dir
 
 
@@ -122,7 +122,7 @@ def make_assistant(out_dir: Path, variant: str, seed: int = 0, qat: bool = False
     return save_model(model, out_dir, vocab_size, layout="gemma4")
 
 
-def _add_unused_kv(out_dir: Path, text, seed: int) -> None:  # text: Gemma4TextConfig
+def _add_unused_kv(out_dir: Path, text, seed: int, qat: bool) -> None:  # text: Gemma4TextConfig
     """The published KV-shared layers still carry ``k_proj``/``v_proj``/``k_norm``, which transformers ignores:
     so do these, so the converter and the exact repack meet them as they meet the real checkpoints."""
     import torch
@@ -139,7 +139,9 @@ def _add_unused_kv(out_dir: Path, text, seed: int) -> None:  # text: Gemma4TextC
         pre, src = (f"model.language_model.layers.{n}.self_attn" for n in (i, donor))
         for name in ("k_proj.weight", "v_proj.weight"):
             shape = tensors[f"{src}.{name}"].shape
-            tensors[f"{pre}.{name}"] = (torch.randn(shape, generator=g) * 0.02).to(torch.bfloat16)
+            w = torch.randn(shape, generator=g) * 0.02
+            # llama.cpp's converter writes them into the GGUF: on the grid in a QAT checkpoint, like the rest.
+            tensors[f"{pre}.{name}"] = snap_to_grid(w, seed * 1000 + 900 + i) if qat else w.to(torch.bfloat16)
         tensors[f"{pre}.k_norm.weight"] = torch.ones_like(tensors[f"{src}.k_norm.weight"])
     save_file(dict(sorted(tensors.items())), path, metadata={"format": "pt"})
 
