@@ -74,6 +74,26 @@ def kl_loss(logits: list[Any], batch: TeacherBatch) -> Any:
     return total
 
 
+def centroid_loss(centroid_logits: list[Any], cluster_of: Any, n_clusters: int, batch: TeacherBatch) -> Any:
+    """KL(target's mass per centroid ‖ the drafter's centroid softmax), summed over draft steps.
+
+    The ordered head scores only the top-k centroids' tokens: its argmax can only be the target's token
+    if that token's centroid ranks high, so the centroids learn where the target's mass is.
+    """
+    import torch
+
+    total = centroid_logits[0].new_zeros(())
+    for j, c in enumerate(centroid_logits, 1):
+        rows = valid_rows(batch, j)
+        if not bool(rows.any()):
+            continue
+        p = torch.roll(batch.logprobs, -j, dims=1)[rows].exp()  # (N, V)
+        mass = p.new_zeros(p.shape[0], n_clusters).index_add_(1, cluster_of, p).clamp_min(1e-12)
+        lq = torch.log_softmax(c[rows].float(), dim=-1)
+        total = total + (mass * (mass.log() - lq)).sum(-1).mean()
+    return total
+
+
 def chain_hits(logits: list[Any], batch: TeacherBatch) -> Any:
     """(B, L, K) bool: a round drafted after position t has steps 1…j all accepted (greedy verification)."""
     import torch
@@ -113,4 +133,5 @@ def acceptance(logits: list[Any], batch: TeacherBatch) -> AcceptanceCounts:
     return counts
 
 
-__all__ = ["AcceptanceCounts", "acceptance", "chain_hits", "kl_loss", "summarize", "valid_rows"]
+__all__ = ["AcceptanceCounts", "acceptance", "centroid_loss", "chain_hits", "kl_loss", "summarize",
+           "valid_rows"]

@@ -44,8 +44,8 @@ class AlignOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         m = self.artifact.manifest
-        keep = ("target", "drafter_in", "data", "settings", "qat", "heldout", "assisted", "train", "device",
-                "threads", "fingerprint")
+        keep = ("target", "drafter_in", "data", "settings", "qat", "heldout", "heldout_ordered", "assisted", "train",
+                "device", "threads", "fingerprint")
         return {"cached": self.cached, "key": self.artifact.key, "path": str(self.artifact.path),
                 **{k: m[k] for k in keep if k in m}}
 
@@ -102,14 +102,19 @@ def _prepare(job: AlignJob, pair: Any, prompts: Any, say: Callable[[str], None])
                  list(prompts.heldout[: job.assisted_prompts]))
 
 
-def _measure(job: AlignJob, pair: Any, drafter: Any, data: _Data) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """(replayed greedy rounds on held-out continuations, transformers' assisted generation or None)."""
+def _measure(job: AlignJob, pair: Any, drafter: Any, data: _Data) -> dict[str, Any]:
+    """Replayed greedy rounds on held-out continuations with each head an engine runs (the dense head:
+    llama.cpp; the ordered head, if the drafter has one: vLLM, LiteRT-LM), and transformers' assisted
+    generation (its own head, the ordered one where present) or None."""
     from edgekit.align.assisted import assisted_acceptance
+    from edgekit.align.unroll import has_ordered_head
 
-    replay = evaluate(pair, drafter, data.held, job.k).summary()
-    assisted = (assisted_acceptance(pair, drafter, data.measure_prompts, job.spec.new_tokens, job.k)
-                if data.measure_prompts else None)
-    return replay, assisted
+    out: dict[str, Any] = {"replay": evaluate(pair, drafter, data.held, job.k).summary()}
+    if has_ordered_head(drafter):
+        out["replay_ordered"] = evaluate(pair, drafter, data.held, job.k, head="ordered").summary()
+    out["assisted"] = (assisted_acceptance(pair, drafter, data.measure_prompts, job.spec.new_tokens, job.k)
+                       if data.measure_prompts else None)
+    return out
 
 
 def _manifest(job: AlignJob, facts: dict[str, Any], pair: Any, data: _Data, qat: tuple[list[str], list[str]],
@@ -130,9 +135,15 @@ def _manifest(job: AlignJob, facts: dict[str, Any], pair: Any, data: _Data, qat:
         "settings": facts["settings"],
         "qat": {"mode": spec.qat, "tensors_on_grid": len(qat[0]), "exact_q4_0_after": len(qat[1])},
         "heldout": {"method": "greedy rounds replayed along the target's held-out continuations",
-                    "before": measured["replay_before"], "after": measured["replay_after"]},
+                    "head": "dense (llama.cpp)", "before": measured["before"]["replay"],
+                    "after": measured["after"]["replay"]},
+        **({"heldout_ordered": {"method": "the same, with the drafter's ordered (centroid-masked) head",
+                                "head": "ordered (vLLM, LiteRT-LM)",
+                                "before": measured["before"]["replay_ordered"],
+                                "after": measured["after"]["replay_ordered"]}}
+           if "replay_ordered" in measured["after"] else {}),
         "assisted": {"method": "transformers generate(assistant_model=...), greedy",
-                     "before": measured["assisted_before"], "after": measured["assisted_after"]},
+                     "before": measured["before"]["assisted"], "after": measured["after"]["assisted"]},
         "train": {"seconds": round(result.seconds, 1), "resumed_from": result.resumed_from,
                   "history": result.history},
         "seconds": round(seconds, 1),
@@ -160,9 +171,11 @@ def align(job: AlignJob, store: Store | None = None, force: bool = False,
         qat_names = _qat_names(spec.qat, pair.drafter)
         data = _prepare(job, pair, facts["prompts"], say)
         measured: dict[str, Any] = {}
-        measured["replay_before"], measured["assisted_before"] = _measure(job, pair, pair.drafter, data)
-        say(f"before: held-out acceptance {measured['replay_before']['acceptance_rate']:.1%}, "
-            f"{measured['replay_before']['tokens_per_verify']:.2f} tokens per verify pass")
+        measured["before"] = _measure(job, pair, pair.drafter, data)
+        say(f"before: held-out acceptance {measured['before']['replay']['acceptance_rate']:.1%}, "
+            f"{measured['before']['replay']['tokens_per_verify']:.2f} tokens per verify pass"
+            + (f" (ordered head: {measured['before']['replay_ordered']['acceptance_rate']:.1%})"
+               if "replay_ordered" in measured["before"] else ""))
         cfg = TrainConfig(spec.steps, job.k, spec.lr, spec.batch_size, spec.seed, tuple(qat_names),
                           eval_every=max(10, spec.steps // 10), checkpoint_every=max(10, spec.steps // 20))
         ckpt = Checkpointer(cache_dir() / "align" / key[:24], key)
@@ -173,7 +186,7 @@ def align(job: AlignJob, store: Store | None = None, force: bool = False,
             # Measure what was saved (in its stored dtype), not the training copy.
             saved = transformers.Gemma4AssistantForCausalLM.from_pretrained(staging, dtype=torch.float32)
             saved = saved.to(pair.device)
-            measured["replay_after"], measured["assisted_after"] = _measure(job, pair, saved, data)
+            measured["after"] = _measure(job, pair, saved, data)
             manifest = _manifest(job, facts, pair, data, (qat_names, grid.on_grid(saved)), measured, result,
                                  staging, time.monotonic() - t0)
             art = store.put(artifact.KIND, key, staging, manifest)

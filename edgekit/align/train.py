@@ -15,9 +15,9 @@ from typing import Any
 
 from edgekit.align import grid
 from edgekit.align.checkpoint import Checkpointer
-from edgekit.align.objective import AcceptanceCounts, acceptance, kl_loss
+from edgekit.align.objective import AcceptanceCounts, acceptance, centroid_loss, kl_loss
 from edgekit.align.teacher import Teacher
-from edgekit.align.unroll import unroll
+from edgekit.align.unroll import has_ordered_head, head_logits, unroll_states
 
 EVAL_CHUNK = 16
 
@@ -65,8 +65,9 @@ def lr_at(step: int, steps: int, lr: float) -> float:
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def evaluate(pair: Any, drafter: Any, teacher: Teacher, k: int) -> AcceptanceCounts:
-    """Greedy acceptance per draft position on ``teacher``'s sequences (held-out continuations)."""
+def evaluate(pair: Any, drafter: Any, teacher: Teacher, k: int, head: str = "dense") -> AcceptanceCounts:
+    """Greedy acceptance per draft position on ``teacher``'s sequences (held-out continuations), with the
+    drafter's ``head`` (:func:`~edgekit.align.unroll.head_logits`)."""
     import torch
 
     counts = AcceptanceCounts(k)
@@ -74,8 +75,30 @@ def evaluate(pair: Any, drafter: Any, teacher: Teacher, k: int) -> AcceptanceCou
     with torch.no_grad():
         for i in range(0, len(teacher), EVAL_CHUNK):
             batch = teacher.batch(range(i, min(i + EVAL_CHUNK, len(teacher))))
-            counts.add(acceptance(unroll(drafter, pair.embed, batch, k, pad), batch))
+            states = unroll_states(drafter, pair.embed, batch, k, pad)
+            counts.add(acceptance([head_logits(drafter, s, head) for s in states], batch))
     return counts
+
+
+def _loss(drafter: Any, pair: Any, batch: Any, k: int, pad: int) -> Any:
+    """KL on the dense head (what llama.cpp runs), plus, for an ordered head, the centroids' KL."""
+    states = unroll_states(drafter, pair.embed, batch, k, pad)
+    loss = kl_loss([drafter.lm_head(s) for s in states], batch)
+    if has_ordered_head(drafter):
+        embedder = drafter.masked_embedding
+        cluster_of = cluster_index(embedder.token_ordering, embedder.num_centroids)
+        loss = loss + centroid_loss([embedder.centroids(s) for s in states], cluster_of, embedder.num_centroids, batch)
+    return loss
+
+
+def cluster_index(token_ordering: Any, n_clusters: int) -> Any:
+    """(V,) long: the centroid each token belongs to (``token_ordering`` lists the tokens centroid by centroid)."""
+    import torch
+
+    order = token_ordering.long()
+    out = torch.empty_like(order)
+    out[order] = torch.arange(order.numel(), device=order.device) // (order.numel() // n_clusters)
+    return out
 
 
 def train(pair: Any, teacher: Teacher, heldout: Teacher, cfg: TrainConfig, ckpt: Checkpointer,
@@ -104,7 +127,7 @@ def train(pair: Any, teacher: Teacher, heldout: Teacher, cfg: TrainConfig, ckpt:
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, cfg.steps, cfg.lr)
             with grid.fake_quant(qparams):
-                loss = kl_loss(unroll(drafter, pair.embed, batch, cfg.k, pad), batch)
+                loss = _loss(drafter, pair, batch, cfg.k, pad)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
             torch.nn.utils.clip_grad_norm_(params, cfg.clip)
@@ -127,4 +150,5 @@ def train(pair: Any, teacher: Teacher, heldout: Teacher, cfg: TrainConfig, ckpt:
     return TrainResult(cfg.steps, start, time.monotonic() - t0, history)
 
 
-__all__ = ["StepReport", "TrainConfig", "TrainResult", "batch_indices", "evaluate", "lr_at", "train"]
+__all__ = ["StepReport", "TrainConfig", "TrainResult", "batch_indices", "cluster_index", "evaluate", "lr_at",
+           "train"]

@@ -40,7 +40,27 @@ def shifted(ids: Any, j: int, pad: int) -> Any:
 
 
 def unroll(drafter: Any, embed: Any, batch: TeacherBatch, k: int, pad: int = 0) -> list[Any]:
-    """Drafter logits (B, L, V) for draft steps 1…k; row t of step j predicts the token at t + j + 1."""
+    """Dense drafter logits (B, L, V) for draft steps 1…k; row t of step j predicts the token at t + j + 1."""
+    return [drafter.lm_head(last) for last in unroll_states(drafter, embed, batch, k, pad)]
+
+
+def has_ordered_head(drafter: Any) -> bool:
+    return getattr(drafter, "masked_embedding", None) is not None
+
+
+def head_logits(drafter: Any, last: Any, head: str) -> Any:
+    """The drafter's logits from its last hidden state, as an engine computes them.
+
+    ``dense``: the full tied head, what llama.cpp runs (its converter drops the ordered embeddings);
+    ``ordered``: transformers' centroid-masked head, what vLLM and edgekit's LiteRT-LM bundle run.
+    """
+    if head == "ordered" and has_ordered_head(drafter):
+        return drafter.masked_embedding(last, drafter.lm_head.weight)
+    return drafter.lm_head(last)
+
+
+def unroll_states(drafter: Any, embed: Any, batch: TeacherBatch, k: int, pad: int = 0) -> list[Any]:
+    """The drafter's last hidden states (B, L, H) for draft steps 1…k (before any head)."""
     import torch
 
     b, length = batch.ids.shape
@@ -48,17 +68,16 @@ def unroll(drafter: Any, embed: Any, batch: TeacherBatch, k: int, pad: int = 0) 
     masks = draft_masks(b, length, getattr(text, "sliding_window", None), batch.ids.device)
     positions = (torch.arange(length, device=batch.ids.device) + 1)[None].expand(b, length)
     state = batch.hidden
-    logits = []
+    states = []
     for j in range(1, k + 1):
         x = torch.cat([embed(shifted(batch.ids, j, pad)), state], dim=-1)
         out = drafter.model(inputs_embeds=drafter.pre_projection(x), attention_mask=masks, position_ids=positions,
                             shared_kv_states=dict(batch.kv), use_cache=False,
                             logits_to_keep=None)  # None: keep every row through the KV-shared layers
         last = out.last_hidden_state
-        # Dense logits, as llama.cpp computes them (it ignores the ordered-embedding centroids).
-        logits.append(drafter.lm_head(last))
+        states.append(last)
         state = drafter.post_projection(last)
-    return logits
+    return states
 
 
-__all__ = ["draft_masks", "shifted", "unroll"]
+__all__ = ["draft_masks", "has_ordered_head", "head_logits", "shifted", "unroll", "unroll_states"]
