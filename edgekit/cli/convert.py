@@ -109,7 +109,8 @@ def _mb(n: int | None) -> str:
 @json_option
 @click.pass_obj
 def verify(app: App, recipe: str, ctx: int, threads: int, src: str | None, llama_bin: str | None) -> None:
-    """What the recipe's conversion costs: KL divergence and top-1 agreement against the F32 model."""
+    """What the recipe's conversion costs: KL divergence and top-1 agreement against the checkpoint as
+    transformers runs it (F32 GGUF included) and against the F32 GGUF."""
     from edgekit.config.recipes import load_recipe
     from edgekit.convert.pipeline import verify_recipe
 
@@ -121,6 +122,13 @@ def verify(app: App, recipe: str, ctx: int, threads: int, src: str | None, llama
                       f"top-1 agreement {100 * t['same_top1']:.2f}% ({t['chunks']} windows of {t['ctx']} tokens)")
         if t.get("ppl") is not None:
             app.out.print(f"  perplexity {t['ppl']:.4f} vs {t['ppl_base']:.4f}")
+        hf = data["vs_transformers"]
+        for quant, r in hf["models"].items():
+            app.out.print(f"target {quant} vs the checkpoint in transformers: mean KL divergence {r['mean_kld']:.6f}, "
+                          f"top-1 agreement {100 * r['same_top1']:.2f}%")
+        bar = hf["thresholds"]
+        app.out.print(f"  the F32 GGUF computes what transformers computes: {hf['faithful']} "
+                      f"(mean KL ≤ {bar['max_mean_kld']:g}, top-1 ≥ {bar['min_same_top1']:.0%})")
         for s in data["skipped"]:
             app.out.print(f"  {s['role']} not measured: {s['why']}")
 

@@ -189,8 +189,10 @@ def _inspect_any(path: Path) -> ModelInfo:
 
 def verify_recipe(recipe: Recipe, store: Store | None = None, src: str | None = None, bin_dir: str | None = None,
                   ctx: int = 128, threads: int = 2, say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
-    """KL divergence + top-1 agreement of the recipe's converted target against its F32 conversion."""
-    from edgekit.convert.verify import kl_divergence
+    """The recipe's converted target against transformers (and its F32 GGUF against transformers), and
+    against its F32 GGUF: KL divergence and top-1 agreement on the same token windows."""
+    from edgekit.convert.hfreference import write_transformers_base
+    from edgekit.convert.verify import FAITHFUL, score, write_base
 
     store = store or Store()
     converted = convert_recipe(recipe, store, src, bin_dir, say=say)
@@ -203,10 +205,27 @@ def verify_recipe(recipe: Recipe, store: Store | None = None, src: str | None = 
     say("target: F32 reference (the checkpoint's weights, unrounded)")
     reference = convert_model(model, info, "F32", "Q8_0", llama, store)
     assert llama.bin_dir is not None
+    quant = target.artifact.manifest["quant"]
     with tempfile.TemporaryDirectory(prefix="edgekit-verify-") as tmp:
+        work = Path(tmp)
         say(f"target: llama-perplexity --kl-divergence, ctx {ctx}")
-        kld = kl_divergence(llama.bin_dir, reference.file, target.file, Path(tmp), ctx=ctx, threads=threads)
+        f32_base = write_base(llama.bin_dir, reference.file, work, ctx, threads)
+        kld = score(llama.bin_dir, target.file, f32_base, work, str(reference.file), ctx, threads)
+        say("target: the checkpoint in transformers (float32) on the same windows")
+        hf_base = work / "transformers.kld"
+        hf = write_transformers_base(info.path, info.architecture, f32_base, hf_base, threads)
+        vs_hf = {"F32": score(llama.bin_dir, reference.file, hf_base, work, hf["reference"], ctx, threads).to_dict()}
+        if quant != "F32":
+            vs_hf[quant] = score(llama.bin_dir, target.file, hf_base, work, hf["reference"], ctx, threads).to_dict()
+    f32 = vs_hf["F32"]
+    faithful = f32["mean_kld"] <= FAITHFUL["max_mean_kld"] and f32["same_top1"] >= FAITHFUL["min_same_top1"]
     skipped = [{"role": m.role, "why": "an MTP drafter runs only inside its target"}
                for m in converted.models if m.role != "target"]
-    return {"recipe": recipe.name, "target": {"quant": target.artifact.manifest["quant"], **kld.to_dict()},
-            "skipped": skipped}
+    doc = {"recipe": recipe.name, "target": {"quant": quant, **kld.to_dict()},
+           "vs_transformers": {**hf, "faithful": faithful, "thresholds": FAITHFUL, "models": vs_hf},
+           "skipped": skipped}
+    if not faithful:
+        raise EdgekitError(f"The F32 GGUF of {recipe.name}'s target does not compute what transformers computes "
+                           f"from the checkpoint (mean KL {f32['mean_kld']:.4g}, top-1 agreement "
+                           f"{f32['same_top1']:.1%}): the conversion or llama.cpp runs a different model.")
+    return doc
