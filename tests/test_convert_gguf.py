@@ -121,7 +121,10 @@ def e2b_exact_pair(store: Store) -> ConvertResult:
 
 def test_published_structure_repacks_exactly_and_says_the_ordered_head_is_dropped(
         e2b_exact_pair: ConvertResult) -> None:
-    target, drafter = e2b_exact_pair.models
+    by_role = {m.role: m for m in e2b_exact_pair.models}
+    target, drafter, mmproj = by_role["target"], by_role["drafter"], by_role["mmproj"]
+    # The towers go to their own GGUF (llama.cpp's --mmproj), with Gemma 4's vision and audio projectors.
+    assert mmproj.artifact.manifest["gguf"]["projectors"] == ["gemma4v", "gemma4a"]
     for m in (target, drafter):
         rp = m.artifact.manifest["repack"]
         assert rp["tensors_exact"] == rp["tensors_quantizable"] > 0 and rp["proof_bit_exact"], m.role

@@ -30,6 +30,7 @@ def configs(rel: BoardRelease, board: Board, port: int, parallel: int | None,
     for c in out:
         c.release_dir = rel.dir
         c.settings["engine"] = rel.engine
+        c.media = list(rel.manifest.get("media") or [])  # the release serves an mmproj (llama.cpp)
     return out
 
 

@@ -216,6 +216,10 @@ def build_document(sess: Session, plan: Plan, configs: list[serverconf.ServerCon
         "board_state": sess.snapshots,
         "notes": plan.notes + sess.cleanup_errors,
     }
+    if sess.media_runs:
+        doc["media"] = {"method": "one image (64×64 PNG) and one second of 16 kHz audio per configuration and "
+                                  "repetition, greedy /v1/chat/completions on the warm server after its text runs",
+                        "probes": sess.media_runs, "summary": results.summarize_media(sess.media_runs)}
     return doc
 
 

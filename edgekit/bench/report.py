@@ -91,6 +91,12 @@ def render(doc: dict[str, Any]) -> str:
                         [[p["config"], str(p["concurrency"]), str(p["context_length"] or "–"),
                           *(_pct((p["acceptance_by_category"].get(c) or {}).get("acceptance")) for c in cats)]
                          for p in spec])
+    if doc.get("media"):
+        lines += ["## Vision and audio", "", doc["media"]["method"] + ".", ""]
+        lines += _table(["config", "input", "TTFT (ms)", "tok/s after", "prompt tokens", "acceptance", "failed"],
+                        [[m["config"], m["kind"], _num(m["ttft_ms"], 1), _num(m["tokens_per_second"], 1),
+                          _num(m["prompt_tokens"], 0), _pct(m["acceptance"]), str(m["failed"])]
+                         for m in doc["media"]["summary"]])
     lines += ["## Power", ""]
     if pw.get("available"):
         lines += [f"Source **{pw['source']}**, total = **{pw['total_rail_method']}** ({pw.get('total_rail_note')}); "

@@ -78,6 +78,29 @@ def _paired(runs: list[dict[str, Any]], a: str, b: str, c: int, ctx: int | None,
     return estimate(ratios)
 
 
+def summarize_media(probes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per configuration and kind (image, audio): median time to first token (the media encoded and the prompt
+    read, llama-server's prompt_ms), median decode tok/s after it, and the drafts' acceptance."""
+    import statistics
+
+    out = []
+    for key in sorted({(p["config"], p["kind"]) for p in probes}):
+        group = [p for p in probes if (p["config"], p["kind"]) == key]
+        good = [p for p in group if p["ok"]]
+
+        def median(field: str, rows: list[dict[str, Any]] = good) -> float | None:
+            vals = [float(r[field]) for r in rows if r.get(field) is not None]
+            return round(statistics.median(vals), 3) if vals else None
+
+        drafted = sum(int(p.get("draft_n") or 0) for p in good)
+        out.append({"config": key[0], "kind": key[1], "probes": len(group), "failed": len(group) - len(good),
+                    "ttft_ms": median("ttft_ms"), "tokens_per_second": median("tokens_per_second"),
+                    "prompt_tokens": median("prompt_tokens"),
+                    "acceptance": round(sum(int(p.get("draft_n_accepted") or 0) for p in good) / drafted, 4)
+                    if drafted else None})
+    return out
+
+
 def speedups(runs: list[dict[str, Any]], spec: str = "drafter", base: str = "baseline") -> list[dict[str, Any]]:
     """Per point: drafter tok/s ÷ baseline tok/s and drafter J/token ÷ baseline J/token (paired)."""
     pts = sorted({(r["concurrency"], r["context_length"]) for r in runs}, key=lambda p: ((p[1] or 0), p[0]))

@@ -97,10 +97,13 @@ class ServerConfig:
     api: str = "llama"  # the dialect the load speaks: llama (llama-server, LiteRT-LM front) | openai (vLLM)
     model: str = ""  # api openai: the served model name
     release_dir: str | None = None  # the release it runs from (None: the deployed one)
+    media: list[str] = field(default_factory=list)  # kinds its mmproj takes ("image", "audio"): probed too
 
     def to_json(self) -> dict[str, Any]:
         exe = {"server_command": self.exe} if self.exe else {}
-        return {"name": self.name, "server_args": self.args, "speculative": self.speculative, **exe, **self.settings}
+        media = {"media": self.media} if self.media else {}
+        return {"name": self.name, "server_args": self.args, "speculative": self.speculative, **exe, **self.settings,
+                **media}
 
 
 def for_bench(args: list[str], port: int, parallel: int | None, slot_ctx: int | None) -> list[str]:

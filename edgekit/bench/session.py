@@ -142,6 +142,7 @@ class Session:
         self.bench_port = 0
         self.svc: BenchBoard | None = None
         self.phases: list[Phase] = []
+        self.media_runs: list[dict[str, Any]] = []  # image/audio probes of configurations with an mmproj
         self.power_log: PowerLog | None = None
         self.rail: TotalRail | None = None
         self.service_before: ServiceState | None = None
@@ -313,8 +314,19 @@ class Session:
                     ready = None  # only the first run after a start carries the server's start-up time
                     if on_run:
                         on_run(runs[-1], total)
+                self._probe_media(cfg, rep, n_gen)
                 self.svc.stop_server()
         return runs
+
+    def _probe_media(self, cfg: serverconf.ServerConfig, rep: int, n_gen: int) -> None:
+        """A warm server with an mmproj: one image and one second of audio, each through /v1/chat/completions."""
+        from edgekit.deploy.health import media_completion
+
+        for kind in cfg.media:
+            out = media_completion(self.runner, self.bench_port, kind, n_gen, self.opts.run_timeout_s)
+            self.media_runs.append({"config": cfg.name, "rep": rep, "kind": kind, **out})
+            if not out["ok"]:
+                self.say(f"warning: {cfg.name}: {out['reason']}")
 
     def _run(self, k: int, cfg: serverconf.ServerConfig, point: Point, rep: int, n_gen: int, warmup: int,
              n_requests: int, ignore_eos: bool, ready: float | None) -> Run:

@@ -79,6 +79,8 @@ class ConvertSpec(BaseModel):
     litert_quant: Literal["int8", "none"] = "int8"
     litert_prefill_lengths: list[int] = Field(default_factory=lambda: [128])
     litert_cache_length: int = Field(4096, ge=16)
+    # The vision/audio projector GGUF (llama.cpp's --mmproj): auto = when the target has towers.
+    mmproj: Literal["auto", "on", "off"] = "auto"
 
 
 class VllmSettings(BaseModel):

@@ -154,6 +154,40 @@ def convert_model(model: ModelInput, info: ModelInfo, quant: str, fallback: str,
     return Converted(model.role, art, cached=False, seconds=time.perf_counter() - t0)
 
 
+MMPROJ_OUTTYPE = "f16"  # what llama.cpp's own mmproj files use: half the f32 size, the towers' precision
+
+
+def convert_mmproj(model: ModelInput, info: ModelInfo, llama: LlamaCpp, store: Store,
+                   force: bool = False) -> Converted:
+    """The target's vision/audio towers and projectors as llama.cpp's mmproj GGUF (``--mmproj``)."""
+    t0 = time.perf_counter()
+    key = Store.key({"stage": "convert-mmproj", "version": RECIPE_VERSION, "source": model.identity,
+                     "outtype": MMPROJ_OUTTYPE, "converter": llama.identity})
+    if not force and (art := store.get(KIND, key)) is not None:
+        return Converted("mmproj", art, cached=True)
+    staging = store.staging_dir()
+    try:
+        out_name = "mmproj.gguf"
+        log = staging / "mmproj-convert.log"
+        llama.convert(info.path, staging / out_name, MMPROJ_OUTTYPE, log, mmproj=True)
+        header = GGUFFile(staging / out_name)
+        projectors = [str(header.get(k)) for k in ("clip.vision.projector_type", "clip.audio.projector_type",
+                                                   "clip.projector_type") if k in header.kv_raw]
+        if not projectors:
+            raise EdgekitError(f"The converter's mmproj of {model.label} names no projector; see {log}.")
+        arch = str(header.arch or "")
+        manifest = {"stage": "convert-mmproj", "role": "mmproj", "gguf_file": out_name,
+                    "quant": MMPROJ_OUTTYPE.upper(), "source": model.identity, "architecture": info.architecture,
+                    "towers": list(info.towers),
+                    "gguf": {"arch": arch, "tensors": len(header.tensors), "projectors": projectors},
+                    "converter": {"identity": llama.identity, "commit": llama.commit},
+                    "tools": {"edgekit": __version__, "gguf": _gguf_version()}}
+        art = store.put(KIND, key, staging, manifest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return Converted("mmproj", art, cached=False, seconds=time.perf_counter() - t0)
+
+
 def _gguf_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 

@@ -45,9 +45,10 @@ class LlamaCpp:
         return {"root": str(self.root), "identity": self.identity, "commit": self.commit,
                 "bin_dir": str(self.bin_dir) if self.bin_dir else None}
 
-    def convert(self, model_dir: Path, outfile: Path, outtype: str, log: Path) -> None:
-        """convert_hf_to_gguf.py MODEL --outfile OUT --outtype T; its output goes to ``log``."""
-        argv = [sys.executable, str(self.script), str(model_dir), "--outfile", str(outfile), "--outtype", outtype]
+    def convert(self, model_dir: Path, outfile: Path, outtype: str, log: Path, mmproj: bool = False) -> None:
+        """convert_hf_to_gguf.py MODEL --outfile OUT --outtype T [--mmproj]; its output goes to ``log``."""
+        argv = [sys.executable, str(self.script), str(model_dir), "--outfile", str(outfile), "--outtype", outtype,
+                *(["--mmproj"] if mmproj else [])]
         _run(argv, self.env(), log, f"convert_hf_to_gguf.py on {model_dir.name}")
         if not outfile.is_file():
             raise EdgekitError(f"The converter wrote no {outfile.name}; see {log}.")

@@ -14,7 +14,7 @@ from gguf import LlamaFileType
 from edgekit.config.recipes import ModelSource, Recipe
 from edgekit.convert.checkpoint_repack import repack_checkpoint
 from edgekit.convert.gguf_io import GGUFFile
-from edgekit.convert.gguf_stage import QUANTIZE_TYPES, Converted, convert_model, lossless_outtype
+from edgekit.convert.gguf_stage import QUANTIZE_TYPES, Converted, convert_mmproj, convert_model, lossless_outtype
 from edgekit.convert.llamacpp import LlamaCpp, find_llamacpp
 from edgekit.convert.repack import GGUFValues, RepackReport, SafetensorsValues, repack_gguf
 from edgekit.errors import EdgekitError
@@ -92,7 +92,20 @@ def convert_recipe(recipe: Recipe, store: Store | None = None, src: str | None =
         say(f"{model.role}: {'unchanged, skipped' if conv.cached else f'done in {conv.seconds:.1f} s'}"
             f" → {conv.file}")
         result.models.append(conv)
+        if model.role == "target" and wants_mmproj(recipe, info):
+            say("target: vision/audio projector → mmproj GGUF")
+            result.models.append(convert_mmproj(model, info, llama, store, force))
     return result
+
+
+def wants_mmproj(recipe: Recipe, info: ModelInfo) -> bool:
+    """``convert.mmproj``: auto converts it for a target with towers; on demands the towers."""
+    if recipe.convert.mmproj == "off" or (recipe.convert.mmproj == "auto" and not info.towers):
+        return False
+    if not info.towers:
+        raise EdgekitError(f"Recipe {recipe.name} asks for an mmproj (convert.mmproj: on), but the target "
+                           f"{info.path.name} has no vision or audio tower.")
+    return True
 
 
 def _convert_litert(recipe: Recipe, ready: list[tuple[ModelInput, ModelInfo, ModelSource]], store: Store,

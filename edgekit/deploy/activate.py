@@ -81,6 +81,7 @@ def activate(
     gpu: health_mod.GpuPolicy = "none",
     engine: str = "llama.cpp",
     model: str = "",
+    media: tuple[str, ...] = (),
 ) -> Activation:
     paths = BoardPaths(base)
     main = Service(runner, UNIT_NAME, need_sudo)
@@ -90,7 +91,7 @@ def activate(
     def check(svc: Service, p: int) -> health_mod.Health:
         log = paths.candidate_log() if svc.unit == CANDIDATE_UNIT else paths.log
         return health_mod.check(runner, p, expect_drafts, timeout=timeout, alive=svc.is_active, engine=engine,
-                                model=model, gpu=gpu, log_file=log)
+                                model=model, gpu=gpu, log_file=log, media=media)
 
     if lay.current == release_id and lay.serving == release_id and main.is_active():
         recorded = health_mod.quick(runner, port, lay.health, expect_drafts) if lay.health else None
@@ -168,7 +169,7 @@ def rollback(runner: Runner, base: str, need_sudo: bool, to: str | None = None,
     main.restart()
     h = health_mod.check(runner, port, expect_drafts, timeout=timeout, alive=main.is_active,
                          engine=manifest.get("engine", "llama.cpp"), model=manifest.get("recipe", ""),
-                         gpu=manifest.get("gpu", "none"), log_file=paths.log)
+                         gpu=manifest.get("gpu", "none"), log_file=paths.log, media=manifest.get("media") or ())
     if not h.ok:
         logs = log_tail(runner, paths.log)
         _restore(runner, main, paths, lay.current, lambda _m: None)

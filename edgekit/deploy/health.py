@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -32,6 +32,7 @@ class Health:
     text: str = ""
     method: str = "completion"  # "completion": measured now; "recorded": /health now, figures from activation
     gpu: str | None = None  # CUDA builds: "used (N CUDA devices)" or "not used: <why>"; CPU builds: None
+    media: dict[str, dict] | None = None  # per kind ("image", "audio"): TTFT and tok/s of one chat request
 
     @property
     def acceptance(self) -> float | None:
@@ -79,6 +80,7 @@ def check(
     model: str = "",
     gpu: GpuPolicy = "none",
     log_file: str = "",
+    media: Sequence[str] = (),
 ) -> Health:
     """/health answers, then one greedy completion through ``engine``'s API shows tokens (and drafts),
     and a CUDA build's server log (``log_file``) shows whether it used the GPU, as ``gpu`` demands.
@@ -101,6 +103,42 @@ def check(
         health.ok, health.reason = False, "a drafter is configured but the server drafted no tokens (draft_n = 0)"
     elif gpu != "none":
         health = apply_gpu_policy(health, gpu, log_tail(runner, log_file, 400))
+    if health.ok and media:
+        health = media_checks(runner, port, health, media, timeout)
+    return health
+
+
+def media_completion(runner: SshRunner | LocalRunner, port: int, kind: str, n_predict: int,
+                     timeout: float) -> dict:
+    """One greedy ``/v1/chat/completions`` with an image or a second of audio: llama-server's timings give the
+    time to the first token (the media encoded and the prompt read) and the decode rate after it."""
+    from edgekit.deploy.media import chat_payload
+
+    try:
+        resp = request(runner, port, "POST", "/v1/chat/completions", chat_payload(kind, n_predict), timeout=timeout)
+    except ConnectionError as exc:
+        return {"ok": False, "reason": f"the {kind} request failed: {exc}"}
+    if resp.status != 200:
+        return {"ok": False, "reason": f"the {kind} request answered {resp.status}: {resp.body[:200]!r}"}
+    data = resp.json()
+    t = data.get("timings") or {}
+    tokens = int(t.get("predicted_n") or (data.get("usage") or {}).get("completion_tokens") or 0)
+    out = {"ok": tokens > 0, "reason": "answered" if tokens > 0 else f"the {kind} request generated no tokens",
+           "ttft_ms": t.get("prompt_ms"), "prompt_tokens": t.get("prompt_n"), "tokens": tokens,
+           "tokens_per_second": t.get("predicted_per_second"), "draft_n": t.get("draft_n"),
+           "draft_n_accepted": t.get("draft_n_accepted")}
+    message = ((data.get("choices") or [{}])[0].get("message") or {})
+    out["text"] = str(message.get("content") or "")[:80]
+    return out
+
+
+def media_checks(runner: SshRunner | LocalRunner, port: int, health: Health, kinds: Sequence[str],
+                 timeout: float, n_predict: int = 16) -> Health:
+    """The release serves an mmproj: each of its kinds must be answered too."""
+    health.media = {kind: media_completion(runner, port, kind, n_predict, timeout) for kind in kinds}
+    failed = [m["reason"] for m in health.media.values() if not m["ok"]]
+    if failed:
+        health.ok, health.reason = False, failed[0]
     return health
 
 

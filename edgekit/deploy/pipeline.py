@@ -60,7 +60,9 @@ class DeployReport:
         acc = f", acceptance {h['acceptance']:.0%} of {h['draft_n']} drafted" if h.get("draft_n") else ""
         what = "deployed" if self.changed else "already current"
         gpu = f"; GPU {h['gpu']}" if h.get("gpu") else ""
-        return (f"{self.board}: {self.release} {what} — {tps}{acc}{gpu}; sent {self.bytes_sent / 1e6:.1f} MB "
+        media = "".join(f"; {kind} answered, TTFT {m['ttft_ms']:.0f} ms" for kind, m in (h.get("media") or {}).items()
+                        if m.get("ok") and m.get("ttft_ms") is not None)
+        return (f"{self.board}: {self.release} {what} — {tps}{acc}{gpu}{media}; sent {self.bytes_sent / 1e6:.1f} MB "
                 f"({self.blobs_sent} blobs, {self.blobs_skipped} already there) in {self.seconds:.1f} s")
 
 
@@ -125,7 +127,7 @@ def deploy(name: str, board: Board, recipe: Recipe, options: DeployOptions, cons
                 candidate_port=plan.manifest["candidate_port"], expect_drafts=plan.manifest["drafter"],
                 need_sudo=facts.sudo != "root", keep=options.keep or recipe.keep_releases,
                 strategy=strategy, timeout=options.health_timeout_s, on_step=say, gpu=plan.manifest["gpu"],
-                engine=engine.name, model=recipe.name,
+                engine=engine.name, model=recipe.name, media=tuple(plan.manifest.get("media") or ()),
             )
             stages["activate"] = time.monotonic() - t
     return DeployReport(

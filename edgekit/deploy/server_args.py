@@ -30,6 +30,7 @@ FLAG_SPELLINGS: dict[str, tuple[str, ...]] = {
     "no_webui": ("--no-webui",),
     "metrics": ("--metrics",),
     "flash_attn": ("-fa", "--flash-attn"),
+    "mmproj": ("-mm", "--mmproj"),
 }
 
 _FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
@@ -62,8 +63,10 @@ def server_args(
     target: str,
     drafter: str | None,
     port: int,
+    mmproj: str | None = None,
 ) -> list[str]:
-    """The argument list (without the binary) for llama-server serving ``target`` (+ ``drafter``)."""
+    """The argument list (without the binary) for llama-server serving ``target`` (+ ``drafter``, + the
+    vision/audio projector ``mmproj``)."""
     flags = known_flags(help_text)
     f = lambda name, req=True: _flag(name, flags, req)  # noqa: E731 - local shorthand
     args = [f("model"), target, f("ctx"), str(runtime.ctx_size), f("ngl"), str(runtime.n_gpu_layers),
@@ -84,6 +87,8 @@ def server_args(
             args += [f("draft_p_min"), str(runtime.draft_p_min)]
     if drafter is not None:
         args += [f("draft_model"), drafter, f("ngld"), str(runtime.n_gpu_layers_draft)]
+    if mmproj is not None:
+        args += [f("mmproj"), mmproj]
     if runtime.flash_attn != "auto":
         args += [f("flash_attn"), runtime.flash_attn]
     if (no_webui := f("no_webui", False)) is not None:

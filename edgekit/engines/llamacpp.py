@@ -103,6 +103,15 @@ def server_help(built: BuildResult) -> str:
     return text
 
 
+def media_kinds(models: dict[str, Path]) -> list[str]:
+    """What the release's mmproj lets llama-server take besides text ("image", "audio"), from its header."""
+    from edgekit.convert.gguf_io import GGUFFile
+
+    header = GGUFFile(models["models/mmproj.gguf"])
+    return [kind for kind, key in (("image", "clip.has_vision_encoder"), ("audio", "clip.has_audio_encoder"))
+            if header.get(key)]
+
+
 def release_files(bin_dir: Path, models: dict[str, Path]) -> dict[str, Path]:
     files = {f"bin/{p.name}": p for p in sorted(bin_dir.iterdir()) if p.is_file()}
     files.update(models)
@@ -113,17 +122,20 @@ def release_files(bin_dir: Path, models: dict[str, Path]) -> dict[str, Path]:
 def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: str, help_text: str,
             models: dict[str, Path], target: str, gpu: GpuPolicy = "none") -> ReleasePlan:
     has_drafter = "models/drafter.gguf" in models
+    mmproj = "models/mmproj.gguf" if "models/mmproj.gguf" in models else None
     rt, guards = apply_guards(recipe.runtime, board.profile, LLAMA_CPP_SHORT, has_drafter)
     ports = service_ports(board.service_port, rt.port)
 
     def args_at(port: int) -> list[str]:
-        return server_args(rt, help_text, "models/target.gguf", "models/drafter.gguf" if has_drafter else None, port)
+        return server_args(rt, help_text, "models/target.gguf", "models/drafter.gguf" if has_drafter else None, port,
+                           mmproj)
 
     describe = {
         "engine": "llama.cpp", "recipe": recipe.name, "server_args": args_at(ports[0]), "port": ports[0],
         "candidate_port": ports[1],
         "drafter": has_drafter, "spec_type": rt.spec_type, "build": {"key": build_key, "target": target},
         "runtime": rt.model_dump(mode="json"), "guards": [g.to_dict() for g in guards], "gpu": gpu,
+        "media": media_kinds(models) if mmproj else [],
     }
 
     def render(rid: str) -> dict[str, str]:

@@ -1,0 +1,59 @@
+"""An image and a second of audio for health checks and benches: made here, the same bytes every time.
+
+A 64×64 RGB gradient PNG and 1 s of a 440 Hz tone as 16 kHz mono 16-bit WAV, sent as OpenAI content parts
+(``image_url`` with a data URL, ``input_audio`` with format wav) through ``/v1/chat/completions``. Standard
+library only: the board-side checks may run where Pillow is not installed.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+import struct
+import wave
+import zlib
+from typing import Any
+
+MEDIA_PROMPT = {"image": "What is in this picture?", "audio": "What do you hear?"}
+
+
+def probe_png(size: int = 64) -> bytes:
+    rows = b"".join(b"\x00" + bytes(v for x in range(size) for v in (x * 255 // size, y * 255 // size, 128))
+                    for y in range(size))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows, 9)) + chunk(b"IEND", b"")
+
+
+def probe_wav(seconds: float = 1.0, rate: int = 16000) -> bytes:
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(b"".join(struct.pack("<h", int(8000 * math.sin(2 * math.pi * 440 * i / rate)))
+                               for i in range(int(seconds * rate))))
+    return buf.getvalue()
+
+
+def content_part(kind: str) -> dict[str, Any]:
+    if kind == "image":
+        return {"type": "image_url",
+                "image_url": {"url": "data:image/png;base64," + base64.b64encode(probe_png()).decode()}}
+    if kind == "audio":
+        return {"type": "input_audio", "input_audio": {"data": base64.b64encode(probe_wav()).decode(), "format": "wav"}}
+    raise ValueError(f"no probe for {kind!r}")
+
+
+def chat_payload(kind: str, max_tokens: int) -> dict[str, Any]:
+    """A greedy chat request with one ``kind`` part and a short question."""
+    parts = [content_part(kind), {"type": "text", "text": MEDIA_PROMPT[kind]}]
+    return {"messages": [{"role": "user", "content": parts}], "max_tokens": max_tokens, "temperature": 0.0,
+            "seed": 0, "cache_prompt": False}
+
+
+__all__ = ["MEDIA_PROMPT", "chat_payload", "content_part", "probe_png", "probe_wav"]

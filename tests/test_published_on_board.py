@@ -1,0 +1,66 @@
+"""The published E2B structure on a sim board: the text GGUF, the aligned ordered-embedding drafter and the
+vision/audio projector (mmproj) in one release; health and bench answer an image and a second of audio."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from cli_helpers import edgekit, ok_json
+
+from edgekit.bench import results
+from edgekit.config.recipes import Recipe, load_recipe
+from edgekit.convert.pipeline import wants_mmproj
+from edgekit.errors import EdgekitError
+from edgekit.models.inputs import ensure_synthetic
+from edgekit.models.validate import inspect_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def recipe(tmp_path: Path) -> Path:
+    doc = yaml.safe_load((ROOT / "recipes" / "sim-e2b-mtp.yaml").read_text())
+    doc["convert"]["litert"] = False  # llama.cpp only here; test_litert_mtp exports the bundle
+    path = tmp_path / "sim-e2b-mtp.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_image_and_audio_are_answered_by_health_and_bench(sim_session, recipe: Path, tmp_path: Path) -> None:
+    env = {**os.environ, **sim_session.env}
+    (board,) = sim_session.boards(1, fresh=True)
+    rep = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", str(recipe)))
+    health = rep["health"]
+    assert health["ok"] and health["draft_n"] > 0
+    assert set(health["media"]) == {"image", "audio"}
+    for kind, m in health["media"].items():
+        assert m["ok"] and m["tokens"] > 0 and m["ttft_ms"] > 0, (kind, m)
+    # The projector's prompt is more than the question: the image's / audio's soft tokens are in it.
+    assert health["media"]["image"]["prompt_tokens"] > 20 and health["media"]["audio"]["prompt_tokens"] > 20
+    doc = ok_json(edgekit(env, "--json", "bench", "--board", board.name, "--recipe", str(recipe), "--quick",
+                          "--out", str(tmp_path / "bench")))
+    results.validate(doc)
+    summary = {(m["config"], m["kind"]): m for m in doc["media"]["summary"]}
+    assert set(summary) == {(c, k) for c in ("drafter", "baseline") for k in ("image", "audio")}
+    assert all(m["failed"] == 0 and m["ttft_ms"] > 0 and m["tokens_per_second"] > 0 for m in summary.values())
+    assert summary[("drafter", "image")]["acceptance"] is not None
+    assert summary[("baseline", "image")]["acceptance"] is None
+    assert any("--mmproj" in c["server_args"] or "-mm" in c["server_args"] for c in doc["configurations"])
+    assert "## Vision and audio" in (tmp_path / "bench" / "report.md").read_text()
+
+
+def test_mmproj_switch() -> None:
+    base = load_recipe("sim-e2b-mtp")
+    multimodal = inspect_model(ensure_synthetic("tiny-gemma4-e2b-tuned"), "target")
+    text_only = inspect_model(ensure_synthetic("tiny-gemma4-tuned"), "target")
+
+    def with_mmproj(value: str) -> Recipe:
+        return base.model_copy(update={"convert": base.convert.model_copy(update={"mmproj": value})})
+
+    assert wants_mmproj(base, multimodal) and not wants_mmproj(base, text_only)  # auto
+    assert not wants_mmproj(with_mmproj("off"), multimodal)
+    with pytest.raises(EdgekitError, match=r"asks for an mmproj .* has no vision or audio tower"):
+        wants_mmproj(with_mmproj("on"), text_only)
