@@ -35,6 +35,7 @@ def test_image_and_audio_are_answered_by_health_and_bench(sim_session, recipe: P
     rep = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", str(recipe)))
     health = rep["health"]
     assert health["ok"] and health["draft_n"] > 0
+    assert health["method"] == "chat completion"  # an instruction-tuned target is checked through its template
     assert set(health["media"]) == {"image", "audio"}
     for kind, m in health["media"].items():
         assert m["ok"] and m["tokens"] > 0 and m["ttft_ms"] > 0, (kind, m)

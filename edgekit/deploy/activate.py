@@ -82,6 +82,7 @@ def activate(
     engine: str = "llama.cpp",
     model: str = "",
     media: tuple[str, ...] = (),
+    chat: bool = False,
 ) -> Activation:
     paths = BoardPaths(base)
     main = Service(runner, UNIT_NAME, need_sudo)
@@ -91,7 +92,7 @@ def activate(
     def check(svc: Service, p: int) -> health_mod.Health:
         log = paths.candidate_log() if svc.unit == CANDIDATE_UNIT else paths.log
         return health_mod.check(runner, p, expect_drafts, timeout=timeout, alive=svc.is_active, engine=engine,
-                                model=model, gpu=gpu, log_file=log, media=media)
+                                model=model, gpu=gpu, log_file=log, media=media, chat=chat)
 
     if lay.current == release_id and lay.serving == release_id and main.is_active():
         recorded = health_mod.quick(runner, port, lay.health, expect_drafts) if lay.health else None
@@ -169,7 +170,8 @@ def rollback(runner: Runner, base: str, need_sudo: bool, to: str | None = None,
     main.restart()
     h = health_mod.check(runner, port, expect_drafts, timeout=timeout, alive=main.is_active,
                          engine=manifest.get("engine", "llama.cpp"), model=manifest.get("recipe", ""),
-                         gpu=manifest.get("gpu", "none"), log_file=paths.log, media=manifest.get("media") or ())
+                         gpu=manifest.get("gpu", "none"), log_file=paths.log, media=manifest.get("media") or (),
+                         chat=bool(manifest.get("chat")))
     if not h.ok:
         logs = log_tail(runner, paths.log)
         _restore(runner, main, paths, lay.current, lambda _m: None)

@@ -30,7 +30,9 @@ class Health:
     draft_n: int | None = None
     draft_n_accepted: int | None = None
     text: str = ""
-    method: str = "completion"  # "completion": measured now; "recorded": /health now, figures from activation
+    # "completion" / "chat completion" (through the model's chat template): measured now; "recorded": /health
+    # now, figures from activation
+    method: str = "completion"
     gpu: str | None = None  # CUDA builds: "used (N CUDA devices)" or "not used: <why>"; CPU builds: None
     media: dict[str, dict] | None = None  # per kind ("image", "audio"): TTFT and tok/s of one chat request
 
@@ -81,6 +83,7 @@ def check(
     gpu: GpuPolicy = "none",
     log_file: str = "",
     media: Sequence[str] = (),
+    chat: bool = False,
 ) -> Health:
     """/health answers, then one greedy completion through ``engine``'s API shows tokens (and drafts),
     and a CUDA build's server log (``log_file``) shows whether it used the GPU, as ``gpu`` demands.
@@ -93,7 +96,7 @@ def check(
         ready = wait_ready(runner, port, timeout, alive)
     except TimeoutError as exc:
         return Health(False, str(exc))
-    health = get_engine(engine).completion(runner, port, model, HEALTH_PROMPT, n_predict, timeout)
+    health = get_engine(engine).completion(runner, port, model, HEALTH_PROMPT, n_predict, timeout, chat)
     health.seconds_to_ready = round(ready, 2)
     if not health.ok:
         return health
@@ -143,17 +146,26 @@ def media_checks(runner: SshRunner | LocalRunner, port: int, health: Health, kin
 
 
 def llama_completion(runner: SshRunner | LocalRunner, port: int, prompt: str, n_predict: int,
-                     timeout: float) -> Health:
-    """llama-server's /completion: its `timings` carry tokens, tok/s and the draft counts."""
-    payload = {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "cache_prompt": False, "seed": 0}
+                     timeout: float, chat: bool = False) -> Health:
+    """llama-server's /completion, or with ``chat`` its /v1/chat/completions (the model's chat template
+    applied by the server): their `timings` carry tokens, tok/s and the draft counts."""
+    if chat:
+        path = "/v1/chat/completions"
+        payload = {"messages": [{"role": "user", "content": prompt}], "max_tokens": n_predict, "temperature": 0.0,
+                   "cache_prompt": False, "seed": 0}
+    else:
+        path = "/completion"
+        payload = {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "cache_prompt": False, "seed": 0}
     try:
-        resp = request(runner, port, "POST", "/completion", payload, timeout=timeout)
+        resp = request(runner, port, "POST", path, payload, timeout=timeout)
     except ConnectionError as exc:
         return Health(False, f"the completion request failed: {exc}")
     if resp.status != 200:
         return Health(False, f"the completion request answered {resp.status}: {resp.body[:200]!r}")
     data = resp.json()
     timings = data.get("timings") or {}
+    text = (((data.get("choices") or [{}])[0].get("message") or {}).get("content") if chat
+            else data.get("content"))
     return Health(
         ok=True,
         reason="healthy",
@@ -161,7 +173,8 @@ def llama_completion(runner: SshRunner | LocalRunner, port: int, prompt: str, n_
         tokens_per_second=timings.get("predicted_per_second"),
         draft_n=timings.get("draft_n"),
         draft_n_accepted=timings.get("draft_n_accepted"),
-        text=str(data.get("content", "")),
+        text=str(text or ""),
+        method="chat completion" if chat else "completion",
     )
 
 

@@ -128,6 +128,7 @@ def deploy(name: str, board: Board, recipe: Recipe, options: DeployOptions, cons
                 need_sudo=facts.sudo != "root", keep=options.keep or recipe.keep_releases,
                 strategy=strategy, timeout=options.health_timeout_s, on_step=say, gpu=plan.manifest["gpu"],
                 engine=engine.name, model=recipe.name, media=tuple(plan.manifest.get("media") or ()),
+                chat=bool(plan.manifest.get("chat")),
             )
             stages["activate"] = time.monotonic() - t
     return DeployReport(

@@ -47,7 +47,8 @@ class Engine(Protocol):
         ...
 
     def completion(self, runner: SshRunner | LocalRunner, port: int, model: str, prompt: str,
-                   n_predict: int, timeout: float) -> Health:
+                   n_predict: int, timeout: float, chat: bool = False) -> Health:
         """One greedy completion on a ready server (``model``: the name it serves the model under): tokens,
-        tok/s, and draft counts where it drafts."""
+        tok/s, and draft counts where it drafts. ``chat``: the model is used through its chat template
+        (an engine that can apply it sends the prompt as a user turn)."""
         ...

@@ -103,5 +103,5 @@ class Litert:
         return EngineRelease(compose(ctx, python, bundle), {"engine": "litert-lm", "bundle": bundle["key"]}, stages)
 
     def completion(self, runner: Runner, port: int, model: str, prompt: str, n_predict: int,
-                   timeout: float) -> Health:
-        return llama_completion(runner, port, prompt, n_predict, timeout)
+                   timeout: float, chat: bool = False) -> Health:
+        return llama_completion(runner, port, prompt, n_predict, timeout)  # the front speaks /completion only

@@ -112,6 +112,13 @@ def media_kinds(models: dict[str, Path]) -> list[str]:
             if header.get(key)]
 
 
+def has_chat_template(gguf: Path) -> bool:
+    """An instruction-tuned target carries its chat template: health then talks to it through it."""
+    from edgekit.convert.gguf_io import GGUFFile
+
+    return "tokenizer.chat_template" in GGUFFile(gguf).kv_raw
+
+
 def release_files(bin_dir: Path, models: dict[str, Path]) -> dict[str, Path]:
     files = {f"bin/{p.name}": p for p in sorted(bin_dir.iterdir()) if p.is_file()}
     files.update(models)
@@ -136,6 +143,7 @@ def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: s
         "drafter": has_drafter, "spec_type": rt.spec_type, "build": {"key": build_key, "target": target},
         "runtime": rt.model_dump(mode="json"), "guards": [g.to_dict() for g in guards], "gpu": gpu,
         "media": media_kinds(models) if mmproj else [],
+        "chat": has_chat_template(models["models/target.gguf"]),
     }
 
     def render(rid: str) -> dict[str, str]:
@@ -175,5 +183,5 @@ class LlamaCpp:
         return EngineRelease(plan, built.to_dict(), stages)
 
     def completion(self, runner: SshRunner | LocalRunner, port: int, model: str, prompt: str, n_predict: int,
-                   timeout: float) -> Health:
-        return llama_completion(runner, port, prompt, n_predict, timeout)
+                   timeout: float, chat: bool = False) -> Health:
+        return llama_completion(runner, port, prompt, n_predict, timeout, chat)

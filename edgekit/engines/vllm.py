@@ -153,7 +153,7 @@ class Vllm:
                              {"engine": "vllm", "vllm": version, "image": image}, stages)
 
     def completion(self, runner: Runner, port: int, model: str, prompt: str, n_predict: int,
-                   timeout: float) -> Health:
+                   timeout: float, chat: bool = False) -> Health:
         """/v1/completions, greedy; tok/s over the whole request (vLLM reports no decode timing per request)."""
         try:
             before = _counters(runner, port)
