@@ -116,6 +116,9 @@ def test_ordered_head_drafter_computes_what_transformers_computes_and_drafts(
         e2b_bundle: tuple[ConvertResult, Store], tmp_path: Path) -> None:
     result, store = e2b_bundle
     (entry,) = result.litert
+    # The towers stay out of the bundle, and the report says why (images and audio go through llama.cpp).
+    assert any(s["format"] == "litertlm" and s["why"].startswith("the bundle is text only: its vision and audio "
+                                                                 "towers are not exported") for s in result.skipped)
     check = store.get("litertlm", entry["key"]).manifest["mtp"]["check"]
     # A dense head here would be off by more than 1 (the 1.65): the check compares the ordered one.
     assert check["transformers_max_abs_diff_logits"] < 1e-4 and check["transformers_argmax_equal"], check

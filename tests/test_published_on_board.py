@@ -3,6 +3,7 @@ vision/audio projector (mmproj) in one release; health and bench answer an image
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -51,6 +52,17 @@ def test_image_and_audio_are_answered_by_health_and_bench(sim_session, recipe: P
     assert summary[("baseline", "image")]["acceptance"] is None
     assert any("--mmproj" in c["server_args"] or "-mm" in c["server_args"] for c in doc["configurations"])
     assert "## Vision and audio" in (tmp_path / "bench" / "report.md").read_text()
+
+    # tune sweeps the draft length on templated prompts and deploys the best; that release still serves the mmproj.
+    res = edgekit(env, "--json", "tune", "--board", board.name, "--recipe", str(recipe), "--quick", "--draft-n", "1,3",
+                  "--repetitions", "1", "--out", str(tmp_path / "tune"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    result = json.loads((tmp_path / "tune" / "tune.json").read_text())
+    assert [r["name"] for r in result["table"]] == ["n1-pdef", "n3-pdef", "baseline"]
+    assert all(r["acceptance"] > 0.2 for r in result["table"] if r["speculative"])
+    status = ok_json(edgekit(env, "--json", "status", "--board", board.name))
+    media = status["health"]["media"]
+    assert all(m["ok"] for m in media.values()) and set(media) == {"image", "audio"}
 
 
 def test_mmproj_switch() -> None:

@@ -10,7 +10,7 @@ from edgekit.cli.app import App
 from edgekit.config.recipes import load_recipe
 from edgekit.deploy import activate as act
 from edgekit.deploy.activate import HealthCheckFailed
-from edgekit.deploy.health import check as health_check
+from edgekit.deploy.health import check_release
 from edgekit.deploy.service import Service
 from edgekit.deploy.unit import UNIT_NAME
 from edgekit.errors import EdgekitError
@@ -93,10 +93,7 @@ def status(app: App, board_name: str) -> None:
         active = Service(runner, UNIT_NAME, facts.sudo != "root").is_active()
         health = None
         if lay.current and active:
-            health = health_check(runner, int(manifest.get("port", 8080)), bool(manifest.get("drafter")),
-                                  timeout=30, engine=manifest.get("engine", "llama.cpp"),
-                                  model=manifest.get("recipe", ""), gpu=manifest.get("gpu", "none"),
-                                  log_file=act.BoardPaths(facts.base).log).to_dict()
+            health = check_release(runner, manifest, act.BoardPaths(facts.base).log, timeout=30).to_dict()
     data = {
         "board": board_name, "engine": manifest.get("engine", "llama.cpp") if manifest else None,
         "current": lay.current, "serving": lay.serving, "service_active": active,

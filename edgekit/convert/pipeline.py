@@ -123,6 +123,12 @@ def _convert_litert(recipe: Recipe, ready: list[tuple[ModelInput, ModelInfo, Mod
         result.skipped.append({"role": "drafter", "format": "litertlm",
                                "why": f"LiteRT-LM drafts with MTP drafters only, not {recipe.runtime.spec_type}"})
         drafter = None
+    if towers := target[1].towers:
+        result.skipped.append({"role": "target", "format": "litertlm", "why": (
+            f"the bundle is text only: its {' and '.join(towers)} {'towers are' if len(towers) > 1 else 'tower is'}"
+            " not exported (litert-torch 0.10 traces Gemma 4's audio adapter at a fixed (1, 204, 1536) input,"
+            " the published E2B width, and its vision path at the published vision width; llama.cpp's mmproj"
+            " serves images and audio)")})
     steps = recipe.runtime.draft_n_max
     say(f"target: litert-torch export → .litertlm ({spec.litert_quant}, prefill {spec.litert_prefill_lengths}, "
         f"cache {spec.litert_cache_length}{f', MTP drafter drafting {steps}' if drafter else ''})")

@@ -163,15 +163,11 @@ def rollback(runner: Runner, base: str, need_sudo: bool, to: str | None = None,
     if target not in lay.releases:
         raise EdgekitError(f"Board {runner.name!r} has no release {target!r}.")
     manifest = releases.read_manifest(runner, base, target)
-    port, expect_drafts = int(manifest.get("port", 8080)), bool(manifest.get("drafter"))
     paths = BoardPaths(base)
     main = Service(runner, UNIT_NAME, need_sudo)
     main.install(paths.unit_file(target))
     main.restart()
-    h = health_mod.check(runner, port, expect_drafts, timeout=timeout, alive=main.is_active,
-                         engine=manifest.get("engine", "llama.cpp"), model=manifest.get("recipe", ""),
-                         gpu=manifest.get("gpu", "none"), log_file=paths.log, media=manifest.get("media") or (),
-                         chat=bool(manifest.get("chat")))
+    h = health_mod.check_release(runner, manifest, paths.log, timeout=timeout, alive=main.is_active)
     if not h.ok:
         logs = log_tail(runner, paths.log)
         _restore(runner, main, paths, lay.current, lambda _m: None)

@@ -111,6 +111,15 @@ def check(
     return health
 
 
+def check_release(runner: SshRunner | LocalRunner, manifest: dict, log_file: str, timeout: float = 120.0,
+                  alive: Callable[[], bool] | None = None) -> Health:
+    """:func:`check` with everything a release's ``release.json`` says about how to check it."""
+    return check(runner, int(manifest.get("port", 8080)), bool(manifest.get("drafter")), timeout=timeout, alive=alive,
+                 engine=manifest.get("engine", "llama.cpp"), model=manifest.get("recipe", ""),
+                 gpu=manifest.get("gpu", "none"), log_file=log_file, media=manifest.get("media") or (),
+                 chat=bool(manifest.get("chat")))
+
+
 def media_completion(runner: SshRunner | LocalRunner, port: int, kind: str, n_predict: int,
                      timeout: float) -> dict:
     """One greedy ``/v1/chat/completions`` with an image or a second of audio: llama-server's timings give the
