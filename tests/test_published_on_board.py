@@ -77,3 +77,23 @@ def test_mmproj_switch() -> None:
     assert not wants_mmproj(with_mmproj("off"), multimodal)
     with pytest.raises(EdgekitError, match=r"asks for an mmproj .* has no vision or audio tower"):
         wants_mmproj(with_mmproj("on"), text_only)
+
+
+def test_a_board_short_of_memory_is_served_text_only_and_told_the_figures(tmp_path: Path) -> None:
+    from edgekit.engines.llamacpp import fit_mmproj
+
+    models = {}
+    for rel, mb in (("models/target.gguf", 300), ("models/drafter.gguf", 20), ("models/mmproj.gguf", 200)):
+        path = tmp_path / Path(rel).name
+        with open(path, "wb") as fh:
+            fh.truncate(mb * 1_000_000)
+        models[rel] = path
+    said: list[str] = []
+    recipe = load_recipe("sim-e2b-mtp")
+    assert fit_mmproj(recipe, models, 64_000, said.append) == models and not said
+    small = fit_mmproj(recipe, models, 1_500, said.append)  # needs 2 × 520 + 1024 = 2064 MB
+    assert "models/mmproj.gguf" not in small and len(small) == 2
+    assert said == ["the board has 1500 MB of memory and serving the mmproj (200 MB) with the model would need "
+                    "about 2064 MB: images and audio are not served (convert.mmproj: on serves them anyway)"]
+    forced = recipe.model_copy(update={"convert": recipe.convert.model_copy(update={"mmproj": "on"})})
+    assert fit_mmproj(forced, models, 1_500, said.append) == models

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,23 @@ def media_kinds(models: dict[str, Path]) -> list[str]:
             if header.get(key)]
 
 
+def fit_mmproj(recipe: Recipe, models: dict[str, Path], mem_total_mb: int | None,
+               say: Callable[[str], None]) -> dict[str, Path]:
+    """``convert.mmproj: auto`` serves the projector only where the board's memory holds it beside the text
+    model (the model files twice, for weights and their working set, plus 1 GiB); else text only, said with
+    the figures. ``on`` serves it anyway."""
+    if "models/mmproj.gguf" not in models or recipe.convert.mmproj != "auto" or mem_total_mb is None:
+        return models
+    sizes = {rel: path.stat().st_size / 1e6 for rel, path in models.items()}
+    need = 2 * sum(sizes.values()) + 1024
+    if need <= mem_total_mb:
+        return models
+    say(f"the board has {mem_total_mb} MB of memory and serving the mmproj ({sizes['models/mmproj.gguf']:.0f} MB) "
+        f"with the model would need about {need:.0f} MB: images and audio are not served (convert.mmproj: on "
+        "serves them anyway)")
+    return {rel: path for rel, path in models.items() if rel != "models/mmproj.gguf"}
+
+
 def has_chat_template(gguf: Path) -> bool:
     """An instruction-tuned target carries its chat template: health then talks to it through it."""
     from edgekit.convert.gguf_io import GGUFFile
@@ -173,7 +191,7 @@ class LlamaCpp:
         stages["build"] = time.monotonic() - t
         t = time.monotonic()
         ctx.say("models")
-        models = resolve_models(ctx.recipe, ctx.console, src)
+        models = fit_mmproj(ctx.recipe, resolve_models(ctx.recipe, ctx.console, src), ctx.facts.mem_total_mb, ctx.say)
         stages["models"] = time.monotonic() - t
         help_text = server_help(built)
         plan = compose(ctx.recipe, ctx.board, ctx.facts.base, built.bin_dir, built.artifact.key, help_text, models,
