@@ -329,3 +329,22 @@ def test_ansible_rolls_out_litert_lm_and_vllm_releases_health_checks_them_and_ro
         data = file.load()
         data.groups.pop("fleettest-engines", None)
         file.save(data)
+
+
+def test_ansible_health_checks_the_published_structure_through_its_template_with_an_image_and_audio(
+        sim_session, tmp_path: Path) -> None:
+    """The board-side health check (HEALTH_PY) speaks what the host's does: a chat-templated completion and,
+    for a release with an mmproj, one image and one second of audio, each answered."""
+    (board,) = sim_session.boards(1, fresh=True)
+    env = {**os.environ, **sim_session.env}
+    data = yaml.safe_load((REPO / "recipes" / "sim-e2b-mtp.yaml").read_text())
+    data["convert"]["litert"] = False
+    recipe = tmp_path / "sim-e2b-mtp.yaml"
+    recipe.write_text(yaml.safe_dump(data))
+    out = rollout(env, "--recipe", str(recipe), "--group", board.name)
+    health = out["succeeded"][board.name]["health"]
+    assert health["ok"] and health["draft_n"] > 0 and health["method"] == "chat completion", health
+    assert set(health["media"]) == {"image", "audio"}
+    assert all(m["ok"] and m["ttft_ms"] > 0 and m["prompt_tokens"] > 20 for m in health["media"].values()), health
+    manifest = json.loads((board.base / "current" / "release.json").read_text())
+    assert manifest["media"] == ["image", "audio"] and manifest["chat"] is True

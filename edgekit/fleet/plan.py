@@ -46,6 +46,7 @@ class BoardPlan:
             "candidate_port": m["candidate_port"], "drafter": bool(m["drafter"]), "strategy": self.strategy,
             "keep": self.keep, "files": files, "blobs": [b.sha256 for b in self.plan.blobs],
             "engine": m.get("engine", "llama.cpp"), "model": m["recipe"], "gpu": m.get("gpu", "none"),
+            "chat": bool(m.get("chat")), "media": ",".join(m.get("media") or []),
         }
 
 

@@ -9,8 +9,13 @@ Values only ever arrive as arguments; the roles quote every argument (Jinja's `q
 
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
+from collections.abc import Callable
+
 from edgekit.agent.load import _SPEC_COUNTER
-from edgekit.deploy import service
+from edgekit.deploy import media, service
 from edgekit.deploy.health import _CUDA_INIT
 from edgekit.remote import boardscripts, releases
 
@@ -73,12 +78,14 @@ print(json.dumps({
 }))
 """
 
-# `python3 -c HEALTH_PY PORT EXPECT_DRAFTS(0|1) TIMEOUT N_PREDICT PROMPT UNIT [ENGINE MODEL GPU LOG]`:
+# `python3 -c HEALTH_PY PORT EXPECT_DRAFTS(0|1) TIMEOUT N_PREDICT PROMPT UNIT [ENGINE MODEL GPU LOG [CHAT MEDIA]]`:
 # edgekit's health check (edgekit.deploy.health.check) run on the board: GET /health until 200 (failing
 # fast once UNIT is no longer active), then one greedy completion in ENGINE's dialect (llama.cpp and
 # litert-lm: /completion and its `timings`; vllm: /v1/completions for MODEL, drafts from /metrics read
 # before and after) that must show tokens, and drafts when a drafter is configured; with GPU "required"
-# or "optional", the server log LOG must show ggml-cuda finding a device (required: else it fails).
+# or "optional", the server log LOG must show ggml-cuda finding a device (required: else it fails). CHAT "1":
+# the completion goes through the model's chat template (/v1/chat/completions); MEDIA ("image,audio"): each
+# kind is sent too (the host's image and second of audio) and must be answered.
 # Prints the Health as JSON; the exit status is always 0.
 HEALTH_PY = r"""
 import http.client, json, os, re, subprocess, sys, time
@@ -87,6 +94,7 @@ port, expect, timeout = int(sys.argv[1]), sys.argv[2] == "1", float(sys.argv[3])
 n_predict, prompt, unit = int(sys.argv[4]), sys.argv[5], sys.argv[6]
 engine, model = (sys.argv[7], sys.argv[8]) if len(sys.argv) > 8 else ("llama.cpp", "")
 gpu, log = (sys.argv[9], sys.argv[10]) if len(sys.argv) > 10 else ("none", "")
+chat, media = (sys.argv[11] == "1", [k for k in sys.argv[12].split(",") if k]) if len(sys.argv) > 12 else (False, [])
 sudo = [] if os.getuid() == 0 else ["sudo", "-n"]
 COUNTER = re.compile(@SPEC_COUNTER@, re.M)
 CUDA_INIT = re.compile(@CUDA_INIT@)
@@ -131,16 +139,37 @@ def counters():
     return out
 
 def llama_completion():
-    payload = {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "cache_prompt": False, "seed": 0}
-    status, body = request("POST", "/completion", payload, timeout)
+    if chat:  # an instruction-tuned target: through its chat template, as the host's check does
+        path = "/v1/chat/completions"
+        payload = {"messages": [{"role": "user", "content": prompt}], "max_tokens": n_predict, "temperature": 0.0,
+                   "cache_prompt": False, "seed": 0}
+    else:
+        path = "/completion"
+        payload = {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "cache_prompt": False, "seed": 0}
+    status, body = request("POST", path, payload, timeout)
     if status != 200:
         return status, body, {}
     data = json.loads(body.decode() or "null") or {}
     timings = data.get("timings") or {}
+    text = (((data.get("choices") or [{}])[0].get("message") or {}).get("content") if chat else data.get("content"))
     return status, body, {"tokens": int(timings.get("predicted_n") or data.get("tokens_predicted") or 0),
                           "tokens_per_second": timings.get("predicted_per_second"),
                           "draft_n": timings.get("draft_n"), "draft_n_accepted": timings.get("draft_n_accepted"),
-                          "text": str(data.get("content", ""))}
+                          "text": str(text or ""), "method": "chat completion" if chat else "completion"}
+
+@MEDIA_PROBES@
+
+def media_completion(kind):
+    status, body = request("POST", "/v1/chat/completions", chat_payload(kind, 16), timeout)
+    if status != 200:
+        return {"ok": False, "reason": "the %s request answered %d: %r" % (kind, status, body[:200])}
+    data = json.loads(body.decode() or "null") or {}
+    t = data.get("timings") or {}
+    tokens = int(t.get("predicted_n") or 0)
+    return {"ok": tokens > 0, "reason": "answered" if tokens > 0 else "the %s request generated no tokens" % kind,
+            "ttft_ms": t.get("prompt_ms"), "prompt_tokens": t.get("prompt_n"), "tokens": tokens,
+            "tokens_per_second": t.get("predicted_per_second"), "draft_n": t.get("draft_n"),
+            "draft_n_accepted": t.get("draft_n_accepted")}
 
 def vllm_completion():
     before, t0 = counters(), time.monotonic()
@@ -205,11 +234,34 @@ if gpu in ("required", "optional"):
     used, more["gpu"] = gpu_use()
     if not used and gpu == "required":
         result(False, "the GPU was %s" % more["gpu"], ready, **more)
+if media:
+    try:
+        more["media"] = {kind: media_completion(kind) for kind in media}
+    except ConnectionError as exc:
+        result(False, "the media request failed: %s" % exc, ready, **more)
+    failed = [m["reason"] for m in more["media"].values() if not m["ok"]]
+    if failed:
+        result(False, failed[0], ready, **more)
 result(True, "healthy", ready, **more)
 """
 # The patterns the host's health check and the agent's load read, not a copy of them.
 HEALTH_PY = HEALTH_PY.replace("@SPEC_COUNTER@", repr(_SPEC_COUNTER.pattern)).replace("@CUDA_INIT@",
                                                                                      repr(_CUDA_INIT.pattern))
+# The image and audio the host's check sends, made by the same (standard-library) code.
+def _plain_source(*funcs: Callable[..., object]) -> str:
+    """The functions' source without annotations: the board's Python may be 3.6."""
+    tree = ast.parse("\n\n".join(textwrap.dedent(inspect.getsource(f)) for f in funcs))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            node.returns = None
+            for arg in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs):
+                arg.annotation = None
+    return ast.unparse(tree)
+
+
+HEALTH_PY = HEALTH_PY.replace("@MEDIA_PROBES@", "import base64, io, math, struct, wave, zlib\n"
+                              f"MEDIA_PROMPT = {media.MEDIA_PROMPT!r}\n"
+                              + _plain_source(media.probe_png, media.probe_wav, media.content_part, media.chat_payload))
 
 # `sh -c INVENTORY_RO sh STORE SHA...`: INVENTORY_SH without creating the store (for --check).
 INVENTORY_RO = r"""
