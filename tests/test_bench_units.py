@@ -232,7 +232,8 @@ def fake_document(power: bool) -> dict:
         release_args=RELEASE_ARGS, rail=total_rail(get_profile("orin")), power_log=log, service_before=state,
         service_after=state, phases=[Phase("idle", 1.0, 3.0)] + [Phase(f"run {r.index}", *r.window, r.config)
                                                                   for r in runs],
-        snapshots={}, cleanup_errors=[], opts=SimpleNamespace(exclusive=True, hz=20.0, power=power), bench_port=8081)
+        snapshots={}, cleanup_errors=[], media_runs=[], opts=SimpleNamespace(exclusive=True, hz=20.0, power=power),
+        bench_port=8081)
     plan = make_plan(recipe, Overrides(), quick=False, categories=5)
     info = roofline.GGUFInfo("gemma4", [roofline.Tensor("blk.0.w", 0, 1000, 4000)])
     configs = serverconf.pair(RELEASE_ARGS, 8081, 2, 300)
@@ -278,3 +279,21 @@ def test_schema_rejects_power_without_its_fields() -> None:
     del doc["runs"][0]["power"]["window_start"]
     with pytest.raises(jsonschema.ValidationError):
         results.validate(doc)
+
+
+def test_media_probes_are_summarised_per_configuration_and_kind() -> None:
+    probe = {"ok": True, "prompt_tokens": 111, "tokens": 16}
+    probes = [
+        {**probe, "config": "drafter", "kind": "image", "rep": 0, "ttft_ms": 20.0, "tokens_per_second": 4000.0,
+         "draft_n": 10, "draft_n_accepted": 5},
+        {**probe, "config": "drafter", "kind": "image", "rep": 1, "ttft_ms": 30.0, "tokens_per_second": 5000.0,
+         "draft_n": 10, "draft_n_accepted": 7},
+        {**probe, "config": "baseline", "kind": "image", "rep": 0, "ttft_ms": 18.0, "tokens_per_second": 7000.0},
+        {"config": "baseline", "kind": "audio", "rep": 0, "ok": False, "reason": "the audio request answered 500"},
+    ]
+    summary = {(m["config"], m["kind"]): m for m in results.summarize_media(probes)}
+    assert summary[("drafter", "image")] == {"config": "drafter", "kind": "image", "probes": 2, "failed": 0,
+                                              "ttft_ms": 25.0, "tokens_per_second": 4500.0, "prompt_tokens": 111.0,
+                                              "acceptance": 0.6}
+    assert summary[("baseline", "image")]["acceptance"] is None
+    assert summary[("baseline", "audio")]["failed"] == 1 and summary[("baseline", "audio")]["ttft_ms"] is None
