@@ -37,6 +37,8 @@ def test_target_has_the_published_structure(pair: tuple[str, Path, Path]) -> Non
     for key in ("use_double_wide_mlp", "rope_parameters", "final_logit_softcapping", "hidden_activation",
                 "attention_k_eq_v", "num_key_value_heads"):
         assert text[key] == pub["text_config"][key], key
+    # The full layers' head size spelled as published (not transformers 5.23's per-layer overrides).
+    assert "per_layer_config" not in text and text["global_head_dim"] == 2 * text["head_dim"]
     assert cfg["vision_config"]["use_clipped_linears"] and cfg["audio_config"]["use_clipped_linears"]
     # Same sliding/full period as published; the KV-owning part ends on a full layer, as published.
     assert text["layer_types"] == tiny_layers(pub["text_config"]["layer_types"])
@@ -139,3 +141,41 @@ def test_a_target_whose_towers_are_missing_gets_one_sentence(tmp_path: Path) -> 
               bad / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(EdgekitError, match=r"declares an audio tower .* no model.audio_tower.\* tensors"):
         inspect_model(bad, "target")
+
+
+@pytest.mark.parametrize("head", ["ordered", "dense"])
+def test_the_exported_drafter_graph_is_checked_against_transformers(head: str, monkeypatch) -> None:
+    """The MTP drafter module the LiteRT export converts, in torch, against transformers' own drafter forward
+    (what the export's self-check compares the converted graph with): with the ordered head it agrees; with
+    the head dropped for the dense one it is off by more than the 1e-3 the self-check allows."""
+    import torch
+    import transformers
+
+    from edgekit.convert import _litert_mtp
+    from edgekit.convert.hfcompat import patch_transformers
+
+    patch_transformers()
+    if head == "dense":
+        monkeypatch.setattr(_litert_mtp, "_ordered_head", lambda drafter: drafter.lm_head)
+    target = transformers.AutoConfig.from_pretrained(ensure_synthetic("tiny-gemma4-e2b")).get_text_config()
+    drafter = transformers.Gemma4AssistantForCausalLM.from_pretrained(
+        ensure_synthetic("tiny-gemma4-e2b-assistant"), dtype=torch.float32, attn_implementation="eager").eval()
+    text = json.loads((ensure_synthetic("tiny-gemma4-e2b") / "config.json").read_text())["text_config"]
+    cache, kv_heads = 32, text["num_key_value_heads"]
+    kv = {}
+    for i, kind in enumerate(text["layer_types"][: text["num_hidden_layers"] - text["num_kv_shared_layers"]]):
+        dim = text["global_head_dim"] if kind == "full_attention" else text["head_dim"]
+        kv[f"kv_cache_k_{i}"] = ([1, kv_heads, cache, dim], "float32")
+        kv[f"kv_cache_v_{i}"] = ([1, kv_heads, dim, cache], "float32")  # litert-torch's transposed V
+    module, sample, donors = _litert_mtp._drafter_step(drafter, target, kv)
+    gen = torch.Generator().manual_seed(0)
+    feeds = {n: torch.randn(t.shape, generator=gen) for n, t in sample["kv_cache"].items()}
+    act = torch.randn(sample["activations"].shape, generator=gen)
+    t = 10  # inside the sliding window: transformers' window convention and llama.cpp's agree there
+    with torch.no_grad():
+        got = module(act, torch.tensor([t], dtype=torch.int32), feeds)["logits"]
+        shared = {kind: (feeds[f"k_{i}"][:, :, :t + 1], feeds[f"v_{i}"].transpose(2, 3)[:, :, :t + 1])
+                  for kind, i in donors.items()}
+        ref = drafter(inputs_embeds=act, position_ids=torch.tensor([[t + 1]]), shared_kv_states=shared).logits
+    diff = float((got - ref).abs().max())
+    assert (diff < 1e-4) if head == "ordered" else (diff > 1e-3), diff

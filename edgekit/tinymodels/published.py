@@ -102,6 +102,7 @@ def make_target(out_dir: Path, variant: str, seed: int = 0, qat: bool = False) -
     _write_preprocessor(out_dir, model.config)
     save_model(model, out_dir, vocab_size, layout="gemma4")
     _add_unused_kv(out_dir, model.config.text_config, seed, qat)
+    published_style(out_dir / "config.json")
     return out_dir
 
 
@@ -119,7 +120,27 @@ def make_assistant(out_dir: Path, variant: str, seed: int = 0, qat: bool = False
         model.masked_embedding.token_ordering.copy_(order)
     if qat:
         qat_copy(model, seed + 1)
-    return save_model(model, out_dir, vocab_size, layout="gemma4")
+    save_model(model, out_dir, vocab_size, layout="gemma4")
+    published_style(out_dir / "config.json")
+    return out_dir
+
+
+def published_style(config_json: Path) -> None:
+    """Write the full layers' head size as the published configs do (``global_head_dim``).
+
+    transformers 5.23 loads ``global_head_dim`` into per-layer overrides and saves those instead
+    (``per_layer_config: {"4": {"head_dim": 64}, …}``); users' checkpoints carry the published key, so the
+    converters and engines must meet that one.
+    """
+    doc = json.loads(config_json.read_text())
+    text = doc.get("text_config", doc)
+    overrides = text.get("per_layer_config") or {}
+    dims = {tuple(sorted(o)) for o in overrides.values()}, {o.get("head_dim") for o in overrides.values()}
+    full = {i for i, t in enumerate(text.get("layer_types") or []) if t == "full_attention"}
+    if overrides and dims[0] == {("head_dim",)} and len(dims[1]) == 1 and {int(k) for k in overrides} == full:
+        del text["per_layer_config"]
+        text["global_head_dim"] = dims[1].pop()
+        config_json.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
 
 def _add_unused_kv(out_dir: Path, text, seed: int, qat: bool) -> None:  # text: Gemma4TextConfig

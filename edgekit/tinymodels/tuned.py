@@ -82,6 +82,7 @@ def make_tuned_target(out_dir: Path, seed: int, base: Callable[[Path, int], Path
         src = base(Path(tmp) / "target", seed)
         finetune_target(src, out_dir, seed, steps)
         _keep_what_transformers_skips(src, Path(out_dir))
+        shutil.copy2(src / "config.json", Path(out_dir) / "config.json")  # the base's own spelling of it
         if (src / "preprocessor_config.json").exists():
             shutil.copy2(src / "preprocessor_config.json", Path(out_dir) / "preprocessor_config.json")
         return Path(out_dir)
