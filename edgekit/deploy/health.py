@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
+from edgekit.deploy.probes import chat_payload, completion_request
 from edgekit.remote.http import request
 from edgekit.remote.runner import LocalRunner, SshRunner
 
@@ -124,8 +125,6 @@ def media_completion(runner: SshRunner | LocalRunner, port: int, kind: str, n_pr
                      timeout: float) -> dict:
     """One greedy ``/v1/chat/completions`` with an image or a second of audio: llama-server's timings give the
     time to the first token (the media encoded and the prompt read) and the decode rate after it."""
-    from edgekit.deploy.media import chat_payload
-
     try:
         resp = request(runner, port, "POST", "/v1/chat/completions", chat_payload(kind, n_predict), timeout=timeout)
     except ConnectionError as exc:
@@ -158,13 +157,7 @@ def llama_completion(runner: SshRunner | LocalRunner, port: int, prompt: str, n_
                      timeout: float, chat: bool = False) -> Health:
     """llama-server's /completion, or with ``chat`` its /v1/chat/completions (the model's chat template
     applied by the server): their `timings` carry tokens, tok/s and the draft counts."""
-    if chat:
-        path = "/v1/chat/completions"
-        payload = {"messages": [{"role": "user", "content": prompt}], "max_tokens": n_predict, "temperature": 0.0,
-                   "cache_prompt": False, "seed": 0}
-    else:
-        path = "/completion"
-        payload = {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "cache_prompt": False, "seed": 0}
+    path, payload = completion_request(prompt, n_predict, chat)
     try:
         resp = request(runner, port, "POST", path, payload, timeout=timeout)
     except ConnectionError as exc:

@@ -15,7 +15,7 @@ import textwrap
 from collections.abc import Callable
 
 from edgekit.agent.load import _SPEC_COUNTER
-from edgekit.deploy import media, service
+from edgekit.deploy import probes, service
 from edgekit.deploy.health import _CUDA_INIT
 from edgekit.remote import boardscripts, releases
 
@@ -139,13 +139,7 @@ def counters():
     return out
 
 def llama_completion():
-    if chat:  # an instruction-tuned target: through its chat template, as the host's check does
-        path = "/v1/chat/completions"
-        payload = {"messages": [{"role": "user", "content": prompt}], "max_tokens": n_predict, "temperature": 0.0,
-                   "cache_prompt": False, "seed": 0}
-    else:
-        path = "/completion"
-        payload = {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "cache_prompt": False, "seed": 0}
+    path, payload = completion_request(prompt, n_predict, chat)  # chat: through the model's template
     status, body = request("POST", path, payload, timeout)
     if status != 200:
         return status, body, {}
@@ -247,7 +241,7 @@ result(True, "healthy", ready, **more)
 # The patterns the host's health check and the agent's load read, not a copy of them.
 HEALTH_PY = HEALTH_PY.replace("@SPEC_COUNTER@", repr(_SPEC_COUNTER.pattern)).replace("@CUDA_INIT@",
                                                                                      repr(_CUDA_INIT.pattern))
-# The image and audio the host's check sends, made by the same (standard-library) code.
+# The requests, image and audio the host's check sends, made by the same (standard-library) code.
 def _plain_source(*funcs: Callable[..., object]) -> str:
     """The functions' source without annotations: the board's Python may be 3.6."""
     tree = ast.parse("\n\n".join(textwrap.dedent(inspect.getsource(f)) for f in funcs))
@@ -260,8 +254,9 @@ def _plain_source(*funcs: Callable[..., object]) -> str:
 
 
 HEALTH_PY = HEALTH_PY.replace("@MEDIA_PROBES@", "import base64, io, math, struct, wave, zlib\n"
-                              f"MEDIA_PROMPT = {media.MEDIA_PROMPT!r}\n"
-                              + _plain_source(media.probe_png, media.probe_wav, media.content_part, media.chat_payload))
+                              f"MEDIA_PROMPT = {probes.MEDIA_PROMPT!r}\n"
+                              + _plain_source(probes.completion_request, probes.probe_png, probes.probe_wav,
+                                              probes.content_part, probes.chat_payload))
 
 # `sh -c INVENTORY_RO sh STORE SHA...`: INVENTORY_SH without creating the store (for --check).
 INVENTORY_RO = r"""

@@ -1,8 +1,10 @@
-"""An image and a second of audio for health checks and benches: made here, the same bytes every time.
+"""What a health check sends: the completion request, and an image and a second of audio.
 
-A 64×64 RGB gradient PNG and 1 s of a 440 Hz tone as 16 kHz mono 16-bit WAV, sent as OpenAI content parts
-(``image_url`` with a data URL, ``input_audio`` with format wav) through ``/v1/chat/completions``. Standard
-library only: the board-side checks may run where Pillow is not installed.
+One spelling for the host's check (:mod:`edgekit.deploy.health`) and the board-side one the fleet runs
+(``fleet/scripts.py`` carries this source), so the two cannot drift. The media: a 64×64 RGB gradient PNG and
+1 s of a 440 Hz tone as 16 kHz mono 16-bit WAV, sent as OpenAI content parts (``image_url`` with a data URL,
+``input_audio`` with format wav) through ``/v1/chat/completions``; the same bytes every time. Standard library
+only, no annotations the board's Python 3.6 could not take once stripped.
 """
 
 from __future__ import annotations
@@ -16,6 +18,16 @@ import zlib
 from typing import Any
 
 MEDIA_PROMPT = {"image": "What is in this picture?", "audio": "What do you hear?"}
+
+
+def completion_request(prompt: str, n_predict: int, chat: bool) -> tuple[str, dict[str, Any]]:
+    """(path, payload) of one greedy llama-server completion; ``chat``: as a user turn, through the model's
+    chat template (/v1/chat/completions), else the raw prompt (/completion)."""
+    if chat:
+        return "/v1/chat/completions", {"messages": [{"role": "user", "content": prompt}], "max_tokens": n_predict,
+                                        "temperature": 0.0, "cache_prompt": False, "seed": 0}
+    return "/completion", {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "cache_prompt": False,
+                           "seed": 0}
 
 
 def probe_png(size: int = 64) -> bytes:
@@ -56,4 +68,4 @@ def chat_payload(kind: str, max_tokens: int) -> dict[str, Any]:
             "seed": 0, "cache_prompt": False}
 
 
-__all__ = ["MEDIA_PROMPT", "chat_payload", "content_part", "probe_png", "probe_wav"]
+__all__ = ["MEDIA_PROMPT", "chat_payload", "completion_request", "content_part", "probe_png", "probe_wav"]
