@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from edgekit.deploy.probes import chat_payload, completion_request
+from edgekit.deploy.probes import chat_payload, completion_request, media_outcome
 from edgekit.remote.http import request
 from edgekit.remote.runner import LocalRunner, SshRunner
 
@@ -132,12 +132,7 @@ def media_completion(runner: SshRunner | LocalRunner, port: int, kind: str, n_pr
     if resp.status != 200:
         return {"ok": False, "reason": f"the {kind} request answered {resp.status}: {resp.body[:200]!r}"}
     data = resp.json()
-    t = data.get("timings") or {}
-    tokens = int(t.get("predicted_n") or (data.get("usage") or {}).get("completion_tokens") or 0)
-    out = {"ok": tokens > 0, "reason": "answered" if tokens > 0 else f"the {kind} request generated no tokens",
-           "ttft_ms": t.get("prompt_ms"), "prompt_tokens": t.get("prompt_n"), "tokens": tokens,
-           "tokens_per_second": t.get("predicted_per_second"), "draft_n": t.get("draft_n"),
-           "draft_n_accepted": t.get("draft_n_accepted")}
+    out = media_outcome(kind, data)
     message = ((data.get("choices") or [{}])[0].get("message") or {})
     out["text"] = str(message.get("content") or "")[:80]
     return out

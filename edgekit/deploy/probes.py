@@ -30,6 +30,17 @@ def completion_request(prompt: str, n_predict: int, chat: bool) -> tuple[str, di
                            "seed": 0}
 
 
+def media_outcome(kind: str, data: dict[str, Any]) -> dict[str, Any]:
+    """One media answer (a /v1/chat/completions body) as the checks report it: TTFT (llama-server's prompt_ms:
+    the media encoded and the prompt read), prompt tokens, tokens, tok/s after, drafts."""
+    t = data.get("timings") or {}
+    tokens = int(t.get("predicted_n") or (data.get("usage") or {}).get("completion_tokens") or 0)
+    return {"ok": tokens > 0, "reason": "answered" if tokens > 0 else "the " + kind + " request generated no tokens",
+            "ttft_ms": t.get("prompt_ms"), "prompt_tokens": t.get("prompt_n"), "tokens": tokens,
+            "tokens_per_second": t.get("predicted_per_second"), "draft_n": t.get("draft_n"),
+            "draft_n_accepted": t.get("draft_n_accepted")}
+
+
 def probe_png(size: int = 64) -> bytes:
     rows = b"".join(b"\x00" + bytes(v for x in range(size) for v in (x * 255 // size, y * 255 // size, 128))
                     for y in range(size))
@@ -68,4 +79,5 @@ def chat_payload(kind: str, max_tokens: int) -> dict[str, Any]:
             "seed": 0, "cache_prompt": False}
 
 
-__all__ = ["MEDIA_PROMPT", "chat_payload", "completion_request", "content_part", "probe_png", "probe_wav"]
+__all__ = ["MEDIA_PROMPT", "chat_payload", "completion_request", "content_part", "media_outcome", "probe_png",
+           "probe_wav"]

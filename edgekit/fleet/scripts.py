@@ -157,13 +157,7 @@ def media_completion(kind):
     status, body = request("POST", "/v1/chat/completions", chat_payload(kind, 16), timeout)
     if status != 200:
         return {"ok": False, "reason": "the %s request answered %d: %r" % (kind, status, body[:200])}
-    data = json.loads(body.decode() or "null") or {}
-    t = data.get("timings") or {}
-    tokens = int(t.get("predicted_n") or 0)
-    return {"ok": tokens > 0, "reason": "answered" if tokens > 0 else "the %s request generated no tokens" % kind,
-            "ttft_ms": t.get("prompt_ms"), "prompt_tokens": t.get("prompt_n"), "tokens": tokens,
-            "tokens_per_second": t.get("predicted_per_second"), "draft_n": t.get("draft_n"),
-            "draft_n_accepted": t.get("draft_n_accepted")}
+    return media_outcome(kind, json.loads(body.decode() or "null") or {})
 
 def vllm_completion():
     before, t0 = counters(), time.monotonic()
@@ -255,8 +249,8 @@ def _plain_source(*funcs: Callable[..., object]) -> str:
 
 HEALTH_PY = HEALTH_PY.replace("@MEDIA_PROBES@", "import base64, io, math, struct, wave, zlib\n"
                               f"MEDIA_PROMPT = {probes.MEDIA_PROMPT!r}\n"
-                              + _plain_source(probes.completion_request, probes.probe_png, probes.probe_wav,
-                                              probes.content_part, probes.chat_payload))
+                              + _plain_source(probes.completion_request, probes.media_outcome, probes.probe_png,
+                                              probes.probe_wav, probes.content_part, probes.chat_payload))
 
 # `sh -c INVENTORY_RO sh STORE SHA...`: INVENTORY_SH without creating the store (for --check).
 INVENTORY_RO = r"""
