@@ -1,7 +1,8 @@
 """Alignment measured where it counts: llama-server's draft-mtp on a simulated board.
 
-The target is the tiny Gemma 4 fine-tuned on text (edgekit.tinymodels.tuned: the random one is chaos no
-drafter can follow); the drafter is the random tiny assistant, before and after `edgekit drafter align`.
+The target is the tiny published-structure Gemma 4 E2B fine-tuned on text (edgekit.tinymodels.tuned: the
+random one is chaos no drafter can follow); the drafter is its random assistant (ordered embeddings;
+llama-server drafts with the dense head), before and after `edgekit drafter align`.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def edgekit(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
 def recipe(tmp: Path, name: str, target: Path, drafter: dict) -> Path:
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"name": name, "target": {"path": str(target), "quant": "F32"},
-                                    "drafter": {**drafter, "quant": "F32"}, "runtime": RUNTIME}))
+                                    "drafter": {**drafter, "quant": "F32"}, "runtime": RUNTIME,
+                                    "convert": {"mmproj": "off"}}))
     return path
 
 
@@ -77,8 +79,8 @@ def not_greedy(target: Path, drafter: Path, prompts: list[str], served: list[lis
 
 def test_alignment_lifts_llama_server_acceptance(sim_boards, monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("EDGEKIT_LLAMA_SRC", str(sdist_or_skip()))
-    target = ensure_synthetic("tiny-gemma4-tuned", 0)
-    unaligned = {"synthetic": "tiny-gemma4-assistant"}
+    target = ensure_synthetic("tiny-gemma4-e2b-tuned", 0)
+    unaligned = {"synthetic": "tiny-gemma4-e2b-assistant"}
     res = edgekit("drafter", "align", "--recipe", str(recipe(tmp_path, "align", target, {**unaligned,
                                                                                         "align": ALIGN})),
                   "--measure-prompts", "0", "--json")

@@ -249,7 +249,7 @@ def test_document_follows_the_schema_and_renders(power: bool, tmp_path: Path) ->
     ups = doc["summary"]["speedups"]
     assert [u["concurrency"] for u in ups] == [1, 2]
     assert ups[0]["speedup"]["values"] == pytest.approx([1.5, 151 / 99, 152 / 98])  # paired per repetition
-    assert doc["summary"]["headline"]["text"].startswith("The drafter makes tiny-gemma4-tuned 1.5")
+    assert doc["summary"]["headline"]["text"].startswith("The drafter makes tiny-gemma4-e2b-tuned 1.5")
     drafter = next(p for p in doc["summary"]["points"] if p["config"] == "drafter")
     assert drafter["acceptance"] == pytest.approx(2 / 3) and drafter["acceptance_by_category"]["math"]["draft_n"] == 90
     if power:

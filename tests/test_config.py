@@ -98,6 +98,15 @@ def test_good_recipe_and_missing_recipe(tmp_path: Path) -> None:
         load_recipe("/etc/hostname")
 
 
+@pytest.mark.parametrize(("written", "read"), [("off", "off"), ("on", "on"), ("'off'", "off"), ("auto", "auto")])
+def test_mmproj_switch_reads_the_word_written_not_yaml_booleans(tmp_path: Path, written: str, read: str) -> None:
+    # YAML 1.1 turns a bare off/on into false/true; the recipe means the word.
+    body = GOOD + f"convert:\n  mmproj: {written}\n"
+    assert load_recipe(str(write(tmp_path, "mm.yaml", body))).convert.mmproj == read
+    with pytest.raises(EdgekitError, match=r"field 'convert\.mmproj'"):
+        load_recipe(str(write(tmp_path, "mm-bad.yaml", GOOD + "convert:\n  mmproj: sometimes\n")))
+
+
 BOARDS = """\
 boards:
   orin-1:

@@ -65,10 +65,12 @@ def exact_pair(store: Store) -> ConvertResult:
 def test_sim_recipe_converts_checks_and_stores(f32_pair: ConvertResult, store: Store) -> None:
     models = {m.role: m.to_dict() for m in f32_pair.models}
     assert models["target"]["arch"] == "gemma4" and models["drafter"]["arch"] == "gemma4-assistant"
-    assert models["target"]["tensors"] == 68 and models["drafter"]["tensors"] == 27
+    # The published E2B structure: text GGUF without the towers (convert.mmproj: off in this recipe).
+    assert models["target"]["tensors"] == 176 and models["drafter"]["tensors"] == 49
+    assert [m.role for m in f32_pair.models] == ["target", "drafter"]
     manifest = f32_pair.models[0].artifact.manifest
     assert manifest["converter"]["commit"].startswith("0c1e570")
-    assert manifest["source"]["synthetic"] == "tiny-gemma4-tuned" and manifest["quant"] == "F32"
+    assert manifest["source"]["synthetic"] == "tiny-gemma4-e2b-tuned" and manifest["quant"] == "F32"
     assert {f["name"] for f in manifest["files"]} == {"target-f32.gguf", "target-convert.log"}
     # The recipe's align block: the drafter converted is the one re-fitted to this target.
     assert "aligned" in f32_pair.models[1].artifact.manifest["source"]

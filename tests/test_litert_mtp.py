@@ -1,7 +1,8 @@
 """LiteRT-LM speculative decoding with an MTP drafter that edgekit exports itself.
 
-The sim recipe's pair (the text-tuned tiny Gemma 4 target and its aligned Gemma4AssistantForCausalLM
-drafter) goes into one `.litertlm`: the target with LiteRT-LM's `verify` signature and `activations`
+edgekit's first text-only pair (the text-tuned tiny Gemma 4 target and its aligned, dense-head
+Gemma4AssistantForCausalLM drafter; the published E2B structure with its ordered head is `e2b_bundle` below)
+goes into one `.litertlm`: the target with LiteRT-LM's `verify` signature and `activations`
 outputs, the drafter as a `tf_lite_mtp_drafter` section. LiteRT-LM (CPU) then loads the drafter,
 drafts, and must produce exactly the text it produces without it. Needs the LiteRT venv of
 `.ci/install` (or $EDGEKIT_LITERT_PYTHON); skipped without it.
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.config.recipes import load_recipe
+from edgekit.config.recipes import Recipe, load_recipe
 from edgekit.convert import litert, litert_run
 from edgekit.convert.pipeline import ConvertResult, convert_recipe
 from edgekit.errors import EdgekitError
@@ -26,9 +27,17 @@ PROMPTS = ["What is the capital of France?", "Write a haiku about rain.", "How d
            "Explain what a prime number is."]
 
 
+def legacy_recipe() -> Recipe:
+    """sim-tiny-mtp with edgekit's first text-only pair: the drafter's dense head (no ordered embeddings)."""
+    base = load_recipe("sim-tiny-mtp")
+    return base.model_copy(update={
+        "target": base.target.model_copy(update={"synthetic": "tiny-gemma4-tuned"}),
+        "drafter": base.drafter.model_copy(update={"synthetic": "tiny-gemma4-assistant"})})
+
+
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[ConvertResult, Store]:
-    base = load_recipe("sim-tiny-mtp")
+    base = legacy_recipe()
     recipe = base.model_copy(update={"convert": base.convert.model_copy(update={
         "gguf": False, "litert": True, "litert_quant": "none", "litert_prefill_lengths": [8],
         "litert_cache_length": 128})})
@@ -89,7 +98,7 @@ def test_speculative_text_equals_transformers_greedy_text(bundle: tuple[ConvertR
 
 
 def test_a_bundle_without_a_drafter_is_refused_for_speculative_decoding(tmp_path: Path) -> None:
-    base = load_recipe("sim-tiny-mtp")
+    base = legacy_recipe()
     recipe = base.model_copy(update={
         "drafter": None, "runtime": base.runtime.model_copy(update={"spec_type": "none"}),
         "convert": base.convert.model_copy(update={"gguf": False, "litert": True, "litert_quant": "none",

@@ -15,6 +15,7 @@ from edgekit.align.spec import AlignSpec
 from edgekit.config.recipes import Recipe
 from edgekit.errors import EdgekitError
 from edgekit.models.inputs import ModelInput, resolve
+from edgekit.store import Store
 
 
 def recipe_spec(recipe: Recipe) -> AlignSpec:
@@ -44,7 +45,7 @@ def recipe_job(recipe: Recipe, spec: AlignSpec, device: str = "cpu", threads: in
 
 
 def aligned_drafter(recipe: Recipe, target: ModelInput | None, drafter: ModelInput,
-                    say: Callable[[str], None] = lambda _m: None) -> ModelInput:
+                    say: Callable[[str], None] = lambda _m: None, store: Store | None = None) -> ModelInput:
     """The recipe's drafter re-fitted to its target (store-cached), for conversion like any drafter."""
     _check_sources(recipe)
     if target is None:
@@ -53,7 +54,7 @@ def aligned_drafter(recipe: Recipe, target: ModelInput | None, drafter: ModelInp
     spec = recipe_spec(recipe)
     job = AlignJob(target, drafter, spec, spec.k or recipe.runtime.draft_n_max, base_dir=recipe.base_dir)
     say(f"drafter: aligning to {target.label} ({spec.steps} steps; kept in the store afterwards)")
-    outcome = align(job, say=say)
+    outcome = align(job, store, say=say)
     m: dict[str, Any] = outcome.artifact.manifest
     say(f"drafter: aligned{' (cached)' if outcome.cached else ''}, held-out acceptance "
         f"{m['heldout']['before']['acceptance_rate']:.1%} → {m['heldout']['after']['acceptance_rate']:.1%}")

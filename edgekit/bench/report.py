@@ -37,13 +37,20 @@ def _what(doc: dict[str, Any], rel: dict[str, Any]) -> str:
     return f"Release `{rel['id']}` · {ref} · "
 
 
-def _engines(s: dict[str, Any]) -> list[str]:
+def _engines(doc: dict[str, Any]) -> list[str]:
     """Several engines side by side: each with and without its own drafter."""
+    s = doc["summary"]
     if not s.get("engines"):
         return []
+    recipes = {e["engine"]: e.get("recipe") or "?" for e in doc.get("engines") or []}
+    # A release per engine: when they come from different recipes, the table compares models too.
+    mixed = (["The engines serve different recipes' models (" +
+              ", ".join(f"{e}: `{r}`" for e, r in recipes.items()) +
+              "): each row compares an engine and its models together, not the engine alone.", ""]
+             if len(set(recipes.values())) > 1 else [])
     return ["## Engines side by side", "",
             "Each engine serves its own release of the recipe's models; every repetition runs every engine "
-            "in turn on the same prompts, under the same power method and idle baseline.", "",
+            "in turn on the same prompts, under the same power method and idle baseline.", "", *mixed,
             *_table(["engine", "conc.", "ctx", "tok/s (drafter)", "tok/s (baseline)", "speedup", "acceptance",
                      "TTFT p50 s (drafter / baseline)", "J/token (drafter / baseline)"],
                     [[r["engine"], str(r["concurrency"]), str(r["context_length"] or "–"),
@@ -68,7 +75,7 @@ def render(doc: dict[str, Any]) -> str:
              f"{st['repetitions']} repetitions per point, configurations alternated ({' '.join(st['order'])} …), "
              f"{st['warmup']} warm-up round(s) per run, n_gen {st['n_gen']}, no cool-down.", "",
              "Values are means ± CI95 (Student's t over repetitions)." , ""]
-    lines += _engines(s)
+    lines += _engines(doc)
     if s["speedups"]:
         lines += ["## The drafter's speedup", ""]
         lines += _table(["engine", "concurrency", "context", "speedup (tok/s ratio)", "energy/token ratio"],

@@ -82,6 +82,12 @@ class ConvertSpec(BaseModel):
     # The vision/audio projector GGUF (llama.cpp's --mmproj): auto = when the target has towers.
     mmproj: Literal["auto", "on", "off"] = "auto"
 
+    @field_validator("mmproj", mode="before")
+    @classmethod
+    def _mmproj(cls, v: object) -> object:
+        # YAML 1.1 reads a bare `mmproj: off` as false (and `on` as true): take the words as written.
+        return {False: "off", True: "on"}.get(v, v) if isinstance(v, bool) else v
+
 
 class VllmSettings(BaseModel):
     """vLLM's own knobs (engine: vllm); the shared ones (ctx_size, parallel, draft_n_max) are the runtime's."""

@@ -43,12 +43,13 @@ def _sources(recipe: Recipe) -> list[tuple[str, ModelSource]]:
     return out
 
 
-def prepare_inputs(recipe: Recipe, say: Callable[[str], None] = lambda _m: None
+def prepare_inputs(recipe: Recipe, say: Callable[[str], None] = lambda _m: None, store: Store | None = None
                    ) -> tuple[list[tuple[ModelInput, ModelInfo, ModelSource]], list[dict[str, Any]]]:
     """Every model local and validated (architecture, sizes, files), the pair checked, nothing converted.
 
     A drafter with an ``align`` block is replaced by its re-fit to the target (trained once, then
-    taken from the store), after the pair check so a mismatch fails before any training.
+    taken from ``store``, the one the conversions go to), after the pair check so a mismatch fails
+    before any training.
     """
     ready: list[tuple[ModelInput, ModelInfo, ModelSource]] = []
     skipped: list[dict[str, Any]] = []
@@ -67,7 +68,7 @@ def prepare_inputs(recipe: Recipe, say: Callable[[str], None] = lambda _m: None
         target = next((m for m, _, _ in ready if m.role == "target"), None)
         for i, (model, _info, source) in enumerate(ready):
             if model.role == "drafter":
-                aligned = aligned_drafter(recipe, target, model, say)
+                aligned = aligned_drafter(recipe, target, model, say, store)
                 ready[i] = (aligned, inspect_model(aligned.path, "drafter"), source)
     return ready, skipped
 
@@ -77,7 +78,7 @@ def convert_recipe(recipe: Recipe, store: Store | None = None, src: str | None =
                    say: Callable[[str], None] = lambda _m: None) -> ConvertResult:
     store = store or Store()
     result = ConvertResult(recipe.name)
-    ready, result.skipped = prepare_inputs(recipe, say)
+    ready, result.skipped = prepare_inputs(recipe, say, store)
     if recipe.convert.litert:
         _convert_litert(recipe, ready, store, force, say, result)
     if not recipe.convert.gguf:
@@ -218,7 +219,7 @@ def verify_recipe(recipe: Recipe, store: Store | None = None, src: str | None = 
     target = next((m for m in converted.models if m.role == "target"), None)
     if target is None:
         raise EdgekitError(f"Recipe {recipe.name}'s target is not converted by edgekit; nothing to verify.")
-    ready, _ = prepare_inputs(recipe, say)
+    ready, _ = prepare_inputs(recipe, say, store)
     model, info, _source = next(r for r in ready if r[0].role == "target")
     llama = find_llamacpp(src, bin_dir, need_tools=True)
     say("target: F32 reference (the checkpoint's weights, unrounded)")
