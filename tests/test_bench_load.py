@@ -138,6 +138,16 @@ def test_load_measures_ttft_tokens_drafts_and_covers_every_category(server: int,
     assert data["chat_template"] is True
 
 
+def test_raw_prompts_skip_the_chat_template(server: int, tmp_path: Path) -> None:
+    out = tmp_path / "load.json"
+    res = _load(server, "--requests", "5", "--n-gen", "2", "--warmup", "0", "--raw", out=out)
+    assert res.returncode == 0, res.stderr
+    data = json.loads(out.read_text())
+    assert data["raw_prompts"] is True and data["chat_template"] is None  # not asked
+    sent = "".join(map(chr, FakeLlama.completions[-1]["prompt"][1:]))
+    assert "<u>" not in sent and sent.strip()  # the question as written, after BOS
+
+
 def test_load_pads_prompts_to_the_context_length(server: int, tmp_path: Path) -> None:
     out = tmp_path / "load.json"
     res = _load(server, "--requests", "5", "--n-gen", "2", "--warmup", "0", "--context-length", "1500", out=out)

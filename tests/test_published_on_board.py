@@ -73,6 +73,14 @@ def test_image_and_audio_are_answered_by_health_and_bench(sim_session, recipe: P
     assert res.returncode != 0 and "captures CUDA graphs of the centroid head" in res.stderr, res.stderr[-2000:]
     assert "Nothing was sent" in res.stderr.splitlines()[-1]
     assert ok_json(edgekit(env, "--json", "status", "--board", board.name))["current"] == status["current"]
+    # The same target alone on vLLM: its text model (Gemma4ForCausalLM), checked through its chat template.
+    doc.pop("drafter")
+    doc.update(name="sim-e2b-vllm-plain", runtime={**vllm["runtime"], "spec_type": "none"})
+    (tmp_path / "vllm-plain.yaml").write_text(yaml.safe_dump(doc))
+    plain = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe",
+                            str(tmp_path / "vllm-plain.yaml")))
+    assert plain["health"]["ok"] and plain["health"]["method"] == "chat completion", plain["health"]
+    assert plain["health"]["tokens"] > 0 and not plain["health"]["draft_n"]
 
 
 def test_mmproj_switch() -> None:

@@ -1,7 +1,7 @@
 """`load`: a closed-loop load against llama-server (or vLLM's OpenAI server), run on the board itself.
 
     load --port P --prompts FILE --concurrency C --requests N --n-gen G [--context-length L]
-         [--warmup K] [--offset O] [--ignore-eos] [--out FILE] [--api openai --model NAME]
+         [--warmup K] [--offset O] [--ignore-eos] [--raw] [--out FILE] [--api openai --model NAME]
 
 ``--api openai`` speaks vLLM's dialect: ``/tokenize``, ``/detokenize``, the chat template through
 ``/tokenize`` with messages, streaming ``/v1/completions`` with the usage chunk; vLLM reports no
@@ -15,7 +15,7 @@ token streamed), latency, prompt and generated tokens, and ``timings.draft_n`` /
 the last answer, after K warm-up rounds of C requests; the host integrates power over exactly it.
 
 Prompts are built on the server's own tokenizer: the chat template (``/apply-template``) when the
-model has one, and for ``--context-length L`` a passage of the prompt set's context text put
+model has one (``--raw``: never), and for ``--context-length L`` a passage of the prompt set's context text put
 before the question until the prompt is about L tokens; they are sent as token ids, so both
 server configurations see exactly the same prompt.
 
@@ -169,15 +169,16 @@ def load_prompts(path: str) -> tuple[list[str], dict[str, list[str]], str]:
 class PromptBuilder:
     """Token ids for a question at a target context length, on the server's tokenizer."""
 
-    def __init__(self, server: Server, context_text: str) -> None:
+    def __init__(self, server: Server, context_text: str, raw: bool = False) -> None:
         self.server = server
         self.context_text = context_text
+        self.raw = raw  # --raw: the question as written, even where the model has a chat template
         self.has_template: bool | None = None
         self._ctx_tokens: list[int] | None = None
         self._prefix: list[int] | None = None
 
     def _wrap(self, content: str) -> str:
-        if self.has_template is not False:
+        if self.has_template is not False and not self.raw:
             templated = self.server.template(content)
             self.has_template = templated is not None
             if templated is not None:
@@ -381,7 +382,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     if n_ctx and args.context_length and args.context_length + args.n_gen > n_ctx:
         raise LoadError(f"context length {args.context_length} + {args.n_gen} generated tokens do not fit a "
                         f"server slot of {n_ctx} tokens")
-    builder = PromptBuilder(server, context)
+    builder = PromptBuilder(server, context, args.raw)
     cache: dict[tuple[str, int], list[int]] = {}
 
     def requests(n: int, offset: int) -> list[Request]:
@@ -414,7 +415,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     result = {
         "port": args.port, "concurrency": args.concurrency, "context_length": args.context_length,
         "n_gen": args.n_gen, "ignore_eos": args.ignore_eos, "offset": args.offset, "label": args.label,
-        "chat_template": builder.has_template, "slot_ctx": n_ctx,
+        "chat_template": builder.has_template, "raw_prompts": args.raw, "slot_ctx": n_ctx,
         "warmup": {"requests": len(warm), "start": round(w0, 6), "end": round(w1, 6),
                    "errors": sum(1 for r in warm if "error" in r.record)},
         "window": {"start": round(t0, 6), "end": round(t1, 6), "duration_s": round(t1 - t0, 6)},
@@ -449,6 +450,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--warmup", type=int, default=1, help="warm-up rounds of --concurrency requests, not measured")
     p.add_argument("--offset", type=int, default=0, help="rotate the prompts (e.g. the repetition number)")
     p.add_argument("--ignore-eos", action="store_true", help="always generate --n-gen tokens")
+    p.add_argument("--raw", action="store_true", help="send the prompts as written, without the chat template")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
     p.add_argument("--label", default=None, help="copied into the output")
     p.add_argument("--out", default=None, help="write the full result here (stdout gets a summary)")

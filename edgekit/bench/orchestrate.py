@@ -198,6 +198,7 @@ def build_document(sess: Session, plan: Plan, configs: list[serverconf.ServerCon
                    "runtime": sess.recipe.runtime.model_dump(mode="json"),
                    "bench": sess.recipe.bench.model_dump(mode="json")},
         "settings": {**plan.to_json(), "quick": opts.quick, "ignore_eos": opts.ignore_eos,
+                     "raw_prompts": sess.opts.raw_prompts,
                      "order": [c.name for c in configs], "exclusive": sess.opts.exclusive,
                      "sampler_hz": sess.opts.hz if sess.opts.power else None,
                      "prompt_set": sess.recipe.bench.prompt_set, "bench_port": sess.bench_port},

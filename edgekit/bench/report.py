@@ -74,7 +74,9 @@ def render(doc: dict[str, Any]) -> str:
              f"cool-down below {st['cooldown_temp_c']} °C" if st.get("cooldown_temp_c") is not None else
              f"{st['repetitions']} repetitions per point, configurations alternated ({' '.join(st['order'])} …), "
              f"{st['warmup']} warm-up round(s) per run, n_gen {st['n_gen']}, no cool-down.", "",
-             "Values are means ± CI95 (Student's t over repetitions)." , ""]
+             "Values are means ± CI95 (Student's t over repetitions). Prompts: " +
+             ("as written (`--raw-prompts`)." if st.get("raw_prompts") else
+              "through the model's chat template where it has one."), ""]
     lines += _engines(doc)
     if s["speedups"]:
         lines += ["## The drafter's speedup", ""]

@@ -59,6 +59,7 @@ class SessionOptions:
     run_timeout_s: float = 1800.0
     lock_wait_s: int = 0
     keep_board_files: bool = False
+    raw_prompts: bool = False  # prompts as written, not through the model's chat template
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ class Run:
                 "window": {"start": t0, "end": t1, "duration_s": round(t1 - t0, 6)},
                 "cooldown": self.cooldown, "server_ready_s": self.server_ready_s, **self.metrics,
                 "power": self.power, "chat_template": self.output.get("chat_template"),
+                "raw_prompts": bool(self.output.get("raw_prompts")),
                 "requests_detail": self.output.get("requests", [])}
 
 
@@ -334,7 +336,8 @@ class Session:
         label = f"{cfg.name} {point.label()} rep {rep + 1}"
         out_file = f"{self.work}/load-{k}.json"
         argv = workloads.load_argv(PYTHON, self.agent, self.bench_port, self.prompts, point, n_requests, n_gen,
-                                   warmup, rep, ignore_eos, out_file, label, cfg.api, cfg.model)
+                                   warmup, rep, ignore_eos, out_file, label, cfg.api, cfg.model,
+                                   self.opts.raw_prompts)
         job = self._job(f"load-{k}", argv, "the load")
         rc = job.wait(self.opts.run_timeout_s, collect=out_file)
         raw = job.collected.strip()

@@ -74,6 +74,8 @@ def _common(f: Any) -> Any:
                      help="Keep the deployed service running while measuring (needs memory for two servers; "
                           "its traffic shows in the power figures)."),
         click.option("--ignore-eos", is_flag=True, help="Always generate --n-gen tokens."),
+        click.option("--raw-prompts", is_flag=True,
+                     help="Send the prompts as written, not through the model's chat template."),
         click.option("--wait", "wait_s", type=click.IntRange(0, 3600), default=0, show_default=True,
                      help="Seconds to wait for a deploy holding the board."),
     ]
@@ -87,7 +89,7 @@ def _session_opts(kw: dict[str, Any]) -> Any:
 
     return SessionOptions(power=not kw["no_power"], hz=kw["hz"], total_rail=kw["total_rail"],
                           exclusive=not kw["shared"], cooldown_timeout_s=kw["cooldown_timeout"],
-                          lock_wait_s=kw["wait_s"])
+                          lock_wait_s=kw["wait_s"], raw_prompts=kw["raw_prompts"])
 
 
 def _engines(text: str | None, backend: str) -> list[str] | None:

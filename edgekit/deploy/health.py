@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from edgekit.deploy.probes import chat_payload, completion_request, media_outcome
+from edgekit.deploy.probes import answer_text, chat_payload, completion_request, media_outcome
 from edgekit.remote.http import request
 from edgekit.remote.runner import LocalRunner, SshRunner
 
@@ -161,8 +161,6 @@ def llama_completion(runner: SshRunner | LocalRunner, port: int, prompt: str, n_
         return Health(False, f"the completion request answered {resp.status}: {resp.body[:200]!r}")
     data = resp.json()
     timings = data.get("timings") or {}
-    text = (((data.get("choices") or [{}])[0].get("message") or {}).get("content") if chat
-            else data.get("content"))
     return Health(
         ok=True,
         reason="healthy",
@@ -170,7 +168,7 @@ def llama_completion(runner: SshRunner | LocalRunner, port: int, prompt: str, n_
         tokens_per_second=timings.get("predicted_per_second"),
         draft_n=timings.get("draft_n"),
         draft_n_accepted=timings.get("draft_n_accepted"),
-        text=str(text or ""),
+        text=answer_text(data, chat),
         method="chat completion" if chat else "completion",
     )
 

@@ -30,6 +30,23 @@ def completion_request(prompt: str, n_predict: int, chat: bool) -> tuple[str, di
                            "seed": 0}
 
 
+def openai_request(model: str, prompt: str, n_predict: int, chat: bool) -> tuple[str, dict[str, Any]]:
+    """(path, payload) of one greedy vLLM completion: ``chat`` through the model's chat template
+    (/v1/chat/completions), else the raw prompt (/v1/completions); always n_predict tokens."""
+    common = {"model": model, "max_tokens": n_predict, "temperature": 0.0, "seed": 0, "ignore_eos": True}
+    if chat:
+        return "/v1/chat/completions", {**common, "messages": [{"role": "user", "content": prompt}]}
+    return "/v1/completions", {**common, "prompt": prompt}
+
+
+def answer_text(data: dict[str, Any], chat: bool, openai: bool = False) -> str:
+    """The generated text of a completion body: a chat message, an OpenAI completion, or llama-server's."""
+    choice = (data.get("choices") or [{}])[0]
+    text = (choice.get("message") or {}).get("content") if chat else choice.get("text") if openai else \
+        data.get("content")
+    return str(text or "")
+
+
 def media_outcome(kind: str, data: dict[str, Any]) -> dict[str, Any]:
     """One media answer (a /v1/chat/completions body) as the checks report it: TTFT (llama-server's prompt_ms:
     the media encoded and the prompt read), prompt tokens, tokens, tok/s after, drafts."""

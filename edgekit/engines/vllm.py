@@ -22,6 +22,7 @@ from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
 from edgekit.deploy.compose import ReleasePlan, agent_files, plan_release, service_ports, service_units
 from edgekit.deploy.health import Health
+from edgekit.deploy.probes import answer_text, openai_request
 from edgekit.engines.base import EngineRelease, ReleaseContext
 from edgekit.engines.vllm_container import default_image, docker_prefix, resolve, version_in, wants_container
 from edgekit.errors import EdgekitError
@@ -63,6 +64,14 @@ def model_files(role: str, model_dir: Path) -> dict[str, Path]:
     return files
 
 
+def has_chat_template(models: dict[str, Path]) -> bool:
+    """Whether the target's tokenizer carries a chat template (its own file, or in tokenizer_config.json)."""
+    if "models/target/chat_template.jinja" in models:
+        return True
+    config = models.get("models/target/tokenizer_config.json")
+    return bool(config and json.loads(config.read_text()).get("chat_template"))
+
+
 def server_argv(python: str, rdir: str, recipe: Recipe, port: int, has_drafter: bool) -> list[str]:
     rt, v = recipe.runtime, recipe.runtime.vllm
     argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", f"{rdir}/models/target",
@@ -99,6 +108,7 @@ def compose(ctx: ReleaseContext, python: str, version: str, models: dict[str, Pa
         "engine": "vllm", "vllm": version, "recipe": recipe.name, "port": ports[0], "candidate_port": ports[1],
         "server_command": served[:1], "server_args": served[1:],
         "drafter": has_drafter, "spec_type": "mtp" if has_drafter else "none",
+        "chat": has_chat_template(models),  # health then goes through /v1/chat/completions
         "runtime": recipe.runtime.model_dump(mode="json"), "guards": [], "gpu": "none",
         "container": {"image": image} if image else None,
     }
@@ -160,13 +170,13 @@ class Vllm:
 
     def completion(self, runner: Runner, port: int, model: str, prompt: str, n_predict: int,
                    timeout: float, chat: bool = False) -> Health:
-        """/v1/completions, greedy; tok/s over the whole request (vLLM reports no decode timing per request)."""
+        """/v1/completions (``chat``: /v1/chat/completions), greedy; tok/s over the whole request (vLLM reports
+        no decode timing per request)."""
+        path, payload = openai_request(model, prompt, n_predict, chat)
         try:
             before = _counters(runner, port)
             start = time.monotonic()
-            resp = request(runner, port, "POST", "/v1/completions",
-                           {"model": model, "prompt": prompt, "max_tokens": n_predict, "temperature": 0.0,
-                            "seed": 0, "ignore_eos": True}, timeout=timeout)
+            resp = request(runner, port, "POST", path, payload, timeout=timeout)
             seconds = time.monotonic() - start
             after = _counters(runner, port) if resp.status == 200 else {}
         except ConnectionError as exc:
@@ -178,6 +188,6 @@ class Vllm:
         drafted = after.get("vllm:spec_decode_num_draft_tokens", 0) - before.get("vllm:spec_decode_num_draft_tokens", 0)
         accepted = (after.get("vllm:spec_decode_num_accepted_tokens", 0)
                     - before.get("vllm:spec_decode_num_accepted_tokens", 0))
-        text = ((data.get("choices") or [{}])[0]).get("text", "")
         return Health(True, "healthy", tokens=tokens, tokens_per_second=round(tokens / seconds, 2) if seconds else None,
-                      draft_n=int(drafted) or None, draft_n_accepted=int(accepted) if drafted else None, text=text)
+                      draft_n=int(drafted) or None, draft_n_accepted=int(accepted) if drafted else None,
+                      text=answer_text(data, chat, openai=True), method="chat completion" if chat else "completion")

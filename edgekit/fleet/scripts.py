@@ -145,11 +145,11 @@ def llama_completion():
         return status, body, {}
     data = json.loads(body.decode() or "null") or {}
     timings = data.get("timings") or {}
-    text = (((data.get("choices") or [{}])[0].get("message") or {}).get("content") if chat else data.get("content"))
+    text = answer_text(data, chat)
     return status, body, {"tokens": int(timings.get("predicted_n") or data.get("tokens_predicted") or 0),
                           "tokens_per_second": timings.get("predicted_per_second"),
                           "draft_n": timings.get("draft_n"), "draft_n_accepted": timings.get("draft_n_accepted"),
-                          "text": str(text or ""), "method": "chat completion" if chat else "completion"}
+                          "text": text, "method": "chat completion" if chat else "completion"}
 
 @MEDIA_PROBES@
 
@@ -160,10 +160,9 @@ def media_completion(kind):
     return media_outcome(kind, json.loads(body.decode() or "null") or {})
 
 def vllm_completion():
+    path, payload = openai_request(model, prompt, n_predict, chat)  # chat: through the model's template
     before, t0 = counters(), time.monotonic()
-    payload = {"model": model, "prompt": prompt, "max_tokens": n_predict, "temperature": 0.0, "seed": 0,
-               "ignore_eos": True}
-    status, body = request("POST", "/v1/completions", payload, timeout)
+    status, body = request("POST", path, payload, timeout)
     seconds = time.monotonic() - t0
     if status != 200:
         return status, body, {}
@@ -174,7 +173,7 @@ def vllm_completion():
                           "draft_n": drafted or None,
                           "draft_n_accepted": int(after.get("accepted", 0) - before.get("accepted", 0))
                           if drafted else None,
-                          "text": str(((data.get("choices") or [{}])[0]).get("text", ""))}
+                          "text": answer_text(data, chat, True), "method": "chat completion" if chat else "completion"}
 
 def gpu_use():
     try:
@@ -249,7 +248,8 @@ def _plain_source(*funcs: Callable[..., object]) -> str:
 
 HEALTH_PY = HEALTH_PY.replace("@MEDIA_PROBES@", "import base64, io, math, struct, wave, zlib\n"
                               f"MEDIA_PROMPT = {probes.MEDIA_PROMPT!r}\n"
-                              + _plain_source(probes.completion_request, probes.media_outcome, probes.probe_png,
+                              + _plain_source(probes.completion_request, probes.openai_request, probes.answer_text,
+                                              probes.media_outcome, probes.probe_png,
                                               probes.probe_wav, probes.content_part, probes.chat_payload))
 
 # `sh -c INVENTORY_RO sh STORE SHA...`: INVENTORY_SH without creating the store (for --check).
