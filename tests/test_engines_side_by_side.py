@@ -31,6 +31,8 @@ def test_three_engines_deploy_bench_side_by_side_and_tune(sim_session, env, tmp_
     for engine in ("llama.cpp", "litert-lm", "vllm"):  # vLLM last: it is the one served, and tuned, below
         rep = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", RECIPES[engine]))
         assert rep["changed"] and rep["health"]["ok"] and rep["health"]["acceptance"] > 0.2, rep["health"]
+        # Instruction-tuned (published E2B structure): checked through its chat template; vLLM's legacy pair has none.
+        assert rep["health"]["method"] == ("completion" if engine == "vllm" else "chat completion"), rep["health"]
         deployed[engine] = rep["release"]
 
     # LiteRT-LM is a release like the others: its bundle, the agent's front as the unit, drafts counted.
@@ -55,6 +57,9 @@ def test_three_engines_deploy_bench_side_by_side_and_tune(sim_session, env, tmp_
     assert all(r["errors"] == 0 and r["tokens"] > 0 and r["ttft_p50_s"] for r in doc["runs"])
     assert all(r["acceptance"] > 0.2 for r in doc["runs"] if r["config"].endswith("/drafter"))
     assert all(not r["draft_n"] for r in doc["runs"] if r["config"].endswith("/baseline"))
+    # LiteRT-LM's front renders the bundle's chat template, as llama-server renders the GGUF's.
+    assert all(r["chat_template"] is (not r["config"].startswith("vllm/")) for r in doc["runs"]), [
+        (r["config"], r["chat_template"]) for r in doc["runs"]]
     assert doc["power"]["available"] and all(r["power"]["joules_per_token"] > 0 for r in doc["runs"])
     assert {(row["engine"], row["concurrency"]) for row in doc["summary"]["engines"]} == {
         (e, c) for e in ENGINES for c in (1, 2)}

@@ -6,9 +6,11 @@ Run by the board's LiteRT-LM Python (``litert-lm-api``), not by the agent's pyth
     python litert_server.py --model B.litertlm --port P [--speculative --draft-steps G]
 
 It answers what the load and the health check ask llama-server: ``GET /health``, ``GET /props``,
-``POST /tokenize``, ``/detokenize``, ``/apply-template`` (404: prompts are sent raw) and ``/completion``
-(streamed as server-sent events, or one JSON). One engine serves one request at a time (a lock):
-concurrent requests queue, which the bench's latency figures then show.
+``POST /tokenize``, ``/detokenize``, ``/apply-template`` (the bundle's chat template, rendered by LiteRT-LM;
+404 when it has none: prompts are then sent raw), ``/completion`` (streamed as server-sent events, or one JSON)
+and ``/v1/chat/completions`` (one user message of text, not streamed, with llama-server's ``timings``).
+One engine serves one request at a time (a lock): concurrent requests queue, which the bench's latency
+figures then show.
 
 Draft statistics per request: with MTP, LiteRT-LM returns each verify pass's tokens as one streamed
 chunk, so ``rounds`` = chunks, ``draft_n`` = rounds × G and ``draft_n_accepted`` = decoded tokens −
@@ -59,6 +61,34 @@ class Model:
                 ids = ids[1:]
             return self.detokenize(ids)
         return str(prompt)
+
+    def template(self, messages: list) -> str | None:
+        """One user message through the bundle's chat template (the model's turn opened), as text; None when
+        the bundle has no template (LiteRT-LM then renders the text unchanged)."""
+        if len(messages) != 1 or not isinstance(messages[0], dict) or not isinstance(messages[0].get("content"), str):
+            raise ValueError("edgekit's LiteRT-LM front takes one user message of text (its bundles are text only)")
+        content = messages[0]["content"]
+        with self.lock:  # a conversation of its own, only to render: the engine runs one thing at a time
+            conversation = self.engine.create_conversation()
+            try:
+                rendered = conversation.render_message_to_string({"role": "user", "content": content})
+            finally:
+                conversation.close()
+        return None if rendered == content else rendered
+
+    def chat(self, body: dict) -> dict:
+        """/v1/chat/completions, greedy, not streamed: the templated prompt completed, with llama-server's
+        timings, so the health check reads the same fields as from llama-server."""
+        messages = body.get("messages") or []
+        prompt = self.template(messages)
+        out = self.complete({"prompt": messages[0]["content"] if prompt is None else prompt,
+                             "n_predict": body.get("max_tokens") or body.get("n_predict") or 128}, lambda _c: None)
+        return {"object": "chat.completion", "model": body.get("model") or "litert-lm",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": out["content"]},
+                             "finish_reason": "length" if out["stop_type"] == "limit" else "stop"}],
+                "usage": {"prompt_tokens": out["tokens_evaluated"], "completion_tokens": out["tokens_predicted"],
+                          "total_tokens": out["tokens_evaluated"] + out["tokens_predicted"]},
+                "timings": out["timings"]}
 
     def complete(self, body: dict, emit) -> dict:
         """Greedy completion; ``emit(text)`` per streamed chunk; returns llama-server's final fields."""
@@ -138,8 +168,25 @@ def handler_for(model: Model):
                 self._json(200, {"content": model.detokenize(body.get("tokens") or [])})
             elif self.path == "/completion":
                 self._completion(body)
+            elif self.path in ("/apply-template", "/v1/chat/completions"):
+                self._templated(body)
             else:
                 self._json(404, {"error": "not supported by edgekit's LiteRT-LM front"})
+
+        def _templated(self, body: dict) -> None:
+            try:
+                if self.path == "/apply-template":
+                    prompt = model.template(body.get("messages") or [])
+                    if prompt is None:  # as llama-server without a template: the load then sends prompts raw
+                        self._json(404, {"error": "the bundle has no chat template"})
+                    else:
+                        self._json(200, {"prompt": prompt})
+                else:
+                    self._json(200, model.chat(body))
+            except ValueError as exc:
+                self._json(400, {"error": str(exc)})
+            except Exception as exc:  # the client sees why, the server keeps serving
+                self._json(500, {"error": str(exc)})
 
         def _completion(self, body: dict) -> None:
             if not body.get("stream"):

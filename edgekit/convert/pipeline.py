@@ -139,7 +139,8 @@ def _convert_litert(recipe: Recipe, ready: list[tuple[ModelInput, ModelInfo, Mod
                           "file": str(art.file(art.manifest["litertlm_file"])), "key": art.key, "cached": cached,
                           "sections": art.manifest["sections"], "model_types": art.manifest.get("model_types", []),
                           "draft_steps": art.manifest.get("draft_steps"),
-                          "cache_length": art.manifest.get("cache_length")})
+                          "cache_length": art.manifest.get("cache_length"),
+                          "chat_template": target[1].chat_template})
 
 
 def repack_any(src: Path, out: Path, ref: Path | None = None, fallback: str = "Q8_0",

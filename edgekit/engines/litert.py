@@ -82,6 +82,7 @@ def compose(ctx: ReleaseContext, python: str, bundle: dict[str, Any]) -> Release
         "server_args": argv_at("$RELEASE", ports[0])[1:], "drafter": bool(steps),
         "spec_type": "litert-mtp" if steps else "none", "runtime": rt.model_dump(mode="json"), "guards": [],
         "gpu": "none", "litert": {k: bundle.get(k) for k in ("key", "model_types", "draft_steps", "cache_length")},
+        "chat": bool(bundle.get("chat_template")),  # the front renders the bundle's template (health uses it)
     }
 
     def render(rid: str) -> dict[str, str]:

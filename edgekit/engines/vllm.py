@@ -64,14 +64,6 @@ def model_files(role: str, model_dir: Path) -> dict[str, Path]:
     return files
 
 
-def has_chat_template(models: dict[str, Path]) -> bool:
-    """Whether the target's tokenizer carries a chat template (its own file, or in tokenizer_config.json)."""
-    if "models/target/chat_template.jinja" in models:
-        return True
-    config = models.get("models/target/tokenizer_config.json")
-    return bool(config and json.loads(config.read_text()).get("chat_template"))
-
-
 def server_argv(python: str, rdir: str, recipe: Recipe, port: int, has_drafter: bool) -> list[str]:
     rt, v = recipe.runtime, recipe.runtime.vllm
     argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", f"{rdir}/models/target",
@@ -92,7 +84,7 @@ def board_python(board: Board) -> str:
 
 
 def compose(ctx: ReleaseContext, python: str, version: str, models: dict[str, Path],
-            image: str | None = None) -> ReleasePlan:
+            image: str | None = None, chat: bool = False) -> ReleasePlan:
     """The release; with ``image`` (digest-pinned) each unit runs the server in that container."""
     recipe = ctx.recipe
     has_drafter = any(rel.startswith("models/drafter/") for rel in models)
@@ -108,7 +100,7 @@ def compose(ctx: ReleaseContext, python: str, version: str, models: dict[str, Pa
         "engine": "vllm", "vllm": version, "recipe": recipe.name, "port": ports[0], "candidate_port": ports[1],
         "server_command": served[:1], "server_args": served[1:],
         "drafter": has_drafter, "spec_type": "mtp" if has_drafter else "none",
-        "chat": has_chat_template(models),  # health then goes through /v1/chat/completions
+        "chat": chat,  # the target has a chat template: health goes through /v1/chat/completions
         "runtime": recipe.runtime.model_dump(mode="json"), "guards": [], "gpu": "none",
         "container": {"image": image} if image else None,
     }
@@ -165,7 +157,8 @@ class Vllm:
                 path = text_only(path)
             models.update(model_files(model.role, path))
         stages = {"models": time.monotonic() - t}
-        return EngineRelease(compose(ctx, python, version, models, image),
+        chat = any(info.chat_template for model, info, _ in ready if model.role == "target")
+        return EngineRelease(compose(ctx, python, version, models, image, chat),
                              {"engine": "vllm", "vllm": version, "image": image}, stages)
 
     def completion(self, runner: Runner, port: int, model: str, prompt: str, n_predict: int,

@@ -32,6 +32,7 @@ class ModelInfo:
     n_params: int
     towers: tuple[str, ...] = ()  # "vision", "audio": the multimodal towers the checkpoint has
     ordered_head: dict[str, int] | None = None  # an assistant's centroid-masked head: num_centroids, top_k
+    chat_template: bool = False  # its tokenizer carries one (instruction-tuned): health and bench go through it
 
     @property
     def head_tokens(self) -> int:
@@ -96,7 +97,19 @@ def inspect_model(path: Path, role: str) -> ModelInfo:
     return ModelInfo(path, role, arch, hidden, vocab, layers, backbone if role == "drafter" else None,
                      tuple(sorted({e.dtype for e in entries})), len(entries), n_params,
                      towers=_towers(path, cfg, set(tensors)),
-                     ordered_head=_ordered_head(path, cfg, vocab, set(tensors)))
+                     ordered_head=_ordered_head(path, cfg, vocab, set(tensors)),
+                     chat_template=has_chat_template(path))
+
+
+def has_chat_template(path: Path) -> bool:
+    """Whether the checkpoint's tokenizer has a chat template: its own file, or in tokenizer_config.json."""
+    if (path / "chat_template.jinja").is_file():
+        return True
+    config = path / "tokenizer_config.json"
+    try:
+        return bool(config.is_file() and json.loads(config.read_text()).get("chat_template"))
+    except (OSError, ValueError):
+        return False
 
 
 def _towers(path: Path, cfg: dict[str, Any], names: set[str]) -> tuple[str, ...]:
