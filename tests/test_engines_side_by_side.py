@@ -68,7 +68,8 @@ def test_three_engines_deploy_bench_side_by_side_and_tune(sim_session, env, tmp_
     report = (out / "report.md").read_text()
     assert "## Engines side by side" in report
     # vLLM's release holds the legacy pair (no ordered head on a CPU): the report says the models differ.
-    assert "vllm: `sim-tiny-mtp-vllm`" in report and "not the engine alone" in report
+    assert "vllm: `tiny-gemma4-tuned` + `tiny-gemma4-assistant (aligned)`" in report, report
+    assert "llama.cpp: `tiny-gemma4-e2b-tuned` + `tiny-gemma4-e2b-assistant (aligned)`" in report
     st = ok_json(edgekit(env, "--json", "status", "--board", board.name))
     assert st["engine"] == "vllm" and st["current"] == deployed["vllm"] and st["service_active"]
 

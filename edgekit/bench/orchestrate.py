@@ -178,6 +178,7 @@ def build_document(sess: Session, plan: Plan, configs: list[serverconf.ServerCon
         "kind": "bench",
         "backend": opts.backend if opts.backend != "release" else (names[0] if len(names) == 1 else "engines"),
         "engines": [{"engine": r.engine, "release": r.id, "recipe": r.manifest.get("recipe"),
+                     "sources": r.manifest.get("sources"),
                      "spec_type": r.manifest.get("spec_type"), "drafter": bool(r.manifest.get("drafter")),
                      "server_args": r.manifest.get("server_args") or []} for r in rels or []],
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

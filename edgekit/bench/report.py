@@ -42,12 +42,13 @@ def _engines(doc: dict[str, Any]) -> list[str]:
     s = doc["summary"]
     if not s.get("engines"):
         return []
-    recipes = {e["engine"]: e.get("recipe") or "?" for e in doc.get("engines") or []}
-    # A release per engine: when they come from different recipes, the table compares models too.
-    mixed = (["The engines serve different recipes' models (" +
-              ", ".join(f"{e}: `{r}`" for e, r in recipes.items()) +
+    # A release per engine: when they hold different models, the table compares models too. (Releases made
+    # before release.json had `sources` are told apart by their recipe.)
+    models = {e["engine"]: (" + ".join(f"`{v}`" for v in e["sources"].values()) if e.get("sources")
+                            else f"recipe `{e.get('recipe') or '?'}`") for e in doc.get("engines") or []}
+    mixed = (["The engines serve different models (" + "; ".join(f"{e}: {m}" for e, m in models.items()) +
               "): each row compares an engine and its models together, not the engine alone.", ""]
-             if len(set(recipes.values())) > 1 else [])
+             if len(set(models.values())) > 1 else [])
     return ["## Engines side by side", "",
             "Each engine serves its own release of the recipe's models; every repetition runs every engine "
             "in turn on the same prompts, under the same power method and idle baseline.", "", *mixed,

@@ -39,6 +39,11 @@ class ModelSource(BaseModel):
     quant: Literal[QUANTS] = "Q8_0"  # type: ignore[valid-type]
     fallback: Literal["Q8_0", "F16"] = "Q8_0"  # for q4_0-exact tensors that are not on a 4-bit grid
 
+    def describe(self) -> str:
+        """Where the model comes from, in one short string (release.json's ``sources``)."""
+        what = self.synthetic or (f"{self.repo}@{self.revision}" if self.repo else None) or self.package or self.path
+        return f"{what}{' (aligned)' if self.align else ''}"
+
     @field_validator("repo")
     @classmethod
     def _repo(cls, v: str | None) -> str | None:
@@ -206,6 +211,11 @@ class Recipe(BaseModel):
         if self.drafter is not None and not needs_model:
             raise ValueError("a drafter is given but runtime.spec_type does not use one (use draft-mtp)")
         return self
+
+    @property
+    def sources(self) -> dict[str, str]:
+        """Role → where its model comes from: engines' releases of the same models say the same."""
+        return {role: m.describe() for role, m in (("target", self.target), ("drafter", self.drafter)) if m}
 
     @property
     def base_dir(self) -> Path:

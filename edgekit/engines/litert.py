@@ -79,6 +79,7 @@ def compose(ctx: ReleaseContext, python: str, bundle: dict[str, Any]) -> Release
 
     describe = {
         "engine": "litert-lm", "recipe": recipe.name, "port": ports[0], "candidate_port": ports[1],
+        "sources": recipe.sources,
         "server_args": argv_at("$RELEASE", ports[0])[1:], "drafter": bool(steps),
         "spec_type": "litert-mtp" if steps else "none", "runtime": rt.model_dump(mode="json"), "guards": [],
         "gpu": "none", "litert": {k: bundle.get(k) for k in ("key", "model_types", "draft_steps", "cache_length")},

@@ -157,6 +157,7 @@ def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: s
 
     describe = {
         "engine": "llama.cpp", "recipe": recipe.name, "server_args": args_at(ports[0]), "port": ports[0],
+        "sources": recipe.sources,
         "candidate_port": ports[1],
         "drafter": has_drafter, "spec_type": rt.spec_type, "build": {"key": build_key, "target": target},
         "runtime": rt.model_dump(mode="json"), "guards": [g.to_dict() for g in guards], "gpu": gpu,

@@ -98,6 +98,7 @@ def compose(ctx: ReleaseContext, python: str, version: str, models: dict[str, Pa
     served = argv_at("$RELEASE", ports[0])
     describe = {
         "engine": "vllm", "vllm": version, "recipe": recipe.name, "port": ports[0], "candidate_port": ports[1],
+        "sources": recipe.sources,
         "server_command": served[:1], "server_args": served[1:],
         "drafter": has_drafter, "spec_type": "mtp" if has_drafter else "none",
         "chat": chat,  # the target has a chat template: health goes through /v1/chat/completions
