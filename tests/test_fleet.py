@@ -313,8 +313,9 @@ def test_ansible_rolls_out_litert_lm_and_vllm_releases_health_checks_them_and_ro
         for b in pair:
             health = lit["succeeded"][b.name]["health"]
             assert health["ok"] and health["draft_n"] > 0 and health["acceptance"] > 0.2, health
+            assert health["method"] == "chat completion", health  # through the bundle's template, on the board
             manifest = json.loads((b.base / "current" / "release.json").read_text())
-            assert manifest["engine"] == "litert-lm"
+            assert manifest["engine"] == "litert-lm" and manifest["chat"]
         board = pair[0]
         vl = rollout(env, "--recipe", "sim-tiny-mtp-vllm", "--group", board.name)
         health = vl["succeeded"][board.name]["health"]

@@ -106,4 +106,4 @@ class Litert:
 
     def completion(self, runner: Runner, port: int, model: str, prompt: str, n_predict: int,
                    timeout: float, chat: bool = False) -> Health:
-        return llama_completion(runner, port, prompt, n_predict, timeout)  # the front speaks /completion only
+        return llama_completion(runner, port, prompt, n_predict, timeout, chat)  # the front speaks llama-server's

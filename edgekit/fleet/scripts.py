@@ -84,8 +84,8 @@ print(json.dumps({
 # litert-lm: /completion and its `timings`; vllm: /v1/completions for MODEL, drafts from /metrics read
 # before and after) that must show tokens, and drafts when a drafter is configured; with GPU "required"
 # or "optional", the server log LOG must show ggml-cuda finding a device (required: else it fails). CHAT "1":
-# the completion goes through the model's chat template (/v1/chat/completions); MEDIA ("image,audio"): each
-# kind is sent too (the host's image and second of audio) and must be answered.
+# the completion goes through the model's chat template (/v1/chat/completions, every engine); MEDIA
+# ("image,audio"): each kind is sent too (the host's image and second of audio) and must be answered.
 # Prints the Health as JSON; the exit status is always 0.
 HEALTH_PY = r"""
 import http.client, json, os, re, subprocess, sys, time
