@@ -298,3 +298,19 @@ def test_media_probes_are_summarised_per_configuration_and_kind() -> None:
                                               "acceptance": 0.6}
     assert summary[("baseline", "image")]["acceptance"] is None
     assert summary[("baseline", "audio")]["failed"] == 1 and summary[("baseline", "audio")]["ttft_ms"] is None
+
+
+def test_engines_report_says_when_engines_serve_different_models() -> None:
+    from edgekit.bench import report
+
+    row = {"engine": "llama.cpp", "concurrency": 1, "context_length": None, "tokens_per_second": 1.0,
+           "baseline_tokens_per_second": 1.0, "speedup": 1.0, "acceptance": 0.5, "ttft_p50_s": 0.1,
+           "baseline_ttft_p50_s": 0.1, "joules_per_token": None, "baseline_joules_per_token": None}
+    same = {"target": "tiny-gemma4-e2b-tuned", "drafter": "tiny-gemma4-e2b-assistant (aligned)"}
+    doc = {"summary": {"engines": [row]}, "engines": [{"engine": "llama.cpp", "sources": same},
+                                                      {"engine": "litert-lm", "sources": dict(reversed(same.items()))}]}
+    assert "different models" not in "\n".join(report._engines(doc))  # the same models, whatever the key order
+    doc["engines"].append({"engine": "vllm", "recipe": "old"})  # a release from before `sources`
+    text = "\n".join(report._engines(doc))
+    assert "llama.cpp: `tiny-gemma4-e2b-tuned` + `tiny-gemma4-e2b-assistant (aligned)`" in text
+    assert "vllm: recipe `old`" in text and "not the engine alone" in text

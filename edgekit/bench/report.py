@@ -44,7 +44,8 @@ def _engines(doc: dict[str, Any]) -> list[str]:
         return []
     # A release per engine: when they hold different models, the table compares models too. (Releases made
     # before release.json had `sources` are told apart by their recipe.)
-    models = {e["engine"]: (" + ".join(f"`{v}`" for v in e["sources"].values()) if e.get("sources")
+    models = {e["engine"]: (" + ".join(f"`{e['sources'][r]}`" for r in ("target", "drafter") if r in e["sources"])
+                            if e.get("sources")
                             else f"recipe `{e.get('recipe') or '?'}`") for e in doc.get("engines") or []}
     mixed = (["The engines serve different models (" + "; ".join(f"{e}: {m}" for e, m in models.items()) +
               "): each row compares an engine and its models together, not the engine alone.", ""]
