@@ -131,10 +131,18 @@ def fit_mmproj(recipe: Recipe, models: dict[str, Path], mem_total_mb: int | None
 
 
 def has_chat_template(gguf: Path) -> bool:
-    """An instruction-tuned target carries its chat template: health then talks to it through it."""
-    from edgekit.convert.gguf_io import GGUFFile
+    """An instruction-tuned target carries its chat template: health then talks to it through it.
 
-    return "tokenizer.chat_template" in GGUFFile(gguf).kv_raw
+    Remembered per file (size, mtime): a redeploy that changes nothing must not parse the GGUF's header.
+    """
+    from edgekit.build.memo import remember
+
+    def read() -> str:
+        from edgekit.convert.gguf_io import GGUFFile
+
+        return "1" if "tokenizer.chat_template" in GGUFFile(gguf).kv_raw else "0"
+
+    return remember("gguf-chat-template", gguf, read) == "1"
 
 
 def release_files(bin_dir: Path, models: dict[str, Path]) -> dict[str, Path]:
