@@ -42,9 +42,9 @@ def openai_request(model: str, prompt: str, n_predict: int, chat: bool) -> tuple
 def answer_text(data: dict[str, Any], chat: bool, openai: bool = False) -> str:
     """The generated text of a completion body: a chat message, an OpenAI completion, or llama-server's."""
     choice = (data.get("choices") or [{}])[0]
-    text = (choice.get("message") or {}).get("content") if chat else choice.get("text") if openai else \
-        data.get("content")
-    return str(text or "")
+    if chat:
+        return str((choice.get("message") or {}).get("content") or "")
+    return str((choice.get("text") if openai else data.get("content")) or "")
 
 
 def media_outcome(kind: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -96,5 +96,5 @@ def chat_payload(kind: str, max_tokens: int) -> dict[str, Any]:
             "seed": 0, "cache_prompt": False}
 
 
-__all__ = ["MEDIA_PROMPT", "chat_payload", "completion_request", "content_part", "media_outcome", "probe_png",
-           "probe_wav"]
+__all__ = ["MEDIA_PROMPT", "answer_text", "chat_payload", "completion_request", "content_part", "media_outcome",
+           "openai_request", "probe_png", "probe_wav"]

@@ -130,7 +130,7 @@ def fit_mmproj(recipe: Recipe, models: dict[str, Path], mem_total_mb: int | None
     return {rel: path for rel, path in models.items() if rel != "models/mmproj.gguf"}
 
 
-def has_chat_template(gguf: Path) -> bool:
+def gguf_has_chat_template(gguf: Path) -> bool:
     """An instruction-tuned target carries its chat template: health then talks to it through it.
 
     Remembered per file (size, mtime): a redeploy that changes nothing must not parse the GGUF's header.
@@ -170,7 +170,7 @@ def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: s
         "drafter": has_drafter, "spec_type": rt.spec_type, "build": {"key": build_key, "target": target},
         "runtime": rt.model_dump(mode="json"), "guards": [g.to_dict() for g in guards], "gpu": gpu,
         "media": media_kinds(models) if mmproj else [],
-        "chat": has_chat_template(models["models/target.gguf"]),
+        "chat": gguf_has_chat_template(models["models/target.gguf"]),
     }
 
     def render(rid: str) -> dict[str, str]:
