@@ -12,6 +12,7 @@ the last good release, and the error carries the server's last log lines.
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -86,7 +87,12 @@ def activate(
 ) -> Activation:
     paths = BoardPaths(base)
     main = Service(runner, UNIT_NAME, need_sudo)
-    lay = releases.layout(runner, base)
+    # Two round trips that do not depend on each other, on two channels of the one connection at once:
+    # on a redeploy that changes nothing they are most of what the board is asked.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        was_active = pool.submit(main.is_active)
+        lay = releases.layout(runner, base)
+        serves = was_active.result()
     previous = lay.current
 
     def check(svc: Service, p: int) -> health_mod.Health:
@@ -94,7 +100,7 @@ def activate(
         return health_mod.check(runner, p, expect_drafts, timeout=timeout, alive=svc.is_active, engine=engine,
                                 model=model, gpu=gpu, log_file=log, media=media, chat=chat)
 
-    if lay.current == release_id and lay.serving == release_id and main.is_active():
+    if lay.current == release_id and lay.serving == release_id and serves:
         recorded = health_mod.quick(runner, port, lay.health, expect_drafts) if lay.health else None
         if recorded is not None:
             on_step("release already current and /health answers")
@@ -107,7 +113,7 @@ def activate(
     on_step(f"creating release {release_id}")
     releases.create(runner, base, release_id, file_shas)
 
-    if strategy == "candidate" and not main.is_active():
+    if strategy == "candidate" and not serves:
         # A candidate protects what serves; with nothing serving, the service's own start is the check.
         on_step("nothing serves yet: starting the release as the service itself")
         strategy = "in-place"

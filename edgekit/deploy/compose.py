@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgekit.build.memo import remember
 from edgekit.remote.transfer import Blob
 from edgekit.store import canonical_json, sha256_file
 
@@ -67,8 +68,16 @@ def agent_files() -> dict[str, Path]:
     return {f"agent/{p.name}": p for p in sorted(agent.glob("*.py"))} if agent.is_dir() else {}
 
 
+# Files this big are hashed once per (path, size, mtime), not on every deploy: the models and
+# libraries come from the store, which never rewrites a file. Small ones (units, the agent) are hashed
+# each time, which costs less than remembering them. The board checks every byte it receives anyway.
+_REMEMBER_SHA_FROM = 1 << 20
+
+
 def blob_for(path: Path, executable: bool = False) -> Blob:
-    return Blob(sha256_file(path), path.stat().st_size, path, executable)
+    size = path.stat().st_size
+    sha = remember("sha256", path, lambda: sha256_file(path)) if size >= _REMEMBER_SHA_FROM else sha256_file(path)
+    return Blob(sha, size, path, executable)
 
 
 def plan_release(
