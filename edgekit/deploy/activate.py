@@ -66,6 +66,17 @@ class BoardPaths:
         return f"{self.base}/logs/llama-server-candidate.log"
 
 
+def board_state(runner: Runner, base: str, need_sudo: bool) -> tuple[releases.Layout, bool]:
+    """The board's releases and whether its service runs.
+
+    Two round trips that do not depend on each other, on two channels of the one connection at once: on
+    a redeploy (or a fleet re-run) that changes nothing they are most of what the board is asked.
+    """
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        active = pool.submit(Service(runner, UNIT_NAME, need_sudo).is_active)
+        return releases.layout(runner, base), active.result()
+
+
 def activate(
     runner: Runner,
     base: str,
@@ -87,12 +98,7 @@ def activate(
 ) -> Activation:
     paths = BoardPaths(base)
     main = Service(runner, UNIT_NAME, need_sudo)
-    # Two round trips that do not depend on each other, on two channels of the one connection at once:
-    # on a redeploy that changes nothing they are most of what the board is asked.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        was_active = pool.submit(main.is_active)
-        lay = releases.layout(runner, base)
-        serves = was_active.result()
+    lay, serves = board_state(runner, base, need_sudo)
     previous = lay.current
 
     def check(svc: Service, p: int) -> health_mod.Health:

@@ -11,20 +11,16 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from edgekit.deploy import health as health_mod
-from edgekit.deploy.service import Service
-from edgekit.deploy.unit import UNIT_NAME
+from edgekit.deploy.activate import board_state
 from edgekit.fleet.connect import Fleet
 from edgekit.fleet.plan import BoardPlan, FleetPlan
-from edgekit.remote import releases
 
 
 def _current(fleet: Fleet, bp: BoardPlan) -> dict[str, Any] | None:
     target = fleet.targets[bp.name]
-    lay = releases.layout(target.runner, bp.base)
+    lay, active = board_state(target.runner, bp.base, target.facts.sudo != "root")
     rid = bp.plan.release_id
-    if lay.current != rid or lay.serving != rid or lay.health is None:
-        return None
-    if not Service(target.runner, UNIT_NAME, target.facts.sudo != "root").is_active():
+    if lay.current != rid or lay.serving != rid or lay.health is None or not active:
         return None
     m = bp.plan.manifest
     health = health_mod.quick(target.runner, int(m["port"]), lay.health, bool(m["drafter"]))
