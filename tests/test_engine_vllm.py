@@ -138,6 +138,7 @@ def test_vllm_argv_and_metrics_parsing() -> None:
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
     assert spec == {"method": "mtp", "model": "/r/models/drafter", "num_speculative_tokens": 3}
     assert "--speculative-config" not in server_argv("python3", "/r", recipe, 8080, has_drafter=False)
+    assert argv[argv.index("--kv-cache-memory-bytes") + 1] == str(1 << 28)  # kv_cache_gib: 0.25
     text = ('vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 12.0\n'
             'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 7.0\n'
             "vllm:spec_decode_num_drafts_total 4.0\n")

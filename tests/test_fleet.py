@@ -38,7 +38,8 @@ def edgekit(env: dict[str, str], *args: str, timeout: float = 900) -> subprocess
 
 def rollout(env: dict[str, str], *args: str, ok: bool = True) -> dict[str, Any]:
     res = edgekit(env, "--json", "fleet", "rollout", *args)
-    assert (res.returncode == 0) == ok, res.stderr[-3000:]
+    # the failed boards' reasons are in the JSON report on stdout
+    assert (res.returncode == 0) == ok, res.stderr[-3000:] + res.stdout[-3000:]
     assert "Traceback" not in res.stderr, res.stderr[-3000:]
     return json.loads(res.stdout)
 

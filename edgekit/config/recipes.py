@@ -100,6 +100,10 @@ class VllmSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0)  # on CPU: the share of RAM for weights + KV
+    # The KV cache in GiB, fixed (--kv-cache-memory-bytes): vLLM then sizes the cache from this, not from
+    # gpu_memory_utilization's share of the memory it sees, which differs from machine to machine (on a CPU,
+    # a share of the NUMA node: 0.06 of 9.5 GiB is less than the engine itself takes).
+    kv_cache_gib: float | None = Field(None, gt=0.0)
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     enforce_eager: bool = False  # no CUDA graphs / torch.compile: starts faster, decodes slower
     text_only: bool = True  # serve the text model alone (Gemma4ForCausalLM): no vision/audio processors

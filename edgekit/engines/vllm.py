@@ -70,6 +70,8 @@ def server_argv(python: str, rdir: str, recipe: Recipe, port: int, has_drafter: 
             "--served-model-name", recipe.name, "--host", rt.host, "--port", str(port),
             "--max-model-len", str(rt.ctx_size), "--max-num-seqs", str(rt.parallel),
             "--gpu-memory-utilization", str(v.gpu_memory_utilization), "--dtype", v.dtype, "--seed", "0"]
+    if v.kv_cache_gib is not None:
+        argv += ["--kv-cache-memory-bytes", str(int(v.kv_cache_gib * (1 << 30)))]
     if v.enforce_eager:
         argv.append("--enforce-eager")
     if has_drafter:
