@@ -7,6 +7,7 @@ spelling is used, so a release never carries a flag its binary does not know.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from edgekit.config.recipes import Runtime
@@ -36,8 +37,14 @@ FLAG_SPELLINGS: dict[str, tuple[str, ...]] = {
 _FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
 
 
+@functools.lru_cache(maxsize=8)
+def _flags_of(help_text: str) -> frozenset[str]:
+    return frozenset(_FLAG.findall(help_text))
+
+
 def known_flags(help_text: str) -> set[str]:
-    return set(_FLAG.findall(help_text))
+    # The same --help text is read for every unit of every board of a fleet plan: scanned once.
+    return set(_flags_of(help_text))
 
 
 def _flag(logical: str, flags: set[str], required: bool = True) -> str | None:
