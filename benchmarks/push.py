@@ -53,6 +53,9 @@ class BenchBoard:
     def clear(self) -> None:
         shutil.rmtree(self.base, ignore_errors=True)
         self.base.mkdir()
+        # Settle the disk: the freed blocks of the last run's copy (discarded at the next journal commit) are
+        # that run's cost, not a cost of the next run's final fsync.
+        os.sync()
 
 
 def start_boards(work: Path, n: int) -> list[BenchBoard]:

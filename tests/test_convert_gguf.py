@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.request
@@ -20,6 +19,7 @@ from click.testing import CliRunner
 from edgekit.cli import cli
 from edgekit.config.recipes import Recipe, load_recipe
 from edgekit.convert.pipeline import ConvertResult, convert_recipe
+from edgekit.sim.procs import free_port
 from edgekit.store import Store
 
 PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
@@ -140,15 +140,9 @@ def test_published_structure_repacks_exactly_and_says_the_ordered_head_is_droppe
     assert "drops masked_embedding" in head["note"] and drafter.to_dict()["head"] == head
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def _server(bin_dir: Path, target: Path, drafter: Path | None, log: Path) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     argv = [str(bin_dir / "llama-server"), "-m", str(target), "--host", "127.0.0.1", "--port", str(port),
             "-c", "512", "-t", "2", "-ngl", "0", "--no-warmup"]
     if drafter is not None:

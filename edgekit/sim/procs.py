@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -100,16 +101,35 @@ def _signal(proc: psutil.Process, sig: int) -> None:
         proc.send_signal(sig)  # psutil checks the pid was not reused since we looked it up
 
 
+def _ephemeral_low() -> int:
+    """The first port the kernel hands to outgoing connections (Linux default 32768)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(avoid: Iterable[int] = ()) -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now (the caller retries if it loses a race)."""
+    """A TCP port on 127.0.0.1 that nothing listens on now (the caller retries if it loses a race).
+
+    Drawn from below the kernel's ephemeral range: a sim board's service port stays free while its
+    server is stopped (bench, rollback), and a port from that range could meanwhile become the local
+    end of any outgoing connection on this machine ("Address already in use" at the restart).
+    """
     avoid = set(avoid)
-    for _ in range(50):
+    high = _ephemeral_low()
+    low = max(1024, min(20000, high - 4096))
+    for _ in range(200):
+        port = random.randrange(low, high)
+        if port in avoid:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in avoid:
-            return port
-    raise RuntimeError("no free TCP port found on 127.0.0.1")
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free TCP port found on 127.0.0.1 in {low}-{high - 1}")
 
 
 def wait_ssh_banner(port: int, pid: int, pidfile: Path, timeout: float = 10.0) -> bool:
