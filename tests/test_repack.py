@@ -314,3 +314,49 @@ def test_cached_skeleton_is_reused_only_while_the_tensors_it_holds_are_unchanged
     slow = repack_any(model, tmp_path / "slow.gguf", llama_src=str(sdist_or_skip()), fast=False)
     assert slow.summary()["proof_bit_exact"]
     assert hashlib.sha256((tmp_path / "slow.gguf").read_bytes()).hexdigest() == changed
+
+
+def test_token_list_is_kept_per_tokenizer_and_gives_the_same_bytes(
+        llama: LlamaCpp, qat_pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The converter's token list is read once per tokenizer: a model never seen before (no skeleton of its
+    # own) that ships the same tokenizer files takes it from the cache, and its file is byte for byte the same.
+    import hashlib
+
+    from edgekit.convert.checkpoint_repack import repack_checkpoint
+    from edgekit.convert.skeleton import vocab_path
+
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))
+    target, drafter = qat_pair
+    assert vocab_path(llama, target) == vocab_path(llama, drafter)  # one tokenizer for the pair
+    kept = vocab_path(llama, drafter)
+    assert kept is not None
+
+    def run(tag: str) -> tuple[str, str]:
+        shutil.rmtree(tmp_path / "cache" / "skeletons", ignore_errors=True)  # never seen: the converter runs
+        work = tmp_path / tag
+        work.mkdir()
+        report = repack_checkpoint(llama, drafter, "gemma4-assistant", "bf16", work / "out.gguf", "Q8_0", work,
+                                   work / "skeleton.log")
+        assert report is not None and report.summary()["proof_bit_exact"]
+        return hashlib.sha256((work / "out.gguf").read_bytes()).hexdigest(), (work / "skeleton.log").read_text()
+
+    first, log = run("first")
+    assert "read from the tokenizer" in log and kept.is_file()
+    again, log = run("again")
+    assert f"from {kept}" in log and again == first
+    kept.write_bytes(b"not a token list")  # a damaged file is read again from the tokenizer, not trusted
+    damaged, log = run("damaged")
+    assert "read from the tokenizer" in log and damaged == first
+    # Another tokenizer (one token's text changed) is another file.
+    other = tmp_path / "other"
+    shutil.copytree(drafter, other)
+    tok = json.loads((other / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    if isinstance(vocab, dict):
+        name = next(k for k in vocab if k.isalpha())
+        vocab[name + "x"] = vocab.pop(name)
+    else:
+        idx = next(i for i, (t, _) in enumerate(vocab) if t.isalpha())
+        vocab[idx][0] += "x"
+    (other / "tokenizer.json").write_text(json.dumps(tok))
+    assert vocab_path(llama, other) != kept

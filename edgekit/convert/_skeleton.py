@@ -1,11 +1,15 @@
 """Worker run with the pinned llama.cpp tree first on sys.path: the converter's GGUF without its big weights.
 
-Reads JSON on stdin ``{"model": DIR, "outtype": "bf16"|"f32", "out": PATH}``. Runs the converter's own
-model class as ``convert_hf_to_gguf.py`` does (metadata, tokenizer, tensor names, order, types and every
+Reads JSON on stdin ``{"model": DIR, "outtype": "bf16"|"f32", "out": PATH, "vocab": NPZ|null}``. Runs the
+converter's own model class as ``convert_hf_to_gguf.py`` does (metadata, tokenizer, tensor names, order, types and every
 tensor transform), but leaves out the data of each 2-D weight a Q4_0 repack would replace, so those are
 never read, widened or written: the converter's lazy tensors are only evaluated for what is written.
 Writes PATH (the metadata and the small tensors, byte for byte as the converter writes them) and prints
 ``{"arch": ..., "tensors": [{"name", "ne", "type", "in_file"}, ...]}`` in the converter's order.
+
+With ``vocab``, the converter's tokenizer reader (``gguf.LlamaHfVocab``: transformers' tokenizer, then
+262,144 tokens read one by one) is answered from that file when it exists, and fills it when not: the
+caller names it by the tokenizer files, which every Gemma 4 model shares.
 
 Run as a script (``python _skeleton.py LLAMA_CPP_ROOT``), never imported: the vendored gguf-py must shadow
 any installed ``gguf``.
@@ -13,6 +17,7 @@ any installed ``gguf``.
 
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -78,6 +83,57 @@ def _one_vocab_build(backend: type) -> None:
     backend.get_vocab = get_vocab
 
 
+def _cached_vocab(gguf: object, path: Path) -> None:
+    """``gguf.LlamaHfVocab`` answered from ``path`` (tokens, scores, types): the same values, read once.
+
+    Only ``all_tokens()`` and ``vocab_size`` are served from the file (all the Gemma 4 reader uses);
+    anything else is asked of the real reader.
+    """
+    import numpy as np
+
+    original = gguf.LlamaHfVocab
+
+    class CachedHfVocab:
+        def __init__(self, base_path: Path) -> None:
+            self._base, self._real = base_path, None
+            try:
+                with np.load(path, allow_pickle=False) as z:
+                    blob, ends, self._scores, self._types = (z["blob"].tobytes(), z["ends"].tolist(),
+                                                             z["scores"].tolist(), z["types"].tolist())
+                self._tokens = [blob[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+                print(f"vocabulary: {len(self._tokens)} tokens from {path}", file=sys.stderr)
+            except (OSError, KeyError, ValueError):
+                items = list(self._reader().all_tokens())
+                self._tokens = [t for t, _, _ in items]
+                self._scores = [float(s) for _, s, _ in items]
+                self._types = [int(k) for _, _, k in items]
+                self._save()
+                print(f"vocabulary: {len(self._tokens)} tokens read from the tokenizer, kept in {path}",
+                      file=sys.stderr)
+            self.vocab_size = len(self._tokens)
+
+        def _reader(self):  # type: ignore[no-untyped-def]
+            if self._real is None:
+                self._real = original(self._base)
+            return self._real
+
+        def _save(self) -> None:
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.npz")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            np.savez(tmp, blob=np.frombuffer(b"".join(self._tokens), dtype=np.uint8),
+                     ends=np.cumsum([len(t) for t in self._tokens], dtype=np.int64),
+                     scores=np.array(self._scores, dtype=np.float64), types=np.array(self._types, dtype=np.int64))
+            os.replace(tmp, path)
+
+        def all_tokens(self):  # type: ignore[no-untyped-def]
+            return zip(self._tokens, self._scores, self._types, strict=True)
+
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            return getattr(self._reader(), name)
+
+    gguf.LlamaHfVocab = CachedHfVocab
+
+
 def main() -> None:
     root = Path(sys.argv[1])
     sys.path[:0] = [str(root / "gguf-py"), str(root)]
@@ -96,6 +152,8 @@ def main() -> None:
         _one_vocab_build(TokenizersBackend)
 
     req = json.load(sys.stdin)
+    if req.get("vocab"):
+        _cached_vocab(gguf, Path(req["vocab"]))
     model_dir, out = Path(req["model"]), Path(req["out"])
     ftype = {"bf16": gguf.LlamaFileType.MOSTLY_BF16, "f32": gguf.LlamaFileType.ALL_F32}[req["outtype"]]
     with torch.inference_mode():

@@ -22,6 +22,7 @@ from edgekit.convert.skeleton import (
     cached_skeleton,
     remember_skeleton,
     skeleton_key,
+    vocab_path,
 )
 from edgekit.models.safetensors import open_model
 
@@ -45,7 +46,8 @@ def repack_checkpoint(llama: LlamaCpp, model_dir: Path, gguf_arch: str, outtype:
     skeleton = cached_skeleton(key, sources)
     if skeleton is not None:
         log.write_text(f"converter metadata: skeleton {key} from the cache (same small files and held tensors)\n")
-    job = None if skeleton is not None else SkeletonJob(llama, model_dir, outtype, work / "skeleton.gguf", log)
+    job = None if skeleton is not None else SkeletonJob(llama, model_dir, outtype, work / "skeleton.gguf", log,
+                                                        vocab=vocab_path(llama, model_dir))
     ahead_file = work / "packed-ahead.bin"
     try:
         with open(ahead_file, "wb") as fh:

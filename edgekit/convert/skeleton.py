@@ -82,10 +82,12 @@ def _from_listing(file: GGUFFile, listing: list[dict[str, Any]]) -> Skeleton:
 class SkeletonJob:
     """The worker, started now and collected later, so the weights can be packed meanwhile."""
 
-    def __init__(self, llama: LlamaCpp, model_dir: Path, outtype: str, out: Path, log: Path) -> None:
+    def __init__(self, llama: LlamaCpp, model_dir: Path, outtype: str, out: Path, log: Path,
+                 vocab: Path | None = None) -> None:
         self.out, self.log = out, log
         self._log_fh = open(log, "wb")  # noqa: SIM115 - closed in result()
-        request = json.dumps({"model": str(model_dir), "outtype": outtype, "out": str(out)})
+        request = json.dumps({"model": str(model_dir), "outtype": outtype, "out": str(out),
+                              "vocab": str(vocab) if vocab else None})
         self.proc = subprocess.Popen([sys.executable, str(_WORKER), str(llama.root)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._log_fh, env=llama.env())
         assert self.proc.stdin is not None
@@ -138,6 +140,32 @@ def skeleton_key(llama: LlamaCpp, model_dir: Path, outtype: str) -> str:
         entry = st.tensors[name]
         digest.update(f"{name}\0{entry.dtype}\0{entry.shape}\n".encode())
     return digest.hexdigest()[:32]
+
+
+# The tokenizer's tokens, scores and types, which the converter reads one by one (262,144 for Gemma 4; ≈ 2 s
+# of the worker's one core), depend on the tokenizer files alone, and every Gemma 4 model (E2B, E4B, their
+# assistants, fine-tunes) ships the same ones: a model never seen before still finds them here.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "tokenizer.model")
+
+
+def vocab_path(llama: LlamaCpp, model_dir: Path) -> Path | None:
+    """Where the worker keeps (or finds) ``model_dir``'s token list; None without a tokenizer.json."""
+    from importlib.metadata import version
+
+    if not (model_dir / "tokenizer.json").is_file():
+        return None
+    digest = hashlib.sha256(f"{llama.identity}\0transformers {version('transformers')}\0".encode()
+                            + _WORKER.read_bytes())
+    for name in TOKENIZER_FILES:
+        p = model_dir / name
+        digest.update(name.encode() + b"\0" + (p.read_bytes() if p.is_file() else b"-") + b"\0")
+    tok_config = json.loads((model_dir / "tokenizer_config.json").read_text()) \
+        if (model_dir / "tokenizer_config.json").is_file() else {}
+    if "tokenizer_class" not in tok_config:  # transformers then picks the tokenizer by the model's type
+        config = json.loads((model_dir / "config.json").read_text())
+        digest.update(f"model_type {config.get('model_type')}".encode())
+    return cache_dir() / "vocabularies" / f"{digest.hexdigest()[:32]}.npz"
 
 
 def _held_sources(skeleton: Skeleton, sources: dict[str, Callable[[], bytes]]) -> dict[str, str]:
