@@ -350,3 +350,38 @@ def test_ansible_health_checks_the_published_structure_through_its_template_with
     assert all(m["ok"] and m["ttft_ms"] > 0 and m["prompt_tokens"] > 20 for m in health["media"].values()), health
     manifest = json.loads((board.base / "current" / "release.json").read_text())
     assert manifest["media"] == ["image", "audio"] and manifest["chat"] is True
+
+
+def test_state_handed_to_the_playbook_is_what_its_state_script_reads(fleet, sim_session,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # `fleet rollout` reads each board's release state under its lock and hands it to the playbook instead of
+    # STATE_PY's first task: both must say the same, on a fresh board and on one that serves a release.
+    from rich.console import Console
+
+    from edgekit.config.recipes import load_recipe
+    from edgekit.deploy.pipeline import DeployOptions
+    from edgekit.deploy.unit import UNIT_NAME
+    from edgekit.fleet.connect import Fleet
+    from edgekit.fleet.current import already_current
+    from edgekit.fleet.plan import plan_fleet
+    from edgekit.fleet.scripts import STATE_PY
+
+    boards, env = fleet
+    for key in ("EDGEKIT_CONFIG", "EDGEKIT_LLAMA_SRC", *sim_session.env):
+        monkeypatch.setenv(key, env[key])
+    fresh, serving = boards[2], boards[3]
+    rollout(env, "--recipe", "sim-tiny-mtp", "--group", serving.name, "--no-canary")
+    data = Boards(Path(sim_session.env["EDGEKIT_CONFIG"])).load()
+    fields = ("current", "serving", "releases", "has_release", "active", "sudo")
+
+    with Fleet({b.name: data.boards[b.name] for b in (fresh, serving)}) as fl:
+        fp = plan_fleet(load_recipe("sim-tiny-mtp"), fl.targets, DeployOptions(), Console(quiet=True))
+        found = already_current(fl, fp)
+        for b in (fresh, serving):
+            bp = fp.boards[b.name]
+            res = fl.targets[b.name].runner.run(["python3", "-c", STATE_PY, bp.base, bp.plan.release_id, UNIT_NAME])
+            read = json.loads(res.stdout)
+            assert found[b.name].state == {k: read[k] for k in fields}, b.name
+    assert found[serving.name].state["active"] and found[serving.name].state["has_release"]
+    assert found[serving.name].report is not None and found[fresh.name].report is None
+    assert not found[fresh.name].state["releases"] and not found[fresh.name].state["active"]

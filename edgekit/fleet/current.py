@@ -2,12 +2,15 @@
 
 When every board does, a re-run needs no Ansible at all (its start alone costs more than the whole
 check): each board is asked in one pass, in parallel, over the connections the run already holds,
-and reported with the health its last activation recorded, as `edgekit deploy` does.
+and reported with the health its last activation recorded, as `edgekit deploy` does. The release state
+read on the way is handed to the playbook (the boards stay locked until it ends), so its first task
+need not read it again.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from edgekit.deploy import health as health_mod
@@ -16,24 +19,35 @@ from edgekit.fleet.connect import Fleet
 from edgekit.fleet.plan import BoardPlan, FleetPlan
 
 
-def _current(fleet: Fleet, bp: BoardPlan) -> dict[str, Any] | None:
+@dataclass
+class Found:
+    state: dict[str, Any]  # the fields of the playbook's STATE_PY that its roles read
+    report: dict[str, Any] | None  # set when the board needs nothing
+
+
+def _current(fleet: Fleet, bp: BoardPlan) -> Found:
     target = fleet.targets[bp.name]
-    lay, active = board_state(target.runner, bp.base, target.facts.sudo != "root")
+    sudo = target.facts.sudo != "root"
+    lay, active = board_state(target.runner, bp.base, sudo)
     rid = bp.plan.release_id
+    found = Found({"current": lay.current, "serving": lay.serving, "releases": lay.releases,
+                   "has_release": rid in lay.releases, "active": active, "sudo": ["sudo", "-n"] if sudo else []},
+                  None)
     if lay.current != rid or lay.serving != rid or lay.health is None or not active:
-        return None
+        return found
     m = bp.plan.manifest
     health = health_mod.quick(target.runner, int(m["port"]), lay.health, bool(m["drafter"]))
     if health is None:
-        return None
+        return found
     # The shape of the playbook's own report for a board it left alone.
-    return {"release": rid, "previous": lay.current, "changed": False, "health": health.to_dict(),
+    found.report = {"release": rid, "previous": lay.current, "changed": False, "health": health.to_dict(),
             "strategy": bp.strategy, "push": {"sent_blobs": 0, "sent_bytes": 0, "skipped_blobs": len(bp.plan.blobs),
                                               "missing_blobs": 0, "missing_bytes": 0}}
+    return found
 
 
-def already_current(fleet: Fleet, fp: FleetPlan) -> dict[str, dict[str, Any]]:
-    """Board name → its report, for the boards that need nothing; a board that fails the check is left out."""
+def already_current(fleet: Fleet, fp: FleetPlan) -> dict[str, Found]:
+    """Board name → its state (and its report when it needs nothing); a board whose check fails is left out."""
     plans = [fp.boards[n] for n in fleet.targets if n in fp.boards]
     if not plans:
         return {}
@@ -42,7 +56,7 @@ def already_current(fleet: Fleet, fp: FleetPlan) -> dict[str, dict[str, Any]]:
     return {n: r for n, r in found.items() if r is not None}
 
 
-def _safe(fleet: Fleet, bp: BoardPlan) -> dict[str, Any] | None:
+def _safe(fleet: Fleet, bp: BoardPlan) -> Found | None:
     try:
         return _current(fleet, bp)
     except Exception:  # any doubt sends the board through the playbook, which reports it properly

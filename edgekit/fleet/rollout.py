@@ -94,7 +94,8 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
             summary.seconds = round(time.monotonic() - start, 2)
             return summary
         fp = plan_fleet(recipe, fleet.targets, deploy_opts, console)
-        current = {} if options.check else already_current(fleet, fp)
+        found = {} if options.check else already_current(fleet, fp)
+        current = {n: f.report for n, f in found.items() if f.report is not None}
         if current and len(current) == len(fleet.targets):
             console.print(f"[dim]fleet: all {len(current)} board(s) already serve their planned release and "
                           "answer /health: nothing to do, no playbook run[/dim]")
@@ -105,6 +106,8 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
                              "ansible_seconds": 0.0, "ansible_rc": None, "playbook": "skipped: nothing to do"}
             return summary
         extra = rollout_vars(fp, options.health_timeout)
+        for name, f in found.items():  # read under the lock the run holds: the playbook need not read it again
+            extra["edgekit_plans"][name]["state"] = f.state
         extra.update({"edgekit_serial": options.batches, "edgekit_max_fail": options.max_fail})
         limit = list(fleet.targets)
         forks = options.forks or max(1, largest_batch(options.batches, len(limit)))
