@@ -369,7 +369,7 @@ def test_state_handed_to_the_playbook_is_what_its_state_script_reads(fleet, sim_
     boards, env = fleet
     for key in ("EDGEKIT_CONFIG", "EDGEKIT_LLAMA_SRC", *sim_session.env):
         monkeypatch.setenv(key, env[key])
-    fresh, serving = boards[2], boards[3]
+    (fresh,), serving = sim_session.boards(1, fresh=True), boards[3]  # a board nothing was rolled out to
     rollout(env, "--recipe", "sim-tiny-mtp", "--group", serving.name, "--no-canary")
     data = Boards(Path(sim_session.env["EDGEKIT_CONFIG"])).load()
     fields = ("current", "serving", "releases", "has_release", "active", "sudo")
