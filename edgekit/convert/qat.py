@@ -4,8 +4,9 @@ Q4_0 stores each block of 32 values as one fp16 step ``d`` and 32 4-bit levels: 
 A QAT weight block is ``q·d`` with q ∈ [-8, 7] for some step the training chose, so it can be
 stored without loss if that step is found. For each block the search tries d = ±amax/m, m = 8…1
 (the largest magnitude sits on level −8 or on ±m), rounds d to fp16 and keeps it only if *every*
-value equals q·d exactly. All of it is numpy over whole chunks of blocks (gguf-py style): the only
-Python loops are over the 16 candidate steps and over memory-sized chunks, never over blocks.
+value equals q·d exactly. The search and packing run in C where the workstation can compile
+``qat_native``'s kernel (the same bytes); otherwise in numpy over whole chunks of blocks (gguf-py style),
+where the only Python loops are over the 16 candidate steps and over memory-sized chunks.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from gguf import GGMLQuantizationType, quants
+
+from edgekit.convert import qat_native
 
 BLOCK = 32
 Q4_0_BYTES = 2 + BLOCK // 2  # fp16 d + 16 bytes of nibbles
@@ -78,6 +81,11 @@ def _search(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return d_out, q_out, ok
 
 
+def search_kernel() -> str:
+    """Which search :func:`exact_q4_0` runs here: "c" (edgekit.convert.qat_native) or "numpy"."""
+    return "c" if qat_native.kernel() is not None else "numpy"
+
+
 def _rows_all(eq: np.ndarray) -> np.ndarray:
     """Row-wise all() of a contiguous (n, 32) bool array, as 4 uint64 words per row (faster)."""
     w = eq.view(np.uint64)
@@ -105,8 +113,8 @@ def exact_q4_0(values: np.ndarray, prove: bool = True, threads: int | None = Non
     """Try to store a tensor (numpy order, rows last) as exact Q4_0; ``values`` may be bf16 bits (uint16).
 
     Works chunk by chunk (widen, search, pack, prove), so memory stays near a few chunks beyond the
-    output, and chunks run on ``threads`` threads (numpy releases the GIL in its loops; default:
-    one per CPU, at most 4). A tensor with any inexact block falls back whole; every block is
+    output, and chunks run on ``threads`` threads (numpy and the C search, ``qat_native``, release the
+    GIL; default: one per CPU, at most 4). A tensor with any inexact block falls back whole; every block is
     still searched, to count exact blocks for the report. With ``prove``, every packed chunk is
     dequantized again by ``gguf.quants`` and must equal the source: an internal error otherwise.
     """
@@ -117,15 +125,20 @@ def exact_q4_0(values: np.ndarray, prove: bool = True, threads: int | None = Non
     total = flat.shape[0]
     packed = np.empty((total, Q4_0_BYTES), dtype=np.uint8)
 
+    lib = qat_native.kernel()
+
     def one_chunk(start: int) -> int:
         chunk = widen(flat[start : start + _CHUNK_BLOCKS])
-        d, q, ok = _search(chunk)
-        n_ok = int(ok.sum())
-        if n_ok == chunk.shape[0]:
-            part = packed[start : start + chunk.shape[0]]
-            part[:] = pack_q4_0(d, q)
-            if prove and not values_equal(_dequantize(part), chunk):
-                raise AssertionError("Q4_0 blocks do not dequantize to their source")
+        part = packed[start : start + chunk.shape[0]]
+        if lib is not None:  # searched and packed in place (a chunk with an inexact block is not used)
+            n_ok = int(qat_native.search_pack(chunk, part, lib).sum())
+        else:
+            d, q, ok = _search(chunk)
+            n_ok = int(ok.sum())
+            if n_ok == chunk.shape[0]:
+                part[:] = pack_q4_0(d, q)
+        if n_ok == chunk.shape[0] and prove and not values_equal(_dequantize(part), chunk):
+            raise AssertionError("Q4_0 blocks do not dequantize to their source")
         return n_ok
 
     starts = range(0, total, _CHUNK_BLOCKS)
