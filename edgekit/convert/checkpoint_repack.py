@@ -10,6 +10,7 @@ converter would quantize, in which order; the packed weights it agrees with go i
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from edgekit.convert.skeleton import (
     SkeletonJob,
     cached_skeleton,
     remember_skeleton,
+    skeleton_cached,
     skeleton_key,
     vocab_path,
 )
@@ -37,24 +39,38 @@ def repack_checkpoint(llama: LlamaCpp, model_dir: Path, gguf_arch: str, outtype:
     if gguf_arch not in PLAIN_2D_ARCHS:
         return None
     t0 = time.perf_counter()
-    config = json.loads((model_dir / "config.json").read_text())
-    files = open_model(model_dir)
-    _arch, names = llama.gguf_names(config, sorted(files), light=True)
-    values = SafetensorsValues(model_dir, names)
-    sources = {g: (lambda st=st, h=h: st.raw(h).tobytes()) for g, (st, h) in values.by_gguf.items()}
     key = skeleton_key(llama, model_dir, outtype)
-    skeleton = cached_skeleton(key, sources)
-    if skeleton is not None:
-        log.write_text(f"converter metadata: skeleton {key} from the cache (same small files and held tensors)\n")
-    job = None if skeleton is not None else SkeletonJob(llama, model_dir, outtype, work / "skeleton.gguf", log,
-                                                        vocab=vocab_path(llama, model_dir))
+
+    def start() -> SkeletonJob:
+        return SkeletonJob(llama, model_dir, outtype, work / "skeleton.gguf", log, vocab=vocab_path(llama, model_dir))
+
+    # The worker is the longer of the two: it starts first, unless a skeleton for the key is there.
+    job = None if skeleton_cached(key) else start()
+    skeleton = None
     ahead_file = work / "packed-ahead.bin"
     try:
+        config = json.loads((model_dir / "config.json").read_text())
+        files = open_model(model_dir)
+        _arch, names = llama.gguf_names(config, sorted(files), light=True)
+        values = SafetensorsValues(model_dir, names)
+        sources = {g: (lambda st=st, h=h: st.raw(h).tobytes()) for g, (st, h) in values.by_gguf.items()}
+        if job is None:
+            skeleton = cached_skeleton(key, sources)
+            if skeleton is None:  # stale: a tensor it holds changed
+                job = start()
+            else:
+                log.write_text(f"converter metadata: skeleton {key} from the cache (same small files and held "
+                               "tensors)\n")
         with open(ahead_file, "wb") as fh:
-            ahead = pack_ahead(values, fallback, fh)
+            # While the worker runs it keeps a core; the packing takes the rest.
+            threads = None if job is None else max(1, (os.cpu_count() or 1) - 1)
+            ahead = pack_ahead(values, fallback, fh, threads=threads)
         if job is not None:
             skeleton = job.result()
             remember_skeleton(key, skeleton, job.listing, sources)
+    except BaseException:
+        ahead_file.unlink(missing_ok=True)
+        raise
     finally:
         if job is not None:
             job.cancel()  # no-op once it has finished

@@ -227,11 +227,12 @@ class Packed:
 
 
 def pack_ahead(values: SafetensorsValues, fallback: str, fh: BinaryIO,
-               wanted: Callable[[str], bool] = lambda _n: True) -> dict[str, Packed]:
+               wanted: Callable[[str], bool] = lambda _n: True, threads: int | None = None) -> dict[str, Packed]:
     """Pack every weight the repack would quantize, straight from the safetensors, into ``fh``.
 
     Which weights are quantized is the template's to say; this guesses by name and shape (2-D
     weights, not norms), and :func:`repack_gguf` uses a packed weight only where the template agrees.
+    ``threads``: how many to pack with (default: one per CPU, at most 4).
     """
     fb_type = _fallback_type(fallback)
     out: dict[str, Packed] = {}
@@ -243,7 +244,7 @@ def pack_ahead(values: SafetensorsValues, fallback: str, fh: BinaryIO,
         if src is None:
             continue
         ne = tuple(reversed(shape))
-        data, qtype, result = _pack(name, list(ne), src, fb_type)
+        data, qtype, result = _pack(name, list(ne), src, fb_type, threads)
         start = fh.tell()
         np.ascontiguousarray(data).tofile(fh)
         out[name] = Packed(ne, qtype, result, (start, data.nbytes))
@@ -330,11 +331,11 @@ def _one_tensor(template: Template, t: TensorInfo, values: ValueSource, fb_type:
     return _pack(t.name, ne, src, fb_type)
 
 
-def _pack(name: str, ne: list[int], src: np.ndarray, fb_type: GGMLQuantizationType
+def _pack(name: str, ne: list[int], src: np.ndarray, fb_type: GGMLQuantizationType, threads: int | None = None
           ) -> tuple[np.ndarray, GGMLQuantizationType, TensorResult]:
     """Exact Q4_0 of one weight's source values, or the whole tensor in the fallback type."""
     try:
-        res = exact_q4_0(src, prove=True)
+        res = exact_q4_0(src, prove=True, threads=threads)
     except AssertionError:  # cannot happen if the search is right; never write a wrong Q4_0 tensor
         raise EdgekitError(f"Internal error: Q4_0 of {name} does not dequantize to its source.") from None
     if res.exact:

@@ -173,6 +173,11 @@ def _held_sources(skeleton: Skeleton, sources: dict[str, Callable[[], bytes]]) -
     return {t.name: hashlib.sha256(sources[t.name]()).hexdigest() for t in skeleton.file.tensors if t.name in sources}
 
 
+def skeleton_cached(key: str) -> bool:
+    """Whether a skeleton was made for ``key`` (:func:`cached_skeleton` still checks the tensors it holds)."""
+    return (cache_dir() / "skeletons" / key / "listing.json").is_file()
+
+
 def cached_skeleton(key: str, sources: dict[str, Callable[[], bytes]]) -> Skeleton | None:
     """The skeleton made before for ``key``, if the tensors it holds still have the same source bytes."""
     folder = cache_dir() / "skeletons" / key
