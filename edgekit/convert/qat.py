@@ -11,6 +11,7 @@ where the only Python loops are over the 16 candidate steps and over memory-size
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -120,6 +121,7 @@ def exact_q4_0(values: np.ndarray, prove: bool = True, threads: int | None = Non
     """
     if not eligible_shape(values.shape):
         raise ValueError(f"shape {values.shape} cannot be stored as Q4_0")
+    _keep_chunk_memory()
     cols = values.shape[-1]
     flat = values.reshape(-1, BLOCK)
     total = flat.shape[0]
@@ -151,6 +153,30 @@ def exact_q4_0(values: np.ndarray, prove: bool = True, threads: int | None = Non
     if exact != total:
         return ExactQ4(total, exact, None)
     return ExactQ4(total, exact, packed.reshape(*values.shape[:-1], cols // BLOCK * Q4_0_BYTES))
+
+
+_MALLOC_TUNED: list[bool] = []
+
+
+def _keep_chunk_memory() -> None:
+    """Let glibc keep chunk-sized blocks (≤ 64 MiB) on its heaps instead of mapping and unmapping each one.
+
+    Every chunk allocates tens of MB of temporaries (widened values, the proof's dequantization); glibc
+    maps each from the kernel and hands it back when freed, so every chunk faulted its pages in again:
+    on a 1.34 GB tensor 690,000 page faults, 1.0 s of system time of 3.1 s, 1.62 s wall on 2 threads;
+    with these two settings 5,700 faults and 1.17 s. Process-wide and harmless elsewhere (freed memory
+    up to 64 MiB stays with the process). Not glibc: nothing to do.
+    """
+    if _MALLOC_TUNED:
+        return
+    _MALLOC_TUNED.append(True)
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    mallopt(m_mmap_threshold, 64 << 20)
+    mallopt(m_trim_threshold, 64 << 20)
 
 
 def _default_threads() -> int:

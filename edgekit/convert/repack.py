@@ -227,12 +227,13 @@ class Packed:
 
 
 def pack_ahead(values: SafetensorsValues, fallback: str, fh: BinaryIO,
-               wanted: Callable[[str], bool] = lambda _n: True, threads: int | None = None) -> dict[str, Packed]:
+               wanted: Callable[[str], bool] = lambda _n: True,
+               threads: Callable[[], int | None] = lambda: None) -> dict[str, Packed]:
     """Pack every weight the repack would quantize, straight from the safetensors, into ``fh``.
 
     Which weights are quantized is the template's to say; this guesses by name and shape (2-D
     weights, not norms), and :func:`repack_gguf` uses a packed weight only where the template agrees.
-    ``threads``: how many to pack with (default: one per CPU, at most 4).
+    ``threads()``: how many to pack the next tensor with (None: one per CPU, at most 4).
     """
     fb_type = _fallback_type(fallback)
     out: dict[str, Packed] = {}
@@ -244,7 +245,7 @@ def pack_ahead(values: SafetensorsValues, fallback: str, fh: BinaryIO,
         if src is None:
             continue
         ne = tuple(reversed(shape))
-        data, qtype, result = _pack(name, list(ne), src, fb_type, threads)
+        data, qtype, result = _pack(name, list(ne), src, fb_type, threads())
         start = fh.tell()
         np.ascontiguousarray(data).tofile(fh)
         out[name] = Packed(ne, qtype, result, (start, data.nbytes))
