@@ -100,17 +100,19 @@ def _cached_vocab(gguf: object, path: Path) -> None:
                 with np.load(path, allow_pickle=False) as z:
                     blob, ends, self._scores, self._types = (z["blob"].tobytes(), z["ends"].tolist(),
                                                              z["scores"].tolist(), z["types"].tolist())
+                    self.vocab_size = int(z["vocab_size"])
                 self._tokens = [blob[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
                 print(f"vocabulary: {len(self._tokens)} tokens from {path}", file=sys.stderr)
             except (OSError, KeyError, ValueError):
-                items = list(self._reader().all_tokens())
-                self._tokens = [t for t, _, _ in items]
+                real = self._reader()
+                items = list(real.all_tokens())
+                self._tokens = [t if isinstance(t, bytes) else t.encode("utf-8") for t, _, _ in items]
                 self._scores = [float(s) for _, s, _ in items]
                 self._types = [int(k) for _, _, k in items]
+                self.vocab_size = int(real.vocab_size)  # the converter checks it against the token count
                 self._save()
                 print(f"vocabulary: {len(self._tokens)} tokens read from the tokenizer, kept in {path}",
                       file=sys.stderr)
-            self.vocab_size = len(self._tokens)
 
         def _reader(self):  # type: ignore[no-untyped-def]
             if self._real is None:
@@ -122,7 +124,8 @@ def _cached_vocab(gguf: object, path: Path) -> None:
             path.parent.mkdir(parents=True, exist_ok=True)
             np.savez(tmp, blob=np.frombuffer(b"".join(self._tokens), dtype=np.uint8),
                      ends=np.cumsum([len(t) for t in self._tokens], dtype=np.int64),
-                     scores=np.array(self._scores, dtype=np.float64), types=np.array(self._types, dtype=np.int64))
+                     scores=np.array(self._scores, dtype=np.float64), types=np.array(self._types, dtype=np.int64),
+                     vocab_size=np.int64(self.vocab_size))
             os.replace(tmp, path)
 
         def all_tokens(self):  # type: ignore[no-untyped-def]
