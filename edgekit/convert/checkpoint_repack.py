@@ -61,6 +61,7 @@ def repack_checkpoint(llama: LlamaCpp, model_dir: Path, gguf_arch: str, outtype:
             else:
                 log.write_text(f"converter metadata: skeleton {key} from the cache (same small files and held "
                                "tensors)\n")
+
         def threads() -> int | None:  # while the worker runs it keeps a core; the packing takes the rest
             return max(1, (os.cpu_count() or 1) - 1) if job is not None and job.proc.poll() is None else None
 

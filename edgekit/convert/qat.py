@@ -12,6 +12,7 @@ where the only Python loops are over the 16 candidate steps and over memory-size
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -82,11 +83,6 @@ def _search(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return d_out, q_out, ok
 
 
-def search_kernel() -> str:
-    """Which search :func:`exact_q4_0` runs here: "c" (edgekit.convert.qat_native) or "numpy"."""
-    return "c" if qat_native.kernel() is not None else "numpy"
-
-
 def _rows_all(eq: np.ndarray) -> np.ndarray:
     """Row-wise all() of a contiguous (n, 32) bool array, as 4 uint64 words per row (faster)."""
     w = eq.view(np.uint64)
@@ -155,9 +151,7 @@ def exact_q4_0(values: np.ndarray, prove: bool = True, threads: int | None = Non
     return ExactQ4(total, exact, packed.reshape(*values.shape[:-1], cols // BLOCK * Q4_0_BYTES))
 
 
-_MALLOC_TUNED: list[bool] = []
-
-
+@functools.cache
 def _keep_chunk_memory() -> None:
     """Let glibc keep chunk-sized blocks (≤ 64 MiB) on its heaps instead of mapping and unmapping each one.
 
@@ -167,9 +161,6 @@ def _keep_chunk_memory() -> None:
     with these two settings 5,700 faults and 1.17 s. Process-wide and harmless elsewhere (freed memory
     up to 64 MiB stays with the process). Not glibc: nothing to do.
     """
-    if _MALLOC_TUNED:
-        return
-    _MALLOC_TUNED.append(True)
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):

@@ -40,9 +40,10 @@ def _current(fleet: Fleet, bp: BoardPlan) -> Found:
     if health is None:
         return found
     # The shape of the playbook's own report for a board it left alone.
+    push = {"sent_blobs": 0, "sent_bytes": 0, "skipped_blobs": len(bp.plan.blobs), "missing_blobs": 0,
+            "missing_bytes": 0}
     found.report = {"release": rid, "previous": lay.current, "changed": False, "health": health.to_dict(),
-            "strategy": bp.strategy, "push": {"sent_blobs": 0, "sent_bytes": 0, "skipped_blobs": len(bp.plan.blobs),
-                                              "missing_blobs": 0, "missing_bytes": 0}}
+                    "strategy": bp.strategy, "push": push}
     return found
 
 
