@@ -81,3 +81,35 @@ def test_search_pack_refuses_a_wrong_output_array(lib) -> None:  # type: ignore[
     w = np.zeros((4, BLOCK), dtype=np.float32)
     with pytest.raises(ValueError, match="C-contiguous"):
         qat_native.search_pack(w, np.empty((4, 17), dtype=np.uint8), lib)
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["kernel", "numpy"])
+def test_the_proof_catches_a_wrong_block_anywhere_in_a_chunk(native: bool, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # 8192 blocks: one chunk, proven in several groups; a packer that gets the last block wrong must not pass.
+    rng = np.random.default_rng(5)
+    w = rng.integers(-8, 8, size=(64, 4096)).astype(np.float32) * np.float32(2.0**-7)
+    assert w.size // BLOCK > 2 * qat._PROOF_BLOCKS
+    assert qat.exact_q4_0(w).exact
+    if native:
+        if qat_native.kernel() is None:
+            pytest.skip("no C compiler")
+        real = qat_native.search_pack
+
+        def bent_kernel(chunk, out, lib):  # type: ignore[no-untyped-def]
+            ok = real(chunk, out, lib)
+            out[-1, -1] ^= 0x10  # one level of the block's last value
+            return ok
+
+        monkeypatch.setattr(qat_native, "search_pack", bent_kernel)
+    else:
+        monkeypatch.setattr(qat_native, "_LOADED", [None])
+        real_pack = qat.pack_q4_0
+
+        def bent_pack(d, q):  # type: ignore[no-untyped-def]
+            out = real_pack(d, q)
+            out[-1, -1] ^= 0x10
+            return out
+
+        monkeypatch.setattr(qat, "pack_q4_0", bent_pack)
+    with pytest.raises(AssertionError, match="do not dequantize"):
+        qat.exact_q4_0(w, threads=2)

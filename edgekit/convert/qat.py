@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,7 +24,10 @@ from edgekit.convert import qat_native
 
 BLOCK = 32
 Q4_0_BYTES = 2 + BLOCK // 2  # fp16 d + 16 bytes of nibbles
-_CHUNK_BLOCKS = 1 << 17  # 4 Mi values (16 MB of f32) per step: bounded memory, cache friendly
+# 512 Ki values (2 MB of f32) per step: widened, searched and proven while they sit in the CPU's cache. On a
+# 1.11 GB drafter 15–16 ms of one core per 4 Mi values against 27 ms with 4 Mi-value steps and one proof each.
+_CHUNK_BLOCKS = 1 << 14
+_PROOF_BLOCKS = 2048  # gguf.quants' Q4_0 dequantization makes several temporaries: keep them cache-sized
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,7 @@ def exact_q4_0(values: np.ndarray, prove: bool = True, threads: int | None = Non
             n_ok = int(ok.sum())
             if n_ok == chunk.shape[0]:
                 part[:] = pack_q4_0(d, q)
-        if n_ok == chunk.shape[0] and prove and not values_equal(_dequantize(part), chunk):
+        if n_ok == chunk.shape[0] and prove and not _dequantizes_to(part, chunk):
             raise AssertionError("Q4_0 blocks do not dequantize to their source")
         return n_ok
 
@@ -174,16 +176,16 @@ def _default_threads() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-def _dequantize(packed: np.ndarray) -> np.ndarray:
-    """gguf.quants' Q4_0 dequantization of (n, 18) blocks, as (n, 32) float32.
+def _dequantizes_to(packed: np.ndarray, values: np.ndarray) -> bool:
+    """Whether gguf.quants' Q4_0 dequantization of (n, 18) blocks equals (n, 32) float32 ``values``.
 
-    gguf.quants works in groups of 16 rows, so blocks are handed over as wide rows (up to 256
-    blocks each): one numpy call per 4096 blocks instead of per 16.
+    Its block function is called on groups of blocks directly: ``quants.dequantize`` would cut the
+    same blocks into groups of 16 rows and join the results in a new array (twice the time of the
+    check itself on 4 Mi values).
     """
-    n = packed.shape[0]
-    per_row = math.gcd(n, 256)
-    out = quants.dequantize(packed.reshape(n // per_row, per_row * Q4_0_BYTES), GGMLQuantizationType.Q4_0)
-    return out.reshape(n, BLOCK)
+    return packed.shape[0] == values.shape[0] and all(
+        values_equal(quants.Q4_0.dequantize_blocks(packed[s : s + _PROOF_BLOCKS]), values[s : s + _PROOF_BLOCKS])
+        for s in range(0, packed.shape[0], _PROOF_BLOCKS))
 
 
 def values_equal(a: np.ndarray, b: np.ndarray) -> bool:
