@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
-from gguf import GGMLQuantizationType, quants
+from gguf import quants
 
 from edgekit.convert import qat_native
 

@@ -261,19 +261,26 @@ d="$1"; shift
 # `python3 -c PLACE_PY STORE [SHA MODE]...`: after an upload, hash each `<sha>.part` on the board
 # (one process for all: cheaper than a hashing tool per file), flush it to disk, and rename it into
 # place (rename(2): atomic) with its MODE only when the hash matches; delete it otherwise. Prints
-# `ok SHA` or `bad SHA HEX` per blob. The Ansible twin of transfer._Push.settle.
+# `ok SHA` or `bad SHA HEX` per blob. The Ansible twin of transfer._Push.settle. After `--`, a command
+# to run in its place once every blob is good (the release's CREATE_SH): one round trip for both.
 PLACE_PY = r"""
 import hashlib, os, sys
 
 store, args = sys.argv[1], sys.argv[2:]
+then = []
+if "--" in args:
+    cut = args.index("--")
+    args, then = args[:cut], args[cut + 1:]
+all_good = True
 for i in range(0, len(args) - 1, 2):
     sha, mode = args[i], int(args[i + 1], 8)
     part, final = os.path.join(store, sha + ".part"), os.path.join(store, sha)
     digest = hashlib.sha256()
     try:
         fd = os.open(part, os.O_RDONLY)
-    except OSError as exc:
+    except OSError:
         print("bad", sha, "missing")
+        all_good = False
         continue
     try:
         while True:
@@ -291,11 +298,15 @@ for i in range(0, len(args) - 1, 2):
     else:
         os.unlink(part)
         print("bad", sha, digest.hexdigest())
+        all_good = False
 dfd = os.open(store, os.O_RDONLY)
 try:
     os.fsync(dfd)  # the renames, durable
 finally:
     os.close(dfd)
+if then and all_good:
+    sys.stdout.flush()
+    os.execvp(then[0], then)
 """
 
 # releases.mark_serving's command, which is inline there.

@@ -63,12 +63,24 @@ for d in "$base"/releases/*/; do
 done
 """
 
-# "$1" base, then ids to remove; afterwards drop blobs that no release links any more.
+# "$1" base, "$2" how many of the newest releases to keep, then ids never to remove: removes the rest,
+# printing each id, then drops blobs that no release links any more. Newest by directory mtime, ties by id,
+# as layout() orders them (LIST_SH's stat, C collation). On the board, so a prune is one round trip.
 PRUNE_SH = r"""
 set -eu
-base="$1"; shift
-for id in "$@"; do rm -rf "$base/releases/$id"; done
-find "$base/store" -maxdepth 1 -type f -links 1 -regex '.*/[0-9a-f]\{64\}' -delete 2>/dev/null || true
+base="$1"; keep="$2"; shift 2
+older=$(for d in "$base"/releases/*/; do
+  [ -d "$d" ] || continue
+  printf '%s %s\n' "$(stat -c %Y "$d")" "$(basename "$d")"
+done | LC_ALL=C sort -k1,1n -k2,2 \
+  | awk -v keep="$keep" '{ id[NR] = $2 } END { for (i = 1; i <= NR - keep; i++) print id[i] }')
+for id in $older; do
+  for p in "$@"; do [ "$p" = "$id" ] && continue 2; done
+  rm -rf "$base/releases/$id"
+  echo "$id"
+done
+# find's default (emacs) regex has no {64}: name the dialect (an upload's <sha>.part never matches).
+find "$base/store" -maxdepth 1 -type f -links 1 -regextype posix-extended -regex '.*/[0-9a-f]{64}' -delete || true
 """
 
 
@@ -157,8 +169,7 @@ def read_manifest(runner: Runner, base: str, release_id: str) -> dict:
 
 def prune(runner: Runner, base: str, keep: int, protect: set[str]) -> list[str]:
     """Remove all but the newest ``keep`` releases (never one in ``protect``); returns removed ids."""
-    lay = layout(runner, base)
-    keep_ids = set(lay.releases[-keep:]) | {p for p in protect if p}
-    doomed = [r for r in lay.releases if r not in keep_ids]
-    runner.run(["sh", "-c", PRUNE_SH, "edgekit-prune", base, *doomed], timeout=120)
-    return doomed
+    if keep < 1:
+        raise EdgekitError(f"Keep at least one release, not {keep}.")
+    argv = ["sh", "-c", PRUNE_SH, "edgekit-prune", base, str(keep), *sorted(check_id(p) for p in protect if p)]
+    return runner.run(argv, timeout=120).stdout.split()

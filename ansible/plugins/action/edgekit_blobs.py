@@ -5,13 +5,15 @@ blobs are sent, each to `<sha>.part`, the board hashes the uploads, and a verifi
 renamed into place with its mode; a mismatch is deleted and fails the task. Small blobs travel
 together as one tar stream on one command (a release has dozens of small files: libraries, the
 agent, units), large ones one SFTP put each. No Python module runs on the board (the scripts are
-sh), so a push costs a few round trips, not several module runs per file. Supports check mode:
-reports what would be sent and sends nothing.
+sh), so a push costs a few round trips, not several module runs per file. With `release`, the
+release directory is then made from the store (edgekit's CREATE_SH) in the same round trip as the
+uploads' check. Supports check mode: reports what would be sent and sends nothing.
 
 Options:
   store:    the board's store directory (absolute)
   blobs:    list of {sha256, src (local path), size, executable}
-  scripts:  {inventory, inventory_ro, place} board-side programs (via the plan)
+  scripts:  {inventory, inventory_ro, place, create} board-side programs (via the plan)
+  release:  optional {base, id, files: [relative path, sha256, ...]}: the release to make once every blob is in
 """
 
 from __future__ import annotations
@@ -78,8 +80,12 @@ class ActionModule(ActionBase):
             return {**result, "failed": True, "changed": False,
                     "msg": f"The board has {free_kb * 1024 / 1e6:.1f} MB free in {store} but the push needs "
                            f"{needed / 1e6:.1f} MB ({to_send / 1e6:.1f} MB of blobs + margin); nothing was sent."}
-        if check or not result["changed"]:
+        create = self._create_argv(args.get("release"), scripts)
+        result["release_created"] = False
+        if check:
             return result
+        if not result["changed"]:
+            return self._create(result, create) if create else result
         for sha in relink:  # same content, now needed executable (edgekit's push does the same)
             self._sh('chmod 0755 "$1/$2"', store, sha)
         for sha in missing:
@@ -97,7 +103,7 @@ class ActionModule(ActionBase):
         for sha in missing:
             if blobs[sha]["size"] > SMALL_BLOB:
                 self._connection.put_file(blobs[sha]["src"], f"{store}/{sha}.part")
-        return self._place(result, store, scripts, blobs, missing)
+        return self._place(result, store, scripts, blobs, missing, create)
 
     def _sh_in(self, script: str, data: bytes, *args: str) -> dict[str, Any]:
         cmd = shlex.join(["sh", "-c", script, "sh", *args])
@@ -128,16 +134,39 @@ class ActionModule(ActionBase):
                     tar.addfile(info, fh)
         return buf.getvalue()
 
+    @staticmethod
+    def _create_argv(release: Any, scripts: dict[str, str]) -> list[str]:
+        """`sh -c CREATE_SH edgekit-release BASE ID [PATH SHA]...` for ``release``, or [] without one."""
+        if not release:
+            return []
+        files = [str(f) for f in release.get("files") or []]
+        if not str(release.get("base", "")).startswith("/") or not release.get("id") or len(files) % 2:
+            raise AnsibleError(f"edgekit_blobs: release needs an absolute base, an id and path/sha256 pairs, "
+                               f"not {release!r}")
+        return ["sh", "-c", scripts["create"], "edgekit-release", str(release["base"]), str(release["id"]), *files]
+
+    def _create(self, result: dict[str, Any], argv: list[str]) -> dict[str, Any]:
+        made = self._low_level_execute_command(shlex.join(argv), sudoable=False)
+        if made.get("rc") != 0:
+            why = (made.get("stderr") or "").strip().splitlines()[-1:] or [f"exit {made.get('rc')}"]
+            return {**result, "failed": True, "msg": f"Making the release directory failed: {why[0]}."}
+        created = (made.get("stdout") or "").strip().endswith("created")
+        return {**result, "release_created": created, "changed": result["changed"] or created}
+
     def _place(self, result: dict[str, Any], store: str, scripts: dict[str, str], blobs: dict[str, Any],
-               missing: list[str]) -> dict[str, Any]:
-        """Hash the uploads on the board; rename the good ones into place, delete the bad ones (PLACE_PY)."""
+               missing: list[str], create: list[str]) -> dict[str, Any]:
+        """Hash the uploads on the board; rename the good ones into place, delete the bad ones (PLACE_PY);
+        then, with every one good, make the release (``create``) in the same command."""
         argv = ["python3", "-c", scripts["place"], store]
         for sha in missing:
             argv += [sha, "0755" if blobs[sha]["executable"] else "0644"]
+        if create:
+            argv += ["--", *create]
         placed = self._low_level_execute_command(shlex.join(argv), sudoable=False)
         if placed.get("rc") != 0:
             why = (placed.get("stderr") or "").strip().splitlines()[-1:] or [f"exit {placed.get('rc')}"]
-            return {**result, "failed": True, "msg": f"Verifying the uploads in {store} failed: {why[0]}."}
+            what = "Verifying the uploads or making the release" if create else "Verifying the uploads"
+            return {**result, "failed": True, "msg": f"{what} in {store} failed: {why[0]}."}
         good, bad = set(), {}
         for line in placed.get("stdout", "").splitlines():
             word, *rest = line.split() or [""]
@@ -153,6 +182,8 @@ class ActionModule(ActionBase):
             name = os.path.basename(blobs[sha]["src"])
             return {**result, "failed": True, "msg": f"{name} arrived with sha256 {bad.get(sha, 'missing')[:16]}…, "
                                                      f"not {sha[:16]}…; the upload was deleted."}
+        if create:
+            result["release_created"] = (placed.get("stdout") or "").strip().endswith("created")
         return result
 
     @staticmethod
