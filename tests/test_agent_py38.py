@@ -26,6 +26,17 @@ def test_agent_files_parse_as_python_3_8() -> None:
         ast.parse(path.read_text(), filename=str(path), feature_version=(3, 8))
 
 
+def test_board_side_python_scripts_parse_as_python_3_8() -> None:
+    # The `python3 -c` programs deploy and the fleet run on boards (state, health, uploads, releases).
+    from edgekit.fleet.scripts import scripts
+
+    run_by_python = {"state", "health", "place", "create"}
+    for name, source in scripts().items():
+        if name in run_by_python:
+            ast.parse(source, filename=name, feature_version=(3, 8))
+    assert run_by_python <= set(scripts())
+
+
 def test_agent_imports_only_the_standard_library() -> None:
     stdlib = set(sys.stdlib_module_names)
     for path in AGENT_FILES:

@@ -262,7 +262,7 @@ d="$1"; shift
 # (one process for all: cheaper than a hashing tool per file), flush it to disk, and rename it into
 # place (rename(2): atomic) with its MODE only when the hash matches; delete it otherwise. Prints
 # `ok SHA` or `bad SHA HEX` per blob. The Ansible twin of transfer._Push.settle. After `--`, a command
-# to run in its place once every blob is good (the release's CREATE_SH): one round trip for both.
+# to run in its place once every blob is good (the release's CREATE_PY): one round trip for both.
 PLACE_PY = r"""
 import hashlib, os, sys
 
@@ -320,7 +320,7 @@ def scripts() -> dict[str, str]:
     return {
         "state": STATE_PY,
         "health": HEALTH_PY,
-        "create": releases.CREATE_SH,
+        "create": releases.CREATE_PY,
         "switch": releases.SWITCH_SH,
         "serving": SERVING_SH,
         "record_health": releases.RECORD_HEALTH_SH,

@@ -25,21 +25,28 @@ _ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._-]{0,80}$")
 _REL = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*(/[A-Za-z0-9_][A-Za-z0-9._+-]*)*$")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 
-# "$1" base, "$2" id, then pairs: relative path, sha256. Builds releases/<id>.tmp and renames it.
-CREATE_SH = r"""
-set -eu
-base="$1"; id="$2"; shift 2
-final="$base/releases/$id"
-[ -d "$final" ] && { echo exists; exit 0; }
-tmp="$base/releases/.$id.tmp"
-rm -rf "$tmp"; mkdir -p "$tmp" "$base/logs"
-while [ $# -ge 2 ]; do
-  rel="$1"; sha="$2"; shift 2
-  mkdir -p "$tmp/$(dirname "$rel")"
-  ln "$base/store/$sha" "$tmp/$rel"
-done
-mv "$tmp" "$final"
-echo created
+# `python3 -c CREATE_PY BASE ID [PATH SHA]...`: releases/<ID> made of hard links to store/<SHA>, built as
+# releases/.<ID>.tmp and renamed into place; prints `created`, or `exists` when it was there already.
+# One process: as a shell script it spent a fork on every file's dirname, mkdir and ln (≈ 100 for a
+# release, a tenth of a second of a board's CPU).
+CREATE_PY = r"""
+import os, shutil, sys
+
+base, rid, pairs = sys.argv[1], sys.argv[2], sys.argv[3:]
+final = os.path.join(base, "releases", rid)
+if os.path.isdir(final):
+    print("exists")
+    sys.exit(0)
+tmp = os.path.join(base, "releases", "." + rid + ".tmp")
+shutil.rmtree(tmp, ignore_errors=True)
+os.makedirs(os.path.join(base, "logs"), exist_ok=True)
+os.makedirs(tmp)
+for i in range(0, len(pairs) - 1, 2):
+    dst = os.path.join(tmp, pairs[i])
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    os.link(os.path.join(base, "store", pairs[i + 1]), dst)
+os.rename(tmp, final)
+print("created")
 """
 
 # "$1" base, "$2" id: point current at releases/<id> with one rename(2).
@@ -107,7 +114,7 @@ class Layout:
 
 def create(runner: Runner, base: str, release_id: str, files: Mapping[str, str]) -> bool:
     """Make releases/<id> from blobs already in the store; False when it already existed."""
-    argv = ["sh", "-c", CREATE_SH, "edgekit-release", base, check_id(release_id)]
+    argv = ["python3", "-c", CREATE_PY, base, check_id(release_id)]
     for rel, sha in sorted(files.items()):
         if not _REL.match(rel) or ".." in rel.split("/"):
             raise EdgekitError(f"{rel!r} is not a safe path inside a release.")

@@ -6,7 +6,7 @@ renamed into place with its mode; a mismatch is deleted and fails the task. Smal
 together as one tar stream on one command (a release has dozens of small files: libraries, the
 agent, units), large ones one SFTP put each. No Python module runs on the board (the scripts are
 sh), so a push costs a few round trips, not several module runs per file. With `release`, the
-release directory is then made from the store (edgekit's CREATE_SH) in the same round trip as the
+release directory is then made from the store (edgekit's CREATE_PY) in the same round trip as the
 uploads' check. Supports check mode: reports what would be sent and sends nothing.
 
 Options:
@@ -136,14 +136,14 @@ class ActionModule(ActionBase):
 
     @staticmethod
     def _create_argv(release: Any, scripts: dict[str, str]) -> list[str]:
-        """`sh -c CREATE_SH edgekit-release BASE ID [PATH SHA]...` for ``release``, or [] without one."""
+        """`python3 -c CREATE_PY BASE ID [PATH SHA]...` for ``release``, or [] without one."""
         if not release:
             return []
         files = [str(f) for f in release.get("files") or []]
         if not str(release.get("base", "")).startswith("/") or not release.get("id") or len(files) % 2:
             raise AnsibleError(f"edgekit_blobs: release needs an absolute base, an id and path/sha256 pairs, "
                                f"not {release!r}")
-        return ["sh", "-c", scripts["create"], "edgekit-release", str(release["base"]), str(release["id"]), *files]
+        return ["python3", "-c", scripts["create"], str(release["base"]), str(release["id"]), *files]
 
     def _create(self, result: dict[str, Any], argv: list[str]) -> dict[str, Any]:
         made = self._low_level_execute_command(shlex.join(argv), sudoable=False)
