@@ -105,7 +105,7 @@ def main() -> None:
             per_task: dict[str, float] = {}
             for name, secs in report.get("task_seconds", []):
                 per_task[name] = round(per_task.get(name, 0.0) + secs, 2)
-            slowest = dict(sorted(per_task.items(), key=lambda kv: -kv[1])[:5])
+            slowest = dict(sorted(per_task.items(), key=lambda kv: -kv[1]))
             rows.append({"boards": n, "seconds": round(wall, 2), "runs": [round(r[0], 2) for r in runs],
                          "ansible_seconds": report["ansible_seconds"],
                          "controller_cpu_seconds": report["controller_cpu_seconds"],
