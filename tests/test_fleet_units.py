@@ -170,8 +170,8 @@ def test_place_renames_good_uploads_and_runs_the_release_step_only_when_all_are_
 
     (store / f"{good_sha}.part").write_bytes(good)
     (store / f"{bad_sha}.part").write_bytes(bad)
-    out = place(good_sha, "0755", bad_sha, "0644")
-    assert out[0] == f"ok {good_sha}" and out[1].startswith(f"bad {bad_sha} ")
+    out = sorted(place(good_sha, "0755", bad_sha, "0644"))
+    assert out[-1] == f"ok {good_sha}" and out[-2].startswith(f"bad {bad_sha} ")
     assert (store / good_sha).read_bytes() == good and (store / good_sha).stat().st_mode & 0o777 == 0o755
     assert not (store / f"{bad_sha}.part").exists() and not (store / bad_sha).exists()
     assert not (tmp_path / "made").exists()  # a bad upload: no release from this store

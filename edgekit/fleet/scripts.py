@@ -259,22 +259,43 @@ d="$1"; shift
 """ + boardscripts.INVENTORY_LIST_SH
 
 # `python3 -c PLACE_PY STORE [SHA MODE]...`: after an upload, hash each `<sha>.part` on the board
-# (one process for all: cheaper than a hashing tool per file), flush it to disk, and rename it into
-# place (rename(2): atomic) with its MODE only when the hash matches; delete it otherwise. Prints
-# `ok SHA` or `bad SHA HEX` per blob. The Ansible twin of transfer._Push.settle. After `--`, a command
-# to run in its place once every blob is good (the release's CREATE_PY): one round trip for both.
+# (one process for all: cheaper than a hashing tool per file), make the good ones durable, and rename
+# them into place (rename(2): atomic) with their MODE; delete the others. Prints `ok SHA` or
+# `bad SHA HEX` per blob. The Ansible twin of transfer._Push.settle. After `--`, a command to run in
+# its place once every blob is good (the release's CREATE_PY): one round trip for both.
+# Durable with one syncfs(2) of the store's filesystem, not an fsync per blob: a release has dozens of
+# small blobs, and each fsync is a journal commit that eight boards' uploads queue behind.
 PLACE_PY = r"""
-import hashlib, os, sys
+import ctypes, hashlib, os, sys
 
 store, args = sys.argv[1], sys.argv[2:]
 then = []
 if "--" in args:
     cut = args.index("--")
     args, then = args[:cut], args[cut + 1:]
-all_good = True
+
+
+def durable(parts):
+    fd = os.open(store, os.O_RDONLY)
+    try:
+        if ctypes.CDLL(None, use_errno=True).syncfs(fd) == 0:
+            return
+    except (OSError, AttributeError):
+        pass
+    finally:
+        os.close(fd)
+    for part in parts:  # no syncfs here: each file on its own
+        pfd = os.open(part, os.O_RDONLY)
+        try:
+            os.fsync(pfd)
+        finally:
+            os.close(pfd)
+
+
+good, all_good = [], True
 for i in range(0, len(args) - 1, 2):
     sha, mode = args[i], int(args[i + 1], 8)
-    part, final = os.path.join(store, sha + ".part"), os.path.join(store, sha)
+    part = os.path.join(store, sha + ".part")
     digest = hashlib.sha256()
     try:
         fd = os.open(part, os.O_RDONLY)
@@ -288,17 +309,20 @@ for i in range(0, len(args) - 1, 2):
             if not chunk:
                 break
             digest.update(chunk)
-        os.fsync(fd)
     finally:
         os.close(fd)
     if digest.hexdigest() == sha:
-        os.chmod(part, mode)
-        os.replace(part, final)
-        print("ok", sha)
+        good.append((sha, mode, part))
     else:
         os.unlink(part)
         print("bad", sha, digest.hexdigest())
         all_good = False
+if good:
+    durable([part for _, _, part in good])  # on disk before any gets its final name
+for sha, mode, part in good:
+    os.chmod(part, mode)
+    os.replace(part, os.path.join(store, sha))
+    print("ok", sha)
 dfd = os.open(store, os.O_RDONLY)
 try:
     os.fsync(dfd)  # the renames, durable
