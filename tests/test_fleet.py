@@ -164,12 +164,16 @@ def test_canary_then_batches_all_healthy_then_nothing_to_do(fleet) -> None:
     for row in again["succeeded"].values():
         assert row["push"]["sent_bytes"] == 0 and row["push"]["sent_blobs"] == 0 and row["health"]["ok"]
         assert row["health"]["method"] == "recorded"
-    # One board whose server died: the playbook runs again and brings it back (the others stay as they are).
+    # One board whose server died: the playbook runs again, for it alone, and brings it back; the others
+    # are reported as they are, from their recorded checks (as when all of them serve).
     victim = boards[-1]
     assert victim.run("systemctl stop edgekit-llama.service").rc == 0
     healed = rollout(env, "--recipe", "sim-tiny-mtp", *_group())
     assert "playbook" not in healed and sorted(healed["succeeded"]) == sorted(names) and not healed["failed"]
-    assert complete(victim.service_port)["tokens_predicted"] > 0
+    assert healed["changed"] == [victim.name] and complete(victim.service_port)["tokens_predicted"] > 0
+    assert healed["succeeded"][victim.name]["health"]["method"] != "recorded"
+    assert {r["health"]["method"] for n, r in healed["succeeded"].items() if n != victim.name} == {"recorded"}
+    assert healed["succeeded"][victim.name]["push"]["sent_bytes"] == 0  # its release was still there
 
 
 def test_check_mode_changes_nothing(fleet, tmp_path: Path) -> None:

@@ -96,11 +96,11 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
         fp = plan_fleet(recipe, fleet.targets, deploy_opts, console)
         found = {} if options.check else already_current(fleet, fp)
         current = {n: f.report for n, f in found.items() if f.report is not None}
+        left_alone = {n: {"touched": True, "stats": {}, "data": {"edgekit": r}} for n, r in current.items()}
         if current and len(current) == len(fleet.targets):
             console.print(f"[dim]fleet: all {len(current)} board(s) already serve their planned release and "
                           "answer /health: nothing to do, no playbook run[/dim]")
-            hosts = {n: {"touched": True, "stats": {}, "data": {"edgekit": r}} for n, r in current.items()}
-            summary = summarize("rollout", names, {"hosts": hosts}, fleet.failed)
+            summary = summarize("rollout", names, {"hosts": left_alone}, fleet.failed)
             summary.seconds = round(time.monotonic() - start, 2)
             summary.extra = {"recipe": recipe.name, "canary": canary, "planned": fp.releases(), "builds": fp.builds,
                              "ansible_seconds": 0.0, "ansible_rc": None, "playbook": "skipped: nothing to do"}
@@ -109,14 +109,19 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
         for name, f in found.items():  # read under the lock the run holds: the playbook need not read it again
             extra["edgekit_plans"][name]["state"] = f.state
         extra.update({"edgekit_serial": options.batches, "edgekit_max_fail": options.max_fail})
-        limit = list(fleet.targets)
+        # Boards that already serve their release and answer /health are reported as they are (as when
+        # all do); the playbook runs for the rest only. A canary already serving the release has passed.
+        limit = [n for n in fleet.targets if n not in current]
+        run_canary = [n for n in canary if n in limit]
         forks = options.forks or max(1, largest_batch(options.batches, len(limit)))
-        console.print(f"[dim]fleet: ansible-playbook rollout.yml on {len(limit)} board(s): canary "
-                      f"{', '.join(canary) or 'none'}, batches {options.batches}, max fail {options.max_fail}%, "
+        console.print(f"[dim]fleet: ansible-playbook rollout.yml on {len(limit)} board(s)"
+                      f"{f' ({len(current)} already current)' if current else ''}: canary "
+                      f"{', '.join(run_canary) or 'none'}, batches {options.batches}, max fail {options.max_fail}%, "
                       f"forks {forks}{', check mode' if options.check else ''}[/dim]")
-        run = run_playbook("rollout.yml", run_inventory(data, limit, canary), extra, limit, forks=forks,
+        run = run_playbook("rollout.yml", run_inventory(data, limit, run_canary), extra, limit, forks=forks,
                            check=options.check, on_line=_printer(console, quiet), color=console.is_terminal)
-    summary = summarize("rollout", names, run.report, fleet.failed, options.check)
+    report = {**run.report, "hosts": {**left_alone, **(run.report.get("hosts") or {})}}
+    summary = summarize("rollout", names, report, fleet.failed, options.check)
     summary.seconds = round(time.monotonic() - start, 2)
     summary.extra = {"recipe": recipe.name, "canary": canary, "batches": options.batches,
                      "max_fail_percentage": options.max_fail, "planned": fp.releases(), "builds": fp.builds,
