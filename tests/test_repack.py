@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from click.testing import CliRunner
 from gguf import GGMLQuantizationType, GGUFReader, quants
 
 from edgekit.cli import cli
-from edgekit.convert.llamacpp import LlamaCpp, find_llamacpp
+from edgekit.convert.llamacpp import LlamaCpp, _names_cached, find_llamacpp, pinned_tables
 from edgekit.convert.pipeline import repack_any
 from edgekit.convert.qat import BLOCK, exact_q4_0, pack_q4_0, widen
 from edgekit.errors import EdgekitError
@@ -133,7 +134,14 @@ def test_light_name_map_agrees_with_the_converter_classes(llama: LlamaCpp, qat_p
         names = sorted(open_model(model))
         names += ["model.vision_tower.encoder.layers.0.mlp.fc1.weight", "model.embed_audio.embedding_projection.weight",
                   "masked_embedding.centroids.weight"]  # what real E2B checkpoints also hold
-        assert llama.gguf_names(config, names, light=True) == llama.gguf_names(config, names)
+        light = llama.gguf_names(config, names, light=True)  # the tree's tables, loaded in this process
+        assert light == llama.gguf_names(config, names)
+        # ... and the subprocess that answers when those tables cannot be loaded alone
+        request = json.dumps({"config": config, "names": names, "light": True}, sort_keys=True)
+        arch, mapping = _names_cached(str(llama.root), request)
+        assert (arch, dict(mapping)) == light
+    assert pinned_tables(str(llama.root)) is not None
+    assert "gguf" not in sys.modules or not sys.modules["gguf"].__file__.startswith(str(llama.root))
 
 
 def test_repack_of_qat_drafter_is_exact_and_proven(llama: LlamaCpp, qat_pair: tuple[Path, Path],

@@ -5,17 +5,20 @@ writes ``{"arch": ..., "map": {hf: gguf|null}}``.
 Default: the converter's own model class (its ``filter_tensors`` skips and renames) and its
 gguf-py tensor map, so edgekit keeps no second copy of those rules; importing the converter costs
 ≈ 3 s (torch, transformers). ``light``: gguf-py's tensor map plus the few Gemma 4 rules of that
-class written out below, ≈ 0.2 s, for ``repack --from-gguf``, whose output names come from the
-converter's file anyway (tests check both modes agree).
+class written out below (tests check both modes agree). edgekit answers ``light`` in its own process
+with :func:`light_map` over the tree's gguf-py tables (``llamacpp.pinned_tables``); this script's
+``light`` is the fallback when those tables cannot be loaded alone.
 
-Run as a script (``python _namemap.py LLAMA_CPP_ROOT``), never imported: the vendored gguf-py
-must shadow any installed ``gguf``.
+Run as a script (``python _namemap.py LLAMA_CPP_ROOT``): the vendored gguf-py must shadow any
+installed ``gguf``. Importing it only defines the functions below.
 """
 
 import json
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 LIGHT_ARCHS = {"Gemma4ForConditionalGeneration": "GEMMA4", "Gemma4ForCausalLM": "GEMMA4",
                "Gemma4AssistantForCausalLM": "GEMMA4_ASSISTANT"}
@@ -45,32 +48,47 @@ def main() -> None:
 
     req = json.load(sys.stdin)
     config = req["config"]
+    if req.get("light"):
+        try:
+            arch, out = light_map(gguf, config, req["names"])
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from None
+        json.dump({"arch": arch, "map": out}, sys.stdout)
+        return
+    from conversion import ModelType, get_model_architecture, get_model_class
+
+    cls = get_model_class(get_model_architecture(config, ModelType.TEXT))
+
+    def keep(name: str) -> str | None:
+        item = cls.filter_tensors((name, lambda: None))
+        return None if item is None else item[0]
+
+    out = _mapped(gguf, cls.model_arch, config, req["names"], keep)
+    json.dump({"arch": gguf.MODEL_ARCH_NAMES[cls.model_arch], "map": out}, sys.stdout)
+
+
+def light_map(gguf: Any, config: dict[str, Any], names: list[str]) -> tuple[str, dict[str, str | None]]:
+    """(GGUF arch, HF name → GGUF name or None) by the Gemma 4 rules above and ``gguf``'s tensor map.
+
+    ``gguf``: anything with gguf-py's ``MODEL_ARCH``, ``MODEL_ARCH_NAMES`` and ``get_tensor_name_map``.
+    """
+    hf_arch = (config.get("architectures") or [None])[0]
+    if hf_arch not in LIGHT_ARCHS:
+        raise ValueError(f"no light name map for {hf_arch}")
+    model_arch = gguf.MODEL_ARCH[LIGHT_ARCHS[hf_arch]]
+    return gguf.MODEL_ARCH_NAMES[model_arch], _mapped(gguf, model_arch, config, names, light_filter)
+
+
+def _mapped(gguf: Any, model_arch: Any, config: dict[str, Any], names: list[str],
+            keep: Callable[[str], str | None]) -> dict[str, str | None]:
     text = config.get("text_config") or config
     n_blocks = next(text[k] for k in ("n_layers", "num_hidden_layers", "n_layer", "num_layers") if k in text)
-    if req.get("light"):
-        hf_arch = (config.get("architectures") or [None])[0]
-        if hf_arch not in LIGHT_ARCHS:
-            raise SystemExit(f"no light name map for {hf_arch}")
-        model_arch = gguf.MODEL_ARCH[LIGHT_ARCHS[hf_arch]]
-
-        def keep(name: str) -> str | None:
-            return light_filter(name)
-    else:
-        from conversion import ModelType, get_model_architecture, get_model_class
-
-        cls = get_model_class(get_model_architecture(config, ModelType.TEXT))
-        model_arch = cls.model_arch
-
-        def keep(name: str) -> str | None:
-            item = cls.filter_tensors((name, lambda: None))
-            return None if item is None else item[0]
-
     tmap = gguf.get_tensor_name_map(model_arch, n_blocks)
-    out = {}
-    for name in req["names"]:
+    out: dict[str, str | None] = {}
+    for name in names:
         kept = keep(name)
         out[name] = None if kept is None else tmap.get_name(key=kept, try_suffixes=(".weight", ".bias"))
-    json.dump({"arch": gguf.MODEL_ARCH_NAMES[model_arch], "map": out}, sys.stdout)
+    return out
 
 
 if __name__ == "__main__":
