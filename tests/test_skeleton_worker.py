@@ -69,3 +69,46 @@ def test_fast_metadata_arrays_and_one_vocab_build_match_the_converters_own(llama
                           text=True, env=llama.env(), timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "same"
+
+
+# The worker's one-pass reading of the base tokens against gguf-py's own LlamaHfVocab.all_tokens(),
+# over a full-size Gemma 4 vocabulary with byte, special and added tokens.
+TOKENS = textwrap.dedent('''
+    import importlib.util, sys
+    from pathlib import Path
+    root, worker, model = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    sys.path[:0] = [root + "/gguf-py", root]
+    import gguf
+    spec = importlib.util.spec_from_file_location("skeleton_worker", worker)
+    w = importlib.util.module_from_spec(spec); spec.loader.exec_module(w)
+    real = gguf.LlamaHfVocab(model)
+    expected = list(real.all_tokens())
+
+    def slow():
+        raise AssertionError("the one-pass reader fell back to hf_tokens")
+
+    real.hf_tokens = slow
+    got = w._all_tokens(real, gguf.LlamaHfVocab)
+    assert got == expected, next(i for i, (a, b) in enumerate(zip(got, expected)) if a != b)
+    kinds = {k: sum(1 for _t, _s, t in got if t == k) for k in set(t for _t, _s, t in got)}
+    print(len(got), len(real.added_tokens_list), kinds[gguf.TokenType.BYTE], kinds[gguf.TokenType.CONTROL],
+          kinds[gguf.TokenType.USER_DEFINED])
+''')
+
+
+def test_one_pass_token_reading_matches_the_converters_reader(llama: LlamaCpp, tmp_path: Path) -> None:
+    from transformers import PreTrainedTokenizerFast
+
+    from edgekit.tinymodels.tokenizer import write_tokenizer
+
+    size = write_tokenizer(tmp_path, vocab_size=262_144, layout="gemma4")
+    tok = PreTrainedTokenizerFast.from_pretrained(tmp_path)
+    tok.add_tokens(["<edgekit_added_a>", "<edgekit_added_b>"])  # ids past the base vocabulary
+    tok.add_special_tokens({"additional_special_tokens": ["<edgekit_special>"]})
+    tok.save_pretrained(tmp_path)
+    proc = subprocess.run([sys.executable, "-c", TOKENS, str(llama.root), str(WORKER), str(tmp_path)],
+                          capture_output=True, text=True, env=llama.env(), timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    total, added, byte, control, user = map(int, proc.stdout.split())
+    assert (total, added, byte) == (size + 3, 3, 256)
+    assert control > 3 and user == 2  # the specials of the head, and the two plain added tokens

@@ -7,11 +7,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from edgekit.config.boardfile import Board, Boards, board_file_path
+if TYPE_CHECKING:  # imported when a command reads the board file: pydantic costs ≈ 0.1 s of every start
+    from edgekit.config.boardfile import Board, Boards
 
 
 @dataclass
@@ -24,9 +25,13 @@ class App:
 
     @property
     def board_file(self) -> Path:
+        from edgekit.config.boardfile import board_file_path
+
         return board_file_path(self.config)
 
     def boards(self) -> Boards:
+        from edgekit.config.boardfile import Boards
+
         return Boards(self.board_file)
 
     def board(self, name: str) -> Board:
