@@ -71,7 +71,7 @@ def test_fast_metadata_arrays_and_one_vocab_build_match_the_converters_own(llama
     assert proc.stdout.strip() == "same"
 
 
-# The worker's one-pass reading of the base tokens against gguf-py's own LlamaHfVocab.all_tokens(),
+# The worker's list-wise reading of the tokens against gguf-py's own LlamaHfVocab.all_tokens(),
 # over a full-size Gemma 4 vocabulary with byte, special and added tokens.
 TOKENS = textwrap.dedent('''
     import importlib.util, sys
@@ -88,8 +88,10 @@ TOKENS = textwrap.dedent('''
         raise AssertionError("the one-pass reader fell back to hf_tokens")
 
     real.hf_tokens = slow
-    got = w._all_tokens(real, gguf.LlamaHfVocab)
+    got = list(zip(*w._token_lists(real, gguf.LlamaHfVocab)))
+    assert len(got) == len(expected)
     assert got == expected, next(i for i, (a, b) in enumerate(zip(got, expected)) if a != b)
+    assert all(type(t) is bytes and type(s) is float and type(k) is int for t, s, k in got)
     kinds = {k: sum(1 for _t, _s, t in got if t == k) for k in set(t for _t, _s, t in got)}
     print(len(got), len(real.added_tokens_list), kinds[gguf.TokenType.BYTE], kinds[gguf.TokenType.CONTROL],
           kinds[gguf.TokenType.USER_DEFINED])

@@ -9,9 +9,10 @@ Public entry points:
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from edgekit.build.builder import KIND, BuildOptions, BuildResult, build, build_key, prepare
 from edgekit.build.source import (
     LLAMA_CPP_COMMIT,
     LLAMA_CPP_SHORT,
@@ -20,7 +21,22 @@ from edgekit.build.source import (
     fetch_sdist,
     resolve_source,
 )
-from edgekit.build.targets import BINARIES
+
+if TYPE_CHECKING:
+    from edgekit.build.builder import KIND, BuildOptions, BuildResult, build, build_key, prepare
+    from edgekit.build.targets import BINARIES
+
+# The builder and the targets import the board profiles (pydantic, ≈ 0.1 s): loaded on first use, so that
+# `edgekit repack` and `convert`, which only need the source tree, start their converter worker sooner.
+_LAZY = {"KIND": "builder", "BuildOptions": "builder", "BuildResult": "builder", "build": "builder",
+         "build_key": "builder", "prepare": "builder", "BINARIES": "targets"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+
 
 __all__ = [
     "BINARIES", "KIND", "LLAMA_CPP_COMMIT", "LLAMA_CPP_SHORT", "BuildOptions", "BuildResult", "build",
@@ -39,4 +55,6 @@ def host_build_for_tests(target: str = "host", cpu_only: bool = True) -> BuildRe
 
     For conftest.py: ``result.bin_dir / "llama-server"`` is a ready binary with its libraries.
     """
+    from edgekit.build.builder import BuildOptions, build
+
     return build(BuildOptions(target=target, cpu_only=cpu_only, src=str(fetch_sdist())))

@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,41 +87,56 @@ def _one_vocab_build(backend: type) -> None:
 
 
 _BYTE_TOKEN = re.compile(rb"<0x[0-9A-Fa-f]{2}>")
+# Work for later runs (filling the vocabulary cache), done once the listing is out: edgekit does not wait on it.
+AFTER_LISTING: list[Callable[[], None]] = []
 
 
-def _all_tokens(real: Any, reader: type) -> list[tuple[bytes, float, Any]]:
-    """``list(real.all_tokens())`` of gguf-py's ``LlamaHfVocab``, its base tokens read in one pass.
+def _token_lists(real: Any, reader: type) -> tuple[list[bytes], list[float], list[int]]:
+    """``real.all_tokens()`` of gguf-py's ``LlamaHfVocab`` as (texts, scores, types), base tokens read at once.
 
     Its ``hf_tokens`` asks for each of the 262,144 ids in turn (a regex and two method calls per token:
     0.7 s, on the critical path of a repack with nothing cached); here the same rules run over the
-    reversed vocabulary at once (0.2 s): a token is BYTE if it is ``<0xXX>``, else CONTROL if its id is
-    special, else NORMAL; its score is ``real.get_token_score(id)``; added tokens come from ``real`` itself.
-    A test compares both over a full Gemma 4 vocabulary. Any other reader, or any surprise, takes the
-    reader's own path.
+    reversed vocabulary as list operations: a token is BYTE if it is ``<0xXX>``, else CONTROL if its id
+    is special, else NORMAL; its score is ``real.get_token_score(id)``; added tokens come from ``real``
+    itself. A test compares both over a full Gemma 4 vocabulary. Any other reader, or any surprise,
+    takes the reader's own path.
     """
-    if type(real) is not reader:
-        return list(real.all_tokens())
-    try:
-        import gguf
+    if type(real) is reader:
+        try:
+            return _base_lists(real)
+        except Exception:  # the reader's own path, with its own error if there is one
+            pass
+    items = list(real.all_tokens())
+    return ([t if isinstance(t, bytes) else t.encode("utf-8") for t, _, _ in items],
+            [float(s) for _, s, _ in items], [int(k) for _, _, k in items])
 
-        vocab = real.tokenizer.get_vocab()
-        reverse: list[str | None] = [None] * real.vocab_size_base
-        for text, i in vocab.items():
-            if 0 <= i < len(reverse):
-                reverse[i] = text
-        added, special, score = real.added_tokens_ids, real.special_ids, real.get_token_score
-        byte, control, normal = gguf.TokenType.BYTE, gguf.TokenType.CONTROL, gguf.TokenType.NORMAL
-        items = []
-        for i, text in enumerate(reverse):
-            if i in added:
-                continue
-            raw = text.encode("utf-8")  # None: a hole in the vocabulary, as KeyError there
-            kind = byte if raw.startswith(b"<0x") and _BYTE_TOKEN.fullmatch(raw) else \
-                control if i in special else normal
-            items.append((raw, score(i), kind))
-        return items + list(real.added_tokens())
-    except Exception:  # the reader's own path, with its own error if there is one
-        return list(real.all_tokens())
+
+def _base_lists(real: Any) -> tuple[list[bytes], list[float], list[int]]:
+    import gguf
+
+    n = real.vocab_size_base
+    reverse: list[str | None] = [None] * n
+    for text, i in real.tokenizer.get_vocab().items():
+        if 0 <= i < n:
+            reverse[i] = text
+    added = real.added_tokens_ids
+    ids = [i for i in range(n) if i not in added] if any(0 <= i < n for i in added) else range(n)
+    texts = [reverse[i].encode("utf-8") for i in ids]  # None: a hole in the vocabulary (KeyError there)
+    scores = [float(x) for x in map(real.get_token_score, ids)]
+    types = [int(gguf.TokenType.NORMAL)] * len(texts)
+    at = None if isinstance(ids, range) else {i: j for j, i in enumerate(ids)}
+    for i in real.special_ids:
+        j = (i if 0 <= i < n else None) if at is None else at.get(i)
+        if j is not None:
+            types[j] = int(gguf.TokenType.CONTROL)
+    for j in [j for j, t in enumerate(texts) if t[:3] == b"<0x"]:  # BYTE before CONTROL, as there
+        if _BYTE_TOKEN.fullmatch(texts[j]):
+            types[j] = int(gguf.TokenType.BYTE)
+    for text, score, kind in real.added_tokens():
+        texts.append(text if isinstance(text, bytes) else text.encode("utf-8"))
+        scores.append(float(score))
+        types.append(int(kind))
+    return texts, scores, types
 
 
 def _cached_vocab(gguf: object, path: Path) -> None:
@@ -145,14 +161,9 @@ def _cached_vocab(gguf: object, path: Path) -> None:
                 print(f"vocabulary: {len(self._tokens)} tokens from {path}", file=sys.stderr)
             except (OSError, KeyError, ValueError):
                 real = self._reader()
-                items = _all_tokens(real, original)
-                self._tokens = [t if isinstance(t, bytes) else t.encode("utf-8") for t, _, _ in items]
-                self._scores = [float(s) for _, s, _ in items]
-                self._types = [int(k) for _, _, k in items]
+                self._tokens, self._scores, self._types = _token_lists(real, original)
                 self.vocab_size = int(real.vocab_size)  # the converter checks it against the token count
-                self._save()
-                print(f"vocabulary: {len(self._tokens)} tokens read from the tokenizer, kept in {path}",
-                      file=sys.stderr)
+                AFTER_LISTING.append(self._save)
 
         def _reader(self):  # type: ignore[no-untyped-def]
             if self._real is None:
@@ -167,6 +178,7 @@ def _cached_vocab(gguf: object, path: Path) -> None:
                      scores=np.array(self._scores, dtype=np.float64), types=np.array(self._types, dtype=np.int64),
                      vocab_size=np.int64(self.vocab_size))
             os.replace(tmp, path)
+            print(f"vocabulary: {len(self._tokens)} tokens read from the tokenizer, kept in {path}", file=sys.stderr)
 
         def all_tokens(self):  # type: ignore[no-untyped-def]
             return zip(self._tokens, self._scores, self._types, strict=True)
@@ -225,8 +237,12 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    # Done: the file is closed and the listing written. The interpreter's own teardown (torch's and
-    # transformers' modules, ≈ 0.5 s) would only delay the end of stdout that edgekit waits for.
+    # Done: the file is closed and the listing written; closing stdout tells edgekit so. What is left (the
+    # vocabulary cache) it collects at its end, and the interpreter's own teardown (torch's and transformers'
+    # modules, ≈ 0.5 s) would only be waited on.
     sys.stdout.flush()
+    os.close(1)
+    for job in AFTER_LISTING:
+        job()
     sys.stderr.flush()
     os._exit(0)

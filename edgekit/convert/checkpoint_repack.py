@@ -72,10 +72,9 @@ def repack_checkpoint(llama: LlamaCpp, model_dir: Path, gguf_arch: str, outtype:
             remember_skeleton(key, skeleton, job.listing, sources)
     except BaseException:
         ahead_file.unlink(missing_ok=True)
-        raise
-    finally:
         if job is not None:
-            job.cancel()  # no-op once it has finished
+            job.cancel()
+        raise
     assert skeleton is not None
     try:
         report = repack_gguf(skeleton, values, out, fallback, ahead=ahead, ahead_file=ahead_file)
@@ -83,6 +82,8 @@ def repack_checkpoint(llama: LlamaCpp, model_dir: Path, gguf_arch: str, outtype:
         return None
     finally:
         ahead_file.unlink(missing_ok=True)
+        if job is not None:
+            job.finish()  # it writes the vocabulary cache while the output is written
     report.template = "the pinned converter's metadata and small tensors (its weights not converted)"
     report.seconds = time.perf_counter() - t0
     return report

@@ -7,11 +7,10 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gguf import LlamaFileType
 
-from edgekit.config.recipes import ModelSource, Recipe
 from edgekit.convert.checkpoint_repack import repack_checkpoint
 from edgekit.convert.gguf_io import GGUFFile
 from edgekit.convert.gguf_stage import QUANTIZE_TYPES, Converted, convert_mmproj, convert_model, lossless_outtype
@@ -22,6 +21,9 @@ from edgekit.models.inputs import ModelInput, resolve
 from edgekit.models.safetensors import open_model
 from edgekit.models.validate import ModelInfo, check_pair, inspect_model
 from edgekit.store import Store
+
+if TYPE_CHECKING:  # the recipe's pydantic models: not needed by `edgekit repack`, whose start they would delay
+    from edgekit.config.recipes import ModelSource, Recipe
 
 
 @dataclass

@@ -10,6 +10,7 @@ rows). Architectures whose converter transforms 2-D weights in other ways are no
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
@@ -95,20 +96,31 @@ class SkeletonJob:
         self.proc.stdin.close()
 
     def result(self) -> Skeleton:
+        """The skeleton, as soon as the worker closes its stdout (it may still be filling the vocabulary
+        cache: :meth:`finish` waits for that)."""
         assert self.proc.stdout is not None
         listing = self.proc.stdout.read()
-        rc = self.proc.wait()
-        self._log_fh.close()
-        if rc != 0:
+        try:
+            doc = json.loads(listing)
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict) or "tensors" not in doc:
+            rc = self.proc.wait()
+            self._log_fh.close()
             tail = (self.log.read_text(errors="replace").strip().splitlines() or ["no output"])[-1]
-            raise EdgekitError(f"The pinned converter could not write the repack's metadata: {tail[:300]} "
-                               f"(log: {self.log}).")
-        doc = json.loads(listing)
+            raise EdgekitError(f"The pinned converter could not write the repack's metadata (exit {rc}): "
+                               f"{tail[:300]} (log: {self.log}).")
         file = GGUFFile(self.out)
         if file.arch != doc["arch"]:
             raise EdgekitError(f"The skeleton says {file.arch!r} but the converter maps to {doc['arch']!r}.")
         self.listing = doc["tensors"]
         return _from_listing(file, doc["tensors"])
+
+    def finish(self, timeout_s: float = 60.0) -> None:
+        """Let the worker end the work it does after the listing (the vocabulary cache), then reap it."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=timeout_s)
+        self.cancel()
 
     def cancel(self) -> None:
         if self.proc.poll() is None:

@@ -12,11 +12,13 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from edgekit.config.recipes import ModelSource
 from edgekit.errors import EdgekitError
 from edgekit.paths import build_dir_once, cache_dir
+
+if TYPE_CHECKING:
+    from edgekit.config.recipes import ModelSource
 
 # Only what conversion reads: configs, tokenizer, weights (never the original/*.pth or GGUFs).
 HF_PATTERNS = ["*.json", "*.safetensors", "tokenizer.model", "*.jinja", "*.txt"]
