@@ -112,10 +112,10 @@ def test_inventory_command_renders_yaml_ansible_reads(tmp_path: Path, monkeypatc
 
 
 def test_plan_file_strings_are_never_templated(tmp_path: Path) -> None:
-    """Paths and scripts reach Ansible as !unsafe: a `{{ }}` in a base dir stays text."""
+    """Paths and scripts reach Ansible as unsafe strings: a `{{ }}` in a base dir stays text."""
     if not ANSIBLE_PLAYBOOK.is_file():
         pytest.skip("ansible-core is not installed (pip install 'ansible-core==2.19.*')")
-    plan = tmp_path / "plan.yml"
+    plan = tmp_path / "plan.json"
     plan.write_text(dump_vars({"x": "{{ 6 * 7 }} $(touch pwned) 'q' \"d\"", "n": 3, "l": ["{{ 1 }}", True]}))
     play = tmp_path / "play.yml"
     play.write_text(yaml.safe_dump([{"name": "p", "hosts": "localhost", "gather_facts": False, "tasks": [
