@@ -96,7 +96,7 @@ class LlamaCpp:
 def pinned_tables(root: str) -> SimpleNamespace | None:
     """The tree's gguf-py ``constants`` and ``tensor_mapping``, loaded in this process under a private name.
 
-    They are all the light name map needs, and they import nothing else: loaded here they cost ≈ 20 ms,
+    They are all the light name map needs, and they import nothing else: loaded here they cost ≈ 10 ms,
     where the subprocess (an interpreter, numpy and the whole gguf-py) took ≈ 0.4 s of a core, beside
     the converter's worker that a repack starts at the same time. The private package name keeps them
     apart from the installed ``gguf``. None when they do not load alone (another tree layout): then the

@@ -5,9 +5,9 @@ blobs are sent, each to `<sha>.part`, the board hashes the uploads, and a verifi
 renamed into place with its mode; a mismatch is deleted and fails the task. Small blobs travel
 together as one tar stream on one command (a release has dozens of small files: libraries, the
 agent, units), large ones one SFTP put each. No Ansible module runs on the board (edgekit's own sh
-and `python3 -c` scripts do), so a push costs a few round trips, not several module runs per file. With `release`, the
-release directory is then made from the store (edgekit's CREATE_PY) in the same round trip as the
-uploads' check. Supports check mode: reports what would be sent and sends nothing.
+and `python3 -c` scripts do), so a push costs a few round trips, not several module runs per file.
+With `release`, the release directory is then made from the store (edgekit's CREATE_PY) in the same
+round trip as the uploads' check. Supports check mode: reports what would be sent and sends nothing.
 
 Options:
   store:    the board's store directory (absolute)
