@@ -8,6 +8,7 @@ import re
 import secrets
 import shutil
 import stat
+import subprocess
 import sys
 from dataclasses import dataclass
 from importlib import resources
@@ -23,7 +24,12 @@ from edgekit.sim import emulation, keys, procs, rootfs, sshd
 from edgekit.sim import state as state_mod
 from edgekit.sim.state import BoardState, SimState
 
-BIN_TOOLS = {"systemctl": "systemctl", "journalctl": "systemctl", "nvpmodel": "nvpmodel"}  # on-board name → file
+BIN_TOOLS = {"nvpmodel": "nvpmodel"}  # on-board name → file
+# systemctl and journalctl: small launchers of one module, bin/systemctl, compiled once by the board's
+# python3. A deploy runs them several times per board, and compiling 650 lines on every call cost more
+# than the call's own work.
+SYSTEMD_TOOLS = ("systemctl", "journalctl")
+SYSTEMD_MODULE = "_edgekit_systemd_sim"
 _SYSTEM_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
 
 
@@ -62,15 +68,35 @@ def board_env(board: BoardState, token: str, sim_dir: Path) -> dict[str, str]:
     }
 
 
+def _board_python(board: BoardState) -> str:
+    """The python3 the board's stand-ins run under (first on its PATH after its own bin dir)."""
+    path = board_path_env(board).split(":", 1)[1]
+    found = shutil.which("python3", path=path)
+    if found is None:
+        raise EdgekitError(f"No python3 in {path} for the simulated board's systemctl.")
+    return found
+
+
 def _install_bin(board: BoardState) -> None:
     board.bin_dir.mkdir(parents=True, exist_ok=True)
     src = resources.files("edgekit.sim") / "bin"
     for name, source in BIN_TOOLS.items():
-        dest = board.bin_dir / name
-        dest.write_bytes((src / source).read_bytes())
-        dest.chmod(dest.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        _executable(board.bin_dir / name, (src / source).read_bytes())
+    python = _board_python(board)
+    module = board.bin_dir / f"{SYSTEMD_MODULE}.py"
+    module.write_bytes((src / "systemctl").read_bytes())
+    subprocess.run([python, "-m", "py_compile", str(module)], check=True, capture_output=True)
+    # -S: the stand-in needs the standard library only, not site-packages.
+    launcher = (f"#!{python} -S\nimport sys\n\nfrom {SYSTEMD_MODULE} import main\n\nsys.exit(main(sys.argv))\n")
+    for name in SYSTEMD_TOOLS:
+        _executable(board.bin_dir / name, launcher.encode())
     if board.emulated:
         emulation.install_identity(board.bin_dir)
+
+
+def _executable(dest: Path, data: bytes) -> None:
+    dest.write_bytes(data)
+    dest.chmod(dest.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
 def _next_name(taken: set[str]) -> str:

@@ -42,9 +42,13 @@ class ActionModule(ActionBase):
     _supports_check_mode = True
     _requires_connection = True
 
+    def _run(self, argv: list[str], data: bytes | None = None) -> dict[str, Any]:
+        # executable=False, as the raw action: the command runs as given, not wrapped in another
+        # `/bin/sh -c '… && sleep 0'` (two more processes on the board per command).
+        return self._low_level_execute_command(shlex.join(argv), sudoable=False, in_data=data, executable=False)
+
     def _sh(self, script: str, *args: str) -> dict[str, Any]:
-        cmd = shlex.join(["sh", "-c", script, "sh", *args])
-        return self._low_level_execute_command(cmd, sudoable=False)
+        return self._run(["sh", "-c", script, "sh", *args])
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
@@ -106,8 +110,7 @@ class ActionModule(ActionBase):
         return self._place(result, store, scripts, blobs, missing, create)
 
     def _sh_in(self, script: str, data: bytes, *args: str) -> dict[str, Any]:
-        cmd = shlex.join(["sh", "-c", script, "sh", *args])
-        return self._low_level_execute_command(cmd, sudoable=False, in_data=data)
+        return self._run(["sh", "-c", script, "sh", *args], data)
 
     @staticmethod
     def _batches(shas: list[str], blobs: dict[str, Any]) -> list[list[str]]:
@@ -146,7 +149,7 @@ class ActionModule(ActionBase):
         return ["python3", "-c", scripts["create"], str(release["base"]), str(release["id"]), *files]
 
     def _create(self, result: dict[str, Any], argv: list[str]) -> dict[str, Any]:
-        made = self._low_level_execute_command(shlex.join(argv), sudoable=False)
+        made = self._run(argv)
         if made.get("rc") != 0:
             why = (made.get("stderr") or "").strip().splitlines()[-1:] or [f"exit {made.get('rc')}"]
             return {**result, "failed": True, "msg": f"Making the release directory failed: {why[0]}."}
@@ -162,7 +165,7 @@ class ActionModule(ActionBase):
             argv += [sha, "0755" if blobs[sha]["executable"] else "0644"]
         if create:
             argv += ["--", *create]
-        placed = self._low_level_execute_command(shlex.join(argv), sudoable=False)
+        placed = self._run(argv)
         if placed.get("rc") != 0:
             why = (placed.get("stderr") or "").strip().splitlines()[-1:] or [f"exit {placed.get('rc')}"]
             what = "Verifying the uploads or making the release" if create else "Verifying the uploads"
