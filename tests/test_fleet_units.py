@@ -55,6 +55,7 @@ def test_inventory_has_every_board_fact_and_strict_host_keys(tmp_path: Path) -> 
     args = hosts["orin-1"]["ansible_ssh_common_args"]
     assert f"UserKnownHostsFile={tmp_path / 'kh'}" in args and "StrictHostKeyChecking=yes" in args
     assert "GlobalKnownHostsFile=/dev/null" in args and "IdentitiesOnly=yes" in args
+    assert "KexAlgorithms=curve25519-sha256," in args  # not OpenSSH 9's costly sntrup761 first
     assert hosts["orin-1"]["ansible_ssh_private_key_file"] == str(tmp_path / "id_ed25519")
     children = rendered["all"]["children"]
     assert set(children["site-a.lab"]["hosts"]) == {"orin-1", "orin-2"}
