@@ -380,7 +380,8 @@ def test_state_handed_to_the_playbook_is_what_its_state_script_reads(fleet, sim_
 
     with Fleet({b.name: data.boards[b.name] for b in (fresh, serving)}) as fl:
         fp = plan_fleet(load_recipe("sim-tiny-mtp"), fl.targets, DeployOptions(), Console(quiet=True))
-        found = already_current(fl, fp)
+        found, unread = already_current(fl, fp)
+        assert not unread, unread
         for b in (fresh, serving):
             bp = fp.boards[b.name]
             res = fl.targets[b.name].runner.run(["python3", "-c", STATE_PY, bp.base, bp.plan.release_id, UNIT_NAME])

@@ -3,8 +3,8 @@
 When every board does, a re-run needs no Ansible at all (its start alone costs more than the whole
 check): each board is asked in one pass, in parallel, over the connections the run already holds,
 and reported with the health its last activation recorded, as `edgekit deploy` does. The release state
-read on the way is handed to the playbook (the boards stay locked until it ends), so its first task
-need not read it again.
+read on the way is handed to the playbook (the boards stay locked until it ends), which reads none
+itself: a board whose state cannot be read here is reported with the reason and left out of the run.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 from edgekit.deploy import health as health_mod
 from edgekit.deploy.activate import board_state
+from edgekit.errors import EdgekitError
 from edgekit.fleet.connect import Fleet
 from edgekit.fleet.plan import BoardPlan, FleetPlan
 
@@ -36,7 +37,10 @@ def _current(fleet: Fleet, bp: BoardPlan) -> Found:
     if lay.current != rid or lay.serving != rid or lay.health is None or not active:
         return found
     m = bp.plan.manifest
-    health = health_mod.quick(target.runner, int(m["port"]), lay.health, bool(m["drafter"]))
+    try:
+        health = health_mod.quick(target.runner, int(m["port"]), lay.health, bool(m["drafter"]))
+    except Exception:  # any doubt sends the board through the playbook, which checks it properly
+        health = None
     if health is None:
         return found
     # The shape of the playbook's own report for a board it left alone.
@@ -47,18 +51,21 @@ def _current(fleet: Fleet, bp: BoardPlan) -> Found:
     return found
 
 
-def already_current(fleet: Fleet, fp: FleetPlan) -> dict[str, Found]:
-    """Board name → its state (and its report when it needs nothing); a board whose check fails is left out."""
+def already_current(fleet: Fleet, fp: FleetPlan) -> tuple[dict[str, Found], dict[str, str]]:
+    """(board name → its state, and its report when it needs nothing; board name → why its state is unknown)."""
     plans = [fp.boards[n] for n in fleet.targets if n in fp.boards]
     if not plans:
-        return {}
+        return {}, {}
     with ThreadPoolExecutor(max_workers=min(16, len(plans)), thread_name_prefix="current") as pool:
-        found = dict(zip((bp.name for bp in plans), pool.map(lambda bp: _safe(fleet, bp), plans), strict=True))
-    return {n: r for n, r in found.items() if r is not None}
+        outcome = dict(zip((bp.name for bp in plans), pool.map(lambda bp: _safe(fleet, bp), plans), strict=True))
+    found = {n: r for n, r in outcome.items() if isinstance(r, Found)}
+    return found, {n: r for n, r in outcome.items() if isinstance(r, str)}
 
 
-def _safe(fleet: Fleet, bp: BoardPlan) -> Found | None:
+def _safe(fleet: Fleet, bp: BoardPlan) -> Found | str:
     try:
         return _current(fleet, bp)
-    except Exception:  # any doubt sends the board through the playbook, which reports it properly
-        return None
+    except EdgekitError as exc:
+        return f"its release state could not be read: {exc.message}"
+    except Exception as exc:  # one board's surprise is that board's failure, not the run's
+        return f"its release state could not be read: {type(exc).__name__}: {exc}"

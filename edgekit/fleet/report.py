@@ -6,8 +6,11 @@ connect to, probe or lock before the playbook (those never reach Ansible).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
+
+PUSH_COUNTS = ("sent_blobs", "sent_bytes", "skipped_blobs", "missing_blobs", "missing_bytes")
 
 
 @dataclass
@@ -41,6 +44,32 @@ class FleetSummary:
         mode = " (check mode: nothing was changed)" if self.check else ""
         return (f"{self.operation}: {len(self.succeeded)} succeeded ({len(self.changed)} changed), "
                 f"{len(self.failed)} failed, {len(self.untouched)} untouched{mode}")
+
+
+def _health(result: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The Health JSON a health-check task printed (HEALTH_PY), or None when the task did not run."""
+    text = str((result or {}).get("stdout") or "").strip()
+    return json.loads(text) if text else None
+
+
+def activation_report(plan: dict[str, Any], state: dict[str, Any], registered: dict[str, Any],
+                      check: bool) -> dict[str, Any] | None:
+    """What a rollout did to a board that came through it: from its plan, the state edgekit read and the
+    results the playbook registered (edgekit_release_push, edgekit_service_current_out and _main_out).
+    None when the board did not get through the activation (the play stopped before)."""
+    if "edgekit_service_current_out" not in registered:  # the service role's first task: ran or skipped
+        return None
+    current = _health(registered.get("edgekit_service_current_out"))
+    main = _health(registered.get("edgekit_service_main_out"))
+    needed = current is None or not current.get("ok")
+    if needed and not check and main is None:
+        return None
+    push = registered.get("edgekit_release_push") or {}
+    return {"release": plan["release"], "previous": state.get("current"), "changed": needed and not check,
+            "health": main if main is not None else current,
+            "strategy": plan["strategy"] if state.get("active") else "in-place",
+            "push": {k: int(push.get(k) or 0) for k in PUSH_COUNTS},
+            "would_create_release": not state.get("has_release"), "would_activate": needed}
 
 
 def _reason(host: dict[str, Any]) -> str:

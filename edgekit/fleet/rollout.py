@@ -19,7 +19,7 @@ from edgekit.fleet.connect import Fleet
 from edgekit.fleet.current import already_current
 from edgekit.fleet.plan import fleet_vars, plan_fleet, rollout_vars
 from edgekit.fleet.playbook import Batch, largest_batch, preflight, run_playbook
-from edgekit.fleet.report import FleetSummary, summarize
+from edgekit.fleet.report import FleetSummary, activation_report, summarize
 
 CANARY_GROUP = "canary"
 RUN_CANARY_GROUP = "edgekit_canary"  # what rollout.yml's first play targets
@@ -86,18 +86,17 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
     console.print(f"[dim]fleet: connecting to {len(names)} board(s), probing"
                   f"{'' if options.check else ' and locking'} them[/dim]")
     with Fleet({n: data.boards[n] for n in names}, lock=not options.check, wait_s=options.wait_s) as fleet:
-        lost_canary = [n for n in canary if n in fleet.failed]
-        if lost_canary or not fleet.targets:
-            summary = summarize("rollout", names, {}, fleet.failed, options.check)
-            summary.untouched = [n for n in names if n not in fleet.failed]
-            summary.stopped = True
-            summary.seconds = round(time.monotonic() - start, 2)
-            return summary
+        if any(n in fleet.failed for n in canary) or not fleet.targets:
+            return _stopped(names, fleet.failed, options.check, start)
         fp = plan_fleet(recipe, fleet.targets, deploy_opts, console)
-        found = {} if options.check else already_current(fleet, fp)
-        current = {n: f.report for n, f in found.items() if f.report is not None}
+        found, unread = already_current(fleet, fp)
+        fleet.failed.update(unread)
+        if any(n in unread for n in canary) or not found:
+            return _stopped(names, fleet.failed, options.check, start)
+        # --check sends every board through the playbook, which says what it would do to each.
+        current = {} if options.check else {n: f.report for n, f in found.items() if f.report is not None}
         left_alone = {n: {"touched": True, "stats": {}, "data": {"edgekit": r}} for n, r in current.items()}
-        if current and len(current) == len(fleet.targets):
+        if current and len(current) == len(found):
             console.print(f"[dim]fleet: all {len(current)} board(s) already serve their planned release and "
                           "answer /health: nothing to do, no playbook run[/dim]")
             summary = summarize("rollout", names, {"hosts": left_alone}, fleet.failed)
@@ -106,12 +105,12 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
                              "ansible_seconds": 0.0, "ansible_rc": None, "playbook": "skipped: nothing to do"}
             return summary
         extra = rollout_vars(fp, options.health_timeout)
-        for name, f in found.items():  # read under the lock the run holds: the playbook need not read it again
+        for name, f in found.items():  # read under the lock the run holds: the playbook reads none itself
             extra["edgekit_plans"][name]["state"] = f.state
         extra.update({"edgekit_serial": options.batches, "edgekit_max_fail": options.max_fail})
         # Boards that already serve their release and answer /health are reported as they are (as when
         # all do); the playbook runs for the rest only. A canary already serving the release has passed.
-        limit = [n for n in fleet.targets if n not in current]
+        limit = [n for n in fleet.targets if n in found and n not in current]
         run_canary = [n for n in canary if n in limit]
         forks = options.forks or max(1, largest_batch(options.batches, len(limit)))
         console.print(f"[dim]fleet: ansible-playbook rollout.yml on {len(limit)} board(s)"
@@ -120,13 +119,30 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
                       f"forks {forks}{', check mode' if options.check else ''}[/dim]")
         run = run_playbook("rollout.yml", run_inventory(data, limit, run_canary), extra, limit, forks=forks,
                            check=options.check, on_line=_printer(console, quiet), color=console.is_terminal)
-    report = {**run.report, "hosts": {**left_alone, **(run.report.get("hosts") or {})}}
+    hosts = run.report.get("hosts") or {}
+    for name, host in hosts.items():  # a success sets no stats: its report is made here (failures set theirs)
+        clean = not host.get("failures") and not host.get("unreachable") and not host.get("data")
+        if clean and name in found:
+            plan = extra["edgekit_plans"][name]
+            made = activation_report(plan, plan["state"], host.get("registered") or {}, options.check)
+            if made is not None:
+                host["data"] = {"edgekit": made}
+    report = {**run.report, "hosts": {**left_alone, **hosts}}
     summary = summarize("rollout", names, report, fleet.failed, options.check)
     summary.seconds = round(time.monotonic() - start, 2)
     summary.extra = {"recipe": recipe.name, "canary": canary, "batches": options.batches,
                      "max_fail_percentage": options.max_fail, "planned": fp.releases(), "builds": fp.builds,
                      "ansible_seconds": run.seconds, "ansible_rc": run.rc, "log": str(run.log),
                      "task_seconds": run.report.get("tasks", [])}
+    return summary
+
+
+def _stopped(names: list[str], failed: dict[str, str], check: bool, start: float) -> FleetSummary:
+    """The canary (or every board) failed before the playbook: nothing else is touched."""
+    summary = summarize("rollout", names, {}, failed, check)
+    summary.untouched = [n for n in names if n not in failed]
+    summary.stopped = True
+    summary.seconds = round(time.monotonic() - start, 2)
     return summary
 
 

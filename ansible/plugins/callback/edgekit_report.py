@@ -3,7 +3,8 @@
 Writes the file named by $EDGEKIT_FLEET_REPORT (nothing when unset) at the end of the playbook:
 
     {"hosts": {HOST: {"touched": bool, "changed": [task names], "failures": [{task, msg, rescued?}],
-                      "unreachable": msg|null, "stats": {ok, changed, failures, ...}, "data": {set_stats}}},
+                      "unreachable": msg|null, "stats": {ok, changed, failures, ...}, "data": {set_stats},
+                      "registered": {VAR: {stdout, rc, push counts} | {skipped}}}},  # by `register:`
      "stopped": bool,   # true when max_fail_percentage / any_errors_fatal ended a play early
      "tasks": [[task name, seconds], ...]}   # wall time of each task across its hosts, in order
 
@@ -43,6 +44,16 @@ def _task_name(result: Any) -> str:
     return str((getattr(result, "task", None) or result._task).get_name())
 
 
+def _register(result: Any) -> str | None:
+    return getattr(getattr(result, "task", None) or result._task, "register", None)
+
+
+def _kept(res: dict[str, Any]) -> dict[str, Any]:
+    """What edgekit reads of a registered result: stdout and rc (raw), the counts edgekit_blobs returns."""
+    return {k: v for k, v in res.items()
+            if k in ("stdout", "rc", "release_created") or k.endswith(("_blobs", "_bytes"))}
+
+
 def _reason(res: dict[str, Any]) -> str:
     msg = str(res.get("msg") or "").strip()
     tail = (str(res.get("stderr") or "").strip() or str(res.get("stdout") or "").strip()).splitlines()[-1:]
@@ -78,7 +89,8 @@ class CallbackModule(CallbackBase):
         self._close_task()
 
     def _host(self, name: str) -> dict[str, Any]:
-        return self.hosts.setdefault(name, {"touched": False, "changed": [], "failures": [], "unreachable": None})
+        return self.hosts.setdefault(name, {"touched": False, "changed": [], "failures": [], "unreachable": None,
+                                            "registered": {}})
 
     def _seen(self, result: Any) -> dict[str, Any]:
         entry = self._host(_host_name(result))
@@ -90,6 +102,9 @@ class CallbackModule(CallbackBase):
         res = _payload(result)
         if res.get("changed"):
             entry["changed"].append(_task_name(result))
+        name = _register(result)
+        if name:
+            entry["registered"][name] = _kept(res)
 
     def v2_runner_item_on_ok(self, result: Any) -> None:
         pass  # the task's own on_ok carries the loop's changed flag
@@ -100,7 +115,10 @@ class CallbackModule(CallbackBase):
             entry["failures"].append({"task": _task_name(result), "msg": _reason(_payload(result))})
 
     def v2_runner_on_skipped(self, result: Any) -> None:
-        self._seen(result)
+        entry = self._seen(result)
+        name = _register(result)
+        if name:
+            entry["registered"][name] = {"skipped": True}
 
     def v2_runner_on_unreachable(self, result: Any) -> None:
         entry = self._seen(result)
