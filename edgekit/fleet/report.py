@@ -56,13 +56,12 @@ def activation_report(plan: dict[str, Any], state: dict[str, Any], registered: d
                       check: bool) -> dict[str, Any] | None:
     """What a rollout did to a board that came through it: from its plan, the state edgekit read and the
     results the playbook registered (edgekit_release_push, edgekit_service_current_out and _main_out).
-    None when the board did not get through the activation (the play stopped before)."""
-    if "edgekit_service_current_out" not in registered:  # the service role's first task: ran or skipped
-        return None
+    None when the board did not get through (the play stopped before its activation ended)."""
     current = _health(registered.get("edgekit_service_current_out"))
     main = _health(registered.get("edgekit_service_main_out"))
     needed = current is None or not current.get("ok")
-    if needed and not check and main is None:
+    # Done: started and checked (a failure reports itself), or found healthy, or --check after the push's check.
+    if main is None and needed and not (check and "edgekit_release_push" in registered):
         return None
     push = registered.get("edgekit_release_push") or {}
     return {"release": plan["release"], "previous": state.get("current"), "changed": needed and not check,
