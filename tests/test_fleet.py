@@ -174,6 +174,18 @@ def test_canary_then_batches_all_healthy_then_nothing_to_do(fleet) -> None:
     assert healed["succeeded"][victim.name]["health"]["method"] != "recorded"
     assert {r["health"]["method"] for n, r in healed["succeeded"].items() if n != victim.name} == {"recorded"}
     assert healed["succeeded"][victim.name]["push"]["sent_bytes"] == 0  # its release was still there
+    # One board serves its release but has no recorded check: the playbook runs for it alone, checks it in
+    # full (serving.yml) and leaves the running server as it is.
+    doubted = boards[1]
+    main_pid = doubted.run("systemctl show -p MainPID --value edgekit-llama.service").stdout.strip()
+    (doubted.base / "current" / "health.json").unlink()
+    checked = rollout(env, "--recipe", "sim-tiny-mtp", *_group())
+    assert "playbook" not in checked and checked["changed"] == [] and not checked["failed"]
+    assert sorted(checked["succeeded"]) == sorted(names)
+    row = checked["succeeded"][doubted.name]
+    assert row["health"]["ok"] and row["health"]["method"] != "recorded" and not row["would_activate"]
+    assert row["push"]["sent_bytes"] == 0 and row["previous"] == row["release"] == first["planned"][doubted.name]
+    assert doubted.run("systemctl show -p MainPID --value edgekit-llama.service").stdout.strip() == main_pid != "0"
 
 
 def test_check_mode_changes_nothing(fleet, tmp_path: Path) -> None:
