@@ -179,3 +179,33 @@ def test_place_renames_good_uploads_and_runs_the_release_step_only_when_all_are_
     (store / f"{bad_sha}.part").write_bytes(b"what was meant")
     assert place(bad_sha, "0644")[0] == f"ok {bad_sha}"
     assert (tmp_path / "made").read_text() == "made\n"
+
+
+def test_activation_report_reads_the_registered_results_and_names_unfinished_boards() -> None:
+    from edgekit.fleet.report import activation_report
+
+    fresh = {"release": "r2", "strategy": "candidate",
+             "state": {"current": None, "active": False, "has_release": False}}
+    serving = {"release": "r2", "strategy": "candidate",
+               "state": {"current": "r2", "active": True, "has_release": True}}
+    healthy = {"stdout": json.dumps({"ok": True, "reason": "healthy", "draft_n": 4}) + "\n", "rc": 0}
+    push = {"sent_blobs": 3, "sent_bytes": 900, "skipped_blobs": 1, "missing_blobs": 3, "missing_bytes": 900}
+
+    started = activation_report(fresh, {"edgekit_release_push": push, "edgekit_service_main_out": healthy}, False)
+    assert started is not None and started["changed"] and started["health"]["draft_n"] == 4
+    assert started["strategy"] == "in-place" and started["previous"] is None  # nothing served: no candidate
+    assert started["push"] == push and started["would_create_release"] and started["would_activate"]
+    # The play stopped after the push, before the service started: not a success.
+    assert activation_report(fresh, {"edgekit_release_push": push}, False) is None
+    # --check: the push's check is all that runs for a board that serves nothing.
+    checked = activation_report(fresh, {"edgekit_release_push": push}, True)
+    assert checked is not None and not checked["changed"] and checked["would_activate"] and checked["health"] is None
+    # A board already serving the release, found healthy by the full check: left alone.
+    kept = activation_report(serving, {"edgekit_release_push": {"skipped_blobs": 4},
+                                       "edgekit_service_current_out": healthy,
+                                       "edgekit_service_main_out": {"skipped": True}}, False)
+    assert kept is not None and not kept["changed"] and not kept["would_activate"] and kept["health"]["ok"]
+    assert kept["strategy"] == "candidate" and kept["previous"] == "r2" and kept["push"]["sent_bytes"] == 0
+    # ... and one whose full check failed but whose activation did not finish: not a success either.
+    sick = {"stdout": json.dumps({"ok": False, "reason": "no tokens"}), "rc": 0}
+    assert activation_report(serving, {"edgekit_service_current_out": sick}, False) is None

@@ -18,6 +18,7 @@ from edgekit.deploy.activate import board_state
 from edgekit.errors import EdgekitError
 from edgekit.fleet.connect import Fleet
 from edgekit.fleet.plan import BoardPlan, FleetPlan
+from edgekit.fleet.report import board_report
 
 
 @dataclass
@@ -43,11 +44,8 @@ def _current(fleet: Fleet, bp: BoardPlan) -> Found:
         health = None
     if health is None:
         return found
-    # The shape of the playbook's own report for a board it left alone.
-    push = {"sent_blobs": 0, "sent_bytes": 0, "skipped_blobs": len(bp.plan.blobs), "missing_blobs": 0,
-            "missing_bytes": 0}
-    found.report = {"release": rid, "previous": lay.current, "changed": False, "health": health.to_dict(),
-                    "strategy": bp.strategy, "push": push}
+    found.report = board_report(rid, lay.current, False, health.to_dict(), bp.strategy,
+                                {"skipped_blobs": len(bp.plan.blobs)})
     return found
 
 

@@ -52,23 +52,29 @@ def _health(result: dict[str, Any] | None) -> dict[str, Any] | None:
     return json.loads(text) if text else None
 
 
-def activation_report(plan: dict[str, Any], state: dict[str, Any], registered: dict[str, Any],
-                      check: bool) -> dict[str, Any] | None:
-    """What a rollout did to a board that came through it: from its plan, the state edgekit read and the
-    results the playbook registered (edgekit_release_push, edgekit_service_current_out and _main_out).
+def board_report(release: str, previous: str | None, changed: bool, health: dict[str, Any] | None,
+                 strategy: str, push: dict[str, Any]) -> dict[str, Any]:
+    """One board's row of a rollout's report, whoever decided it (edgekit before the playbook, or after it)."""
+    return {"release": release, "previous": previous, "changed": changed, "health": health, "strategy": strategy,
+            "push": {k: int(push.get(k) or 0) for k in PUSH_COUNTS}}
+
+
+def activation_report(plan: dict[str, Any], registered: dict[str, Any], check: bool) -> dict[str, Any] | None:
+    """What a rollout did to a board that came through it: from its plan (with the state edgekit read) and
+    the results the playbook registered (edgekit_release_push, edgekit_service_current_out and _main_out).
     None when the board did not get through (the play stopped before its activation ended)."""
+    state = plan["state"]
     current = _health(registered.get("edgekit_service_current_out"))
     main = _health(registered.get("edgekit_service_main_out"))
     needed = current is None or not current.get("ok")
     # Done: started and checked (a failure reports itself), or found healthy, or --check after the push's check.
     if main is None and needed and not (check and "edgekit_release_push" in registered):
         return None
-    push = registered.get("edgekit_release_push") or {}
-    return {"release": plan["release"], "previous": state.get("current"), "changed": needed and not check,
-            "health": main if main is not None else current,
-            "strategy": plan["strategy"] if state.get("active") else "in-place",
-            "push": {k: int(push.get(k) or 0) for k in PUSH_COUNTS},
-            "would_create_release": not state.get("has_release"), "would_activate": needed}
+    row = board_report(plan["release"], state.get("current"), needed and not check,
+                       main if main is not None else current,
+                       plan["strategy"] if state.get("active") else "in-place",
+                       registered.get("edgekit_release_push") or {})
+    return {**row, "would_create_release": not state.get("has_release"), "would_activate": needed}
 
 
 def _reason(host: dict[str, Any]) -> str:

@@ -121,10 +121,8 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
                            check=options.check, on_line=_printer(console, quiet), color=console.is_terminal)
     hosts = run.report.get("hosts") or {}
     for name, host in hosts.items():  # a success sets no stats: its report is made here (failures set theirs)
-        clean = not host.get("failures") and not host.get("unreachable") and not host.get("data")
-        if clean and name in found:
-            plan = extra["edgekit_plans"][name]
-            made = activation_report(plan, plan["state"], host.get("registered") or {}, options.check)
+        if not host.get("failures") and not host.get("unreachable") and not host.get("data"):
+            made = activation_report(extra["edgekit_plans"][name], host.get("registered") or {}, options.check)
             if made is not None:
                 host["data"] = {"edgekit": made}
     report = {**run.report, "hosts": {**left_alone, **hosts}}

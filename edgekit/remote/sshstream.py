@@ -25,8 +25,6 @@ from edgekit.config.boardfile import Board
 from edgekit.errors import EdgekitError
 from edgekit.remote.connection import CONNECT_TIMEOUT_S, openssh_options
 
-GCM = "aes128-gcm@openssh.com,aes256-gcm@openssh.com"
-
 # argv: store, sha, size, offset, x|-; stdin: bytes offset..size of the blob. Prints "ok" once the blob is
 # placed, else its digest ("short" when the part holds less than offset bytes); exit 3 if the stream is cut.
 RECEIVE_PY = r"""
@@ -110,7 +108,7 @@ def ssh_argv(board: Board) -> list[str]:
     if exe is None:
         raise EdgekitError("OpenSSH's ssh client is not installed.")
     argv = [exe, "-F", "/dev/null", "-p", str(board.port), "-l", board.user, "-o", "BatchMode=yes",
-            "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", "-o", f"Ciphers={GCM}", "-o", "ServerAliveInterval=30",
+            "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", "-o", "ServerAliveInterval=30",
             *openssh_options(board)]
     if board.key_path() is not None:
         argv += ["-i", str(board.key_path())]
