@@ -1,0 +1,167 @@
+"""edgekit's board commands for the fleet playbooks: shell lines of quoted argument lists.
+
+Each mirrors one edgekit function (named beside it) and runs the same board-side scripts
+(edgekit.fleet.scripts, handed over in the plan as ``edgekit_fleet.scripts``), so a board updated
+by Ansible ends up exactly like one updated by `edgekit deploy`. The roles call them through the
+filters in ansible/plugins/filter/edgekit_commands.py: Ansible 2.19 compiles every template anew in
+each worker, and the same commands written as Jinja cost the controller ≈ 40 ms of CPU per board.
+Standard library only: Ansible's workers import this module.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+LOG_MAIN = "llama-server.log"
+LOG_CANDIDATE = "llama-server-candidate.log"
+
+
+def q(argv: Sequence[str]) -> str:
+    """One command line from an argument list (what Jinja's ``map('quote') | join(' ')`` made)."""
+    return shlex.join(str(a) for a in argv)
+
+
+@dataclass(frozen=True)
+class Serve:
+    """What the health check of a release needs, from its manifest (or the rollout's plan)."""
+
+    port: int
+    drafter: bool = False
+    engine: str = "llama.cpp"
+    model: str = ""
+    gpu: str = "none"
+    chat: bool = False
+    media: str = ""  # "image,audio": what its mmproj takes
+
+    @classmethod
+    def of_manifest(cls, m: Mapping[str, Any]) -> Serve:
+        """A release.json read on the board; an older release may lack any field."""
+        return cls(int(m.get("port") or 8080), bool(m.get("drafter")), str(m.get("engine") or "llama.cpp"),
+                   str(m.get("recipe") or ""), str(m.get("gpu") or "none"), bool(m.get("chat")),
+                   ",".join(str(x) for x in m.get("media") or []))
+
+    @classmethod
+    def of_plan(cls, plan: Mapping[str, Any], port: int) -> Serve:
+        return cls(int(port), bool(plan["drafter"]), str(plan["engine"]), str(plan["model"]), str(plan["gpu"]),
+                   bool(plan["chat"]), str(plan["media"]))
+
+
+class Board:
+    """The commands for one board: its base directory and sudo prefix ([] as root, else [sudo, -n])."""
+
+    def __init__(self, fleet: Mapping[str, Any], base: str, sudo: Sequence[str] = ()) -> None:
+        self.scripts: Mapping[str, str] = fleet["scripts"]
+        self.units: Mapping[str, str] = fleet["units"]
+        self.health_settings: Mapping[str, Any] = fleet["health"]
+        self.base = str(base)
+        self.sudo = [str(s) for s in sudo]
+
+    def _systemctl(self, *args: str) -> str:
+        return q([*self.sudo, "systemctl", *args])
+
+    def start(self, unit: str, release: str) -> str:
+        """Service.install + Service.restart: the unit file from the release into the unit directory,
+        daemon-reload, enable (may fail), restart; one round trip."""
+        install = q([*self.sudo, "sh", "-c", self.scripts["unit_install"], "edgekit-unit",
+                     f"{self.base}/releases/{release}/{unit}", unit])
+        return (f"{install} && {self._systemctl('daemon-reload')} && "
+                f"{{ {self._systemctl('enable', unit)} || true; }} && {self._systemctl('restart', unit)}")
+
+    def stop(self, unit: str) -> str:
+        return self._systemctl("stop", unit)
+
+    def remove(self, unit: str) -> str:
+        """Service.remove: stop, disable, delete the unit file; each step may fail."""
+        rm = q([*self.sudo, "sh", "-c", self.scripts["unit_rm"], "edgekit-rm", unit])
+        return f"{self.stop(unit)}; {self._systemctl('disable', unit)}; {rm}; true"
+
+    def switch(self, release: str) -> str:
+        """releases.switch + releases.mark_serving."""
+        return (f"{q(['sh', '-c', self.scripts['switch'], 'edgekit-switch', self.base, release])} && "
+                f"{q(['sh', '-c', self.scripts['serving'], 'edgekit-serving', self.base, release])}")
+
+    def log(self, unit: str) -> str:
+        return f"{self.base}/logs/{LOG_CANDIDATE if unit == self.units['candidate'] else LOG_MAIN}"
+
+    def logs(self, unit: str, lines: int = 20) -> str:
+        """service.log_tail."""
+        return q(["tail", "-n", str(lines), self.log(unit)])
+
+    def health(self, unit: str, serve: Serve) -> str:
+        """health.check, run on the board (HEALTH_PY): prints the Health as JSON, exits 0. In the dialect of
+        the release's engine, with its GPU policy read from the unit's own log; through its chat template and
+        with an image and a second of audio where it serves an mmproj."""
+        h = self.health_settings
+        return q(["python3", "-c", self.scripts["health"], str(serve.port), "1" if serve.drafter else "0",
+                  str(h["timeout"]), str(h["n_predict"]), h["prompt"], unit, serve.engine, serve.model, serve.gpu,
+                  self.log(unit), "1" if serve.chat else "0", serve.media])
+
+    def start_check(self, unit: str, release: str, serve: Serve) -> str:
+        """Start a unit and health-check it in one round trip: prints the Health JSON (nothing when the
+        start failed; then the exit status is the start's)."""
+        return f"{self.start(unit, release)} && {self.health(unit, serve)}"
+
+    def try_candidate(self, release: str, serve: Serve) -> str:
+        """The candidate: start and check it, then remove it whatever the check said (edgekit's order),
+        keeping the start's exit status."""
+        unit = self.units["candidate"]
+        return (f"{{ {self.start_check(unit, release, serve)}; }}; rc=$?; "
+                f"{{ {self.remove(unit)}; }} >/dev/null 2>&1; exit $rc")
+
+    def activate(self, release: str, serve: Serve, keep: int, previous: str | None) -> str:
+        """The service restarted on the release and checked; then, in the same round trip and only once the
+        check passed, edgekit deploy's order: record the check beside the release (a missing record only costs
+        a re-run a full check, so its failure is ignored), switch `current` and `serving`, prune old releases
+        and unlinked blobs. Stdout stays the check's JSON alone (HEALTH_PY prints "ok" first); a failed
+        switch fails the command after the check passed."""
+        record = q(["sh", "-c", self.scripts["record_health"], "edgekit-health", self.base, release]) + ' "$h"'
+        prune = q(["sh", "-c", self.scripts["prune"], "edgekit-prune", self.base, str(keep), release,
+                   *([previous] if previous else [])])
+        return (f"h=$({self.start_check(self.units['main'], release, serve)}) || exit $?; printf '%s\\n' \"$h\"; "
+                "case \"$h\" in '{\"ok\": true,'*) ;; *) exit 0 ;; esac; "
+                f"{{ {record} || true; }} >/dev/null 2>&1 && {self.switch(release)} && {prune} >/dev/null")
+
+
+def state(fleet: Mapping[str, Any], base: str, release: str = "", unit: str = "") -> str:
+    """The board's release state (STATE_PY): base [release] [unit]."""
+    return q(["python3", "-c", fleet["scripts"]["state"], str(base), str(release or ""), str(unit or "")])
+
+
+def rollout(plan: Mapping[str, Any], fleet: Mapping[str, Any], which: str) -> str:
+    """A rollout's command for one board, from its plan and the state edgekit read before the playbook."""
+    st = plan["state"]
+    board = Board(fleet, plan["base"], st["sudo"])
+    main, release, previous = board.units["main"], str(plan["release"]), str(st.get("current") or "")
+    commands = {
+        "candidate": lambda: board.try_candidate(release, Serve.of_plan(plan, plan["candidate_port"])),
+        "activate": lambda: board.activate(release, Serve.of_plan(plan, plan["port"]), int(plan["keep"]), previous),
+        "check": lambda: board.health(main, Serve.of_plan(plan, plan["port"])),
+        "logs_main": lambda: board.logs(main),
+        "logs_candidate": lambda: board.logs(board.units["candidate"]),
+        "restore": lambda: board.start(main, previous),
+        "restore_switch": lambda: board.switch(previous),
+        "stop": lambda: board.stop(main),
+    }
+    if which not in commands:
+        raise ValueError(f"no rollout command {which!r} (one of {', '.join(commands)})")
+    return commands[which]()
+
+
+def on_board(st: Mapping[str, Any], fleet: Mapping[str, Any], which: str, release: str,
+             manifest: Mapping[str, Any] | None = None) -> str:
+    """A rollback's or status's command for one board, from the state STATE_PY read in the play."""
+    board = Board(fleet, st["base"], st["sudo"])
+    main = board.units["main"]
+    serve = Serve.of_manifest(manifest or {})
+    commands = {
+        "start": lambda: board.start(main, release),
+        "switch": lambda: board.switch(release),
+        "start_check": lambda: board.start_check(main, release, serve),
+        "check": lambda: board.health(main, serve),
+    }
+    if which not in commands:
+        raise ValueError(f"no board command {which!r} (one of {', '.join(commands)})")
+    return commands[which]()
