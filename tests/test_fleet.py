@@ -398,7 +398,10 @@ def test_state_handed_to_the_playbook_is_what_its_state_script_reads(fleet, sim_
             bp = fp.boards[b.name]
             res = fl.targets[b.name].runner.run(["python3", "-c", STATE_PY, bp.base, bp.plan.release_id, UNIT_NAME])
             read = json.loads(res.stdout)
-            assert found[b.name].state == {k: read[k] for k in fields}, b.name
+            state = found[b.name].state
+            assert {k: state[k] for k in fields} == {k: read[k] for k in fields}, b.name
+            assert set(state) == {*fields, "serves"}
+            assert state["serves"] == (read["active"] and read["current"] == read["serving"] == bp.plan.release_id)
     assert found[serving.name].state["active"] and found[serving.name].state["has_release"]
     assert found[serving.name].report is not None and found[fresh.name].report is None
     assert not found[fresh.name].state["releases"] and not found[fresh.name].state["active"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -188,10 +189,14 @@ def test_activation_report_reads_the_registered_results_and_names_unfinished_boa
              "state": {"current": None, "active": False, "has_release": False}}
     serving = {"release": "r2", "strategy": "candidate",
                "state": {"current": "r2", "active": True, "has_release": True}}
-    healthy = {"stdout": json.dumps({"ok": True, "reason": "healthy", "draft_n": 4}) + "\n", "rc": 0}
+    healthy = json.dumps({"ok": True, "reason": "healthy", "draft_n": 4})
+    sick = json.dumps({"ok": False, "reason": "no tokens"})
     push = {"sent_blobs": 3, "sent_bytes": 900, "skipped_blobs": 1, "missing_blobs": 3, "missing_bytes": 900}
 
-    started = activation_report(fresh, {"edgekit_release_push": push, "edgekit_service_main_out": healthy}, False)
+    def out(*lines: str) -> dict:
+        return {"edgekit_service_out": {"stdout": "".join(line + "\n" for line in lines), "rc": 0}}
+
+    started = activation_report(fresh, {"edgekit_release_push": push, **out("begin main", f"main {healthy}")}, False)
     assert started is not None and started["changed"] and started["health"]["draft_n"] == 4
     assert started["strategy"] == "in-place" and started["previous"] is None  # nothing served: no candidate
     assert started["push"] == push and started["would_create_release"] and started["would_activate"]
@@ -201,11 +206,54 @@ def test_activation_report_reads_the_registered_results_and_names_unfinished_boa
     checked = activation_report(fresh, {"edgekit_release_push": push}, True)
     assert checked is not None and not checked["changed"] and checked["would_activate"] and checked["health"] is None
     # A board already serving the release, found healthy by the full check: left alone.
-    kept = activation_report(serving, {"edgekit_release_push": {"skipped_blobs": 4},
-                                       "edgekit_service_current_out": healthy,
-                                       "edgekit_service_main_out": {"skipped": True}}, False)
+    kept = activation_report(serving, {"edgekit_release_push": {"skipped_blobs": 4}, **out(f"current {healthy}")},
+                             False)
     assert kept is not None and not kept["changed"] and not kept["would_activate"] and kept["health"]["ok"]
     assert kept["strategy"] == "candidate" and kept["previous"] == "r2" and kept["push"]["sent_bytes"] == 0
     # ... and one whose full check failed but whose activation did not finish: not a success either.
-    sick = {"stdout": json.dumps({"ok": False, "reason": "no tokens"}), "rc": 0}
-    assert activation_report(serving, {"edgekit_service_current_out": sick}, False) is None
+    assert activation_report(serving, out(f"current {sick}", "begin candidate"), False) is None
+
+
+def test_activation_reads_each_step_and_the_step_that_decides() -> None:
+    from edgekit.fleet.commands import activation
+
+    ok, bad = json.dumps({"ok": True}), json.dumps({"ok": False, "reason": "no tokens"})
+    healthy_current = activation(f"current {ok}\n")
+    assert healthy_current["ok"] and healthy_current["begun"] == [] and healthy_current["log"] == "main"
+    cand_failed = activation(f"current {bad}\nbegin candidate\ncandidate {bad}\n")
+    assert not cand_failed["ok"] and cand_failed["log"] == "candidate" and cand_failed["candidate"]["reason"]
+    # The candidate passed but the service's start failed before its check printed: not ok, its log.
+    half = activation(f"begin candidate\ncandidate {ok}\nbegin main\n")
+    assert not half["ok"] and half["main"] is None and half["log"] == "main" and half["begun"][-1] == "main"
+    # A candidate that passed with nothing after it (the command was cut off) is no success.
+    assert not activation(f"begin candidate\ncandidate {ok}\n")["ok"]
+    assert activation(f"begin candidate\ncandidate {ok}\nbegin main\nmain {ok}\n")["ok"]
+    assert activation("") == {"current": None, "candidate": None, "main": None, "begun": [], "ok": False,
+                              "log": "main"}
+
+
+def test_rollout_commands_quote_every_value_and_follow_the_plan(tmp_path: Path) -> None:
+    """The activation for a board serving another release has a candidate step and no first check; every
+    value reaches the board as one argument, whatever it contains; the shell accepts the whole line."""
+    from edgekit.fleet import commands
+    from edgekit.fleet.plan import fleet_vars
+
+    fleet = fleet_vars(30.0)
+    base = str(tmp_path / "it's a $base; `x`")
+    plan = {"release": "r2", "base": base, "port": 8080, "candidate_port": 8081, "drafter": True,
+            "strategy": "candidate", "keep": 2, "engine": "llama.cpp", "model": "sim-tiny-mtp", "gpu": "none",
+            "chat": False, "media": "",
+            "state": {"current": "r1", "serving": "r1", "active": True, "serves": False, "sudo": ["sudo", "-n"]}}
+    line = commands.rollout(plan, fleet, "activate")
+    assert "begin candidate" in line and "current %s" not in line
+    assert subprocess.run(["sh", "-n", "-c", line], check=False).returncode == 0
+    words = shlex.split(commands.rollout(plan, fleet, "restore_switch"))
+    assert words[-2:] == [base, "r1"] and words[:2] == ["sh", "-c"]
+    restore = shlex.split(commands.rollout(plan, fleet, "restore").split(" && ")[0])
+    assert restore[:2] == ["sudo", "-n"] and restore[-2] == f"{base}/releases/r1/edgekit-llama.service"
+    serving = {**plan, "state": {**plan["state"], "current": "r2", "serving": "r2", "serves": True}}
+    again = commands.rollout(serving, fleet, "activate")
+    assert again.startswith("h=$(") and "printf 'current %s" in again and "begin candidate" in again
+    assert "begin" not in commands.rollout(serving, fleet, "check")
+    fresh = {**plan, "state": {"current": None, "serving": None, "active": False, "serves": False, "sudo": []}}
+    assert "begin candidate" not in commands.rollout(fresh, fleet, "activate")

@@ -10,6 +10,7 @@ Standard library only: Ansible's workers import this module.
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any
 
 LOG_MAIN = "llama-server.log"
 LOG_CANDIDATE = "llama-server-candidate.log"
+PASSED = "'{\"ok\": true,'*"  # a case pattern: HEALTH_PY prints "ok" first
 
 
 def q(argv: Sequence[str]) -> str:
@@ -111,18 +113,57 @@ class Board:
         return (f"{{ {self.start_check(unit, release, serve)}; }}; rc=$?; "
                 f"{{ {self.remove(unit)}; }} >/dev/null 2>&1; exit $rc")
 
-    def activate(self, release: str, serve: Serve, keep: int, previous: str | None) -> str:
-        """The service restarted on the release and checked; then, in the same round trip and only once the
-        check passed, edgekit deploy's order: record the check beside the release (a missing record only costs
-        a re-run a full check, so its failure is ignored), switch `current` and `serving`, prune old releases
-        and unlinked blobs. Stdout stays the check's JSON alone (HEALTH_PY prints "ok" first); a failed
-        switch fails the command after the check passed."""
+    def check_current(self, serve: Serve) -> str:
+        """The check of the release the service runs: prints ``current HEALTH-JSON``; healthy ends the command."""
+        return (f"h=$({self.health(self.units['main'], serve)}) || exit $?; printf 'current %s\\n' \"$h\"; "
+                f"case \"$h\" in {PASSED}) exit 0 ;; esac")
+
+    def activate(self, release: str, serve: Serve, keep: int, previous: str | None, *, check_first: bool = False,
+                 candidate: Serve | None = None) -> str:
+        """edgekit.deploy.activate in one round trip. A board that serves the release already is checked first,
+        and left alone when healthy (``check_first``). With ``candidate``, the release starts on the spare port
+        beside the serving one, is checked and removed; only if it passed is the service restarted on it and
+        checked; then record the check beside the release (a missing record only costs a re-run a full check,
+        so its failure is ignored), switch `current` and `serving`, prune old releases and unlinked blobs.
+        Stdout: ``begin STEP`` as a step starts a unit and ``STEP HEALTH-JSON`` as it is checked (see
+        ``activation``); a step that fails ends the command, with status 0 once it printed its check."""
+        main = self.units["main"]
+        steps = [self.check_current(serve)] if check_first else []
+        if candidate is not None:
+            steps.append(f"echo 'begin candidate'; h=$({self.try_candidate(release, candidate)}) || exit $?; "
+                         f"printf 'candidate %s\\n' \"$h\"; case \"$h\" in {PASSED}) ;; *) exit 0 ;; esac")
         record = q(["sh", "-c", self.scripts["record_health"], "edgekit-health", self.base, release]) + ' "$h"'
         prune = q(["sh", "-c", self.scripts["prune"], "edgekit-prune", self.base, str(keep), release,
                    *([previous] if previous else [])])
-        return (f"h=$({self.start_check(self.units['main'], release, serve)}) || exit $?; printf '%s\\n' \"$h\"; "
-                "case \"$h\" in '{\"ok\": true,'*) ;; *) exit 0 ;; esac; "
-                f"{{ {record} || true; }} >/dev/null 2>&1 && {self.switch(release)} && {prune} >/dev/null")
+        steps.append(f"echo 'begin main'; h=$({self.start_check(main, release, serve)}) || exit $?; "
+                     f"printf 'main %s\\n' \"$h\"; case \"$h\" in {PASSED}) ;; *) exit 0 ;; esac; "
+                     f"{{ {record} || true; }} >/dev/null 2>&1 && {self.switch(release)} && {prune} >/dev/null")
+        return "; ".join(steps)
+
+
+STEPS = ("current", "candidate", "main")
+
+
+def activation(stdout: str) -> dict[str, Any]:
+    """What Board.activate printed: the Health of each step it checked (current, candidate, main; None where
+    it did not get there), the steps that started a unit (``begun``), whether it succeeded (``ok``: the last
+    step decides), and whose log tells why not (``log``: the unit started last, the service's if none)."""
+    out: dict[str, Any] = dict.fromkeys(STEPS)
+    begun: list[str] = []
+    for line in str(stdout or "").splitlines():
+        step, _, rest = line.strip().partition(" ")
+        if step == "begin" and rest in STEPS:
+            begun.append(rest)
+        elif step in STEPS and rest.startswith("{"):
+            out[step] = json.loads(rest)
+    if "main" in begun:
+        decides = out["main"]
+    elif begun:  # a candidate that passed is always followed by the service's restart
+        decides = None
+    else:
+        decides = out["current"]
+    return {**out, "begun": begun, "ok": bool(decides and decides.get("ok")),
+            "log": "candidate" if begun[-1:] == ["candidate"] else "main"}
 
 
 def state(fleet: Mapping[str, Any], base: str, release: str = "", unit: str = "") -> str:
@@ -131,14 +172,20 @@ def state(fleet: Mapping[str, Any], base: str, release: str = "", unit: str = ""
 
 
 def rollout(plan: Mapping[str, Any], fleet: Mapping[str, Any], which: str) -> str:
-    """A rollout's command for one board, from its plan and the state edgekit read before the playbook."""
+    """A rollout's command for one board, from its plan and the state edgekit read before the playbook:
+    ``activate`` (check_first for a board that serves the release; a candidate for a board that serves
+    another), ``check`` (--check: only the check of a board that serves it), ``logs_main``,
+    ``logs_candidate``, and the rescue's ``restore``, ``restore_switch``, ``stop``."""
     st = plan["state"]
     board = Board(fleet, plan["base"], st["sudo"])
     main, release, previous = board.units["main"], str(plan["release"]), str(st.get("current") or "")
+    serve = Serve.of_plan(plan, plan["port"])
+    candidate = Serve.of_plan(plan, plan["candidate_port"]) if plan["strategy"] == "candidate" and st.get("active") \
+        else None
     commands = {
-        "candidate": lambda: board.try_candidate(release, Serve.of_plan(plan, plan["candidate_port"])),
-        "activate": lambda: board.activate(release, Serve.of_plan(plan, plan["port"]), int(plan["keep"]), previous),
-        "check": lambda: board.health(main, Serve.of_plan(plan, plan["port"])),
+        "activate": lambda: board.activate(release, serve, int(plan["keep"]), previous, check_first=bool(st["serves"]),
+                                           candidate=candidate),
+        "check": lambda: board.check_current(serve),
         "logs_main": lambda: board.logs(main),
         "logs_candidate": lambda: board.logs(board.units["candidate"]),
         "restore": lambda: board.start(main, previous),

@@ -23,7 +23,7 @@ from edgekit.fleet.report import board_report
 
 @dataclass
 class Found:
-    state: dict[str, Any]  # the fields of the playbook's STATE_PY that its roles read
+    state: dict[str, Any]  # the fields of the playbook's STATE_PY that its roles read, and "serves"
     report: dict[str, Any] | None  # set when the board needs nothing
 
 
@@ -32,10 +32,11 @@ def _current(fleet: Fleet, bp: BoardPlan) -> Found:
     sudo = target.facts.sudo != "root"
     lay, active = board_state(target.runner, bp.base, sudo)
     rid = bp.plan.release_id
+    serves = lay.current == rid and lay.serving == rid and active  # the planned release, as its service
     found = Found({"current": lay.current, "serving": lay.serving, "releases": lay.releases,
-                   "has_release": rid in lay.releases, "active": active, "sudo": ["sudo", "-n"] if sudo else []},
-                  None)
-    if lay.current != rid or lay.serving != rid or lay.health is None or not active:
+                   "has_release": rid in lay.releases, "active": active, "serves": serves,
+                   "sudo": ["sudo", "-n"] if sudo else []}, None)
+    if not serves or lay.health is None:
         return found
     m = bp.plan.manifest
     try:

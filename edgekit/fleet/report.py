@@ -6,9 +6,10 @@ connect to, probe or lock before the playbook (those never reach Ansible).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from edgekit.fleet.commands import activation
 
 PUSH_COUNTS = ("sent_blobs", "sent_bytes", "skipped_blobs", "missing_blobs", "missing_bytes")
 
@@ -46,12 +47,6 @@ class FleetSummary:
                 f"{len(self.failed)} failed, {len(self.untouched)} untouched{mode}")
 
 
-def _health(result: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The Health JSON a health-check task printed (HEALTH_PY), or None when the task did not run."""
-    text = str((result or {}).get("stdout") or "").strip()
-    return json.loads(text) if text else None
-
-
 def board_report(release: str, previous: str | None, changed: bool, health: dict[str, Any] | None,
                  strategy: str, push: dict[str, Any]) -> dict[str, Any]:
     """One board's row of a rollout's report, whoever decided it (edgekit before the playbook, or after it)."""
@@ -61,11 +56,12 @@ def board_report(release: str, previous: str | None, changed: bool, health: dict
 
 def activation_report(plan: dict[str, Any], registered: dict[str, Any], check: bool) -> dict[str, Any] | None:
     """What a rollout did to a board that came through it: from its plan (with the state edgekit read) and
-    the results the playbook registered (edgekit_release_push, edgekit_service_current_out and _main_out).
+    the results the playbook registered (edgekit_release_push, edgekit_service_out).
     None when the board did not get through (the play stopped before its activation ended)."""
     state = plan["state"]
-    current = _health(registered.get("edgekit_service_current_out"))
-    main = _health(registered.get("edgekit_service_main_out"))
+    done = registered.get("edgekit_service_out") or {}
+    outcome = activation(str(done.get("stdout") or ""))
+    current, main = outcome["current"], outcome["main"]
     needed = current is None or not current.get("ok")
     # Done: started and checked (a failure reports itself), or found healthy, or --check after the push's check.
     if main is None and needed and not (check and "edgekit_release_push" in registered):
