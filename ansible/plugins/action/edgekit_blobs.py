@@ -9,11 +9,13 @@ and `python3 -c` scripts do), so a push costs a few round trips, not several mod
 With `release`, the release directory is then made from the store (edgekit's CREATE_PY) in the same
 round trip as the uploads' check. Supports check mode: reports what would be sent and sends nothing.
 
-Options:
-  store:    the board's store directory (absolute)
-  blobs:    list of {sha256, src (local path), size, executable}
-  scripts:  {inventory, inventory_ro, place, create} board-side programs (via the plan)
-  release:  optional {base, id, files: [relative path, sha256, ...]}: the release to make once every blob is in
+Options (what `edgekit fleet rollout` planned; the task passes them whole, since Ansible 2.19 would
+compile a template per derived argument in every worker):
+  plan:   the board's plan (edgekit.fleet.plan.BoardPlan.to_vars, with the state edgekit read): base
+          (absolute; the store is <base>/store), blobs (sha256s), release, files ([path, sha256, ...]);
+          the release is made unless state.has_release
+  fleet:  edgekit_fleet: blobs ({sha256: {sha256, src (local path), size, executable}}) and scripts
+          ({inventory, inventory_ro, place, create}: board-side programs)
 """
 
 from __future__ import annotations
@@ -52,10 +54,15 @@ class ActionModule(ActionBase):
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
-        args = self._task.args
-        store = str(args.get("store") or "")
-        scripts = args.get("scripts") or {}
-        blobs = self._blobs(args.get("blobs") or [])
+        plan, fleet = self._task.args.get("plan") or {}, self._task.args.get("fleet") or {}
+        store = f"{plan.get('base') or ''}/store"
+        scripts = fleet.get("scripts") or {}
+        table = fleet.get("blobs") or {}
+        if any(sha not in table for sha in plan.get("blobs") or []):
+            raise AnsibleError("edgekit_blobs: the plan names a blob the fleet's table lacks")
+        blobs = self._blobs([table[sha] for sha in plan.get("blobs") or []])
+        release = None if (plan.get("state") or {}).get("has_release") else \
+            {"base": plan.get("base"), "id": plan.get("release"), "files": plan.get("files")}
         if not store.startswith("/"):
             raise AnsibleError(f"edgekit_blobs: store {store!r} is not an absolute path")
         check = bool(self._task.check_mode)
@@ -84,7 +91,7 @@ class ActionModule(ActionBase):
             return {**result, "failed": True, "changed": False,
                     "msg": f"The board has {free_kb * 1024 / 1e6:.1f} MB free in {store} but the push needs "
                            f"{needed / 1e6:.1f} MB ({to_send / 1e6:.1f} MB of blobs + margin); nothing was sent."}
-        create = self._create_argv(args.get("release"), scripts)
+        create = self._create_argv(release, scripts)
         result["release_created"] = False
         if check:
             return result
