@@ -257,3 +257,66 @@ def test_rollout_commands_quote_every_value_and_follow_the_plan(tmp_path: Path) 
     assert "begin" not in commands.rollout(serving, fleet, "check")
     fresh = {**plan, "state": {"current": None, "serving": None, "active": False, "serves": False, "sudo": []}}
     assert "begin candidate" not in commands.rollout(fresh, fleet, "activate")
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_board_health_check_reads_fixed_length_and_chunked_answers(chunked: bool) -> None:
+    """HEALTH_PY speaks HTTP itself (no http.client): a completion answered in chunks or with a
+    Content-Length reads the same, /health is polled until it answers 200, and a server that answers
+    an error is reported with its status."""
+    import http.server
+    import threading
+
+    seen: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _send(self, status: int, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            if chunked:
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for at in range(0, len(body), 7):
+                    part = body[at:at + 7]
+                    self.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+                self.wfile.write(b"0\r\n\r\n")
+            else:
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            self._send(503 if seen.count("/health") < 3 else 200, b'{"status": "ok"}')
+
+        def do_POST(self) -> None:
+            payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append(f"{self.path} {payload['n_predict']}")
+            if payload["prompt"] == "fail":
+                self._send(500, b'{"error": "boom"}')
+                return
+            self._send(200, json.dumps({"content": " hello" * 40, "tokens_predicted": 5,
+                                        "timings": {"predicted_n": 5, "predicted_per_second": 12.5, "draft_n": 4,
+                                                    "draft_n_accepted": 3}}).encode())
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        def check(prompt: str) -> dict:
+            argv = [sys.executable, "-c", scripts()["health"], str(server.server_address[1]), "1", "10", "5", prompt,
+                    "edgekit-test.service", "llama.cpp", "", "none", "", "0", ""]
+            return json.loads(subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60).stdout)
+
+        good = check("hi")
+        assert good["ok"] and good["tokens"] == 5 and good["draft_n"] == 4 and good["acceptance"] == 0.75, good
+        assert seen.count("/health") == 3 and "/completion 5" in seen
+        bad = check("fail")
+        assert not bad["ok"] and "answered 500" in bad["reason"] and "boom" in bad["reason"], bad
+    finally:
+        server.shutdown()
+        server.server_close()
