@@ -292,6 +292,31 @@ def test_unreachable_board_is_named_and_the_rest_proceeds(fleet, sim_session) ->
         file.save(data)
 
 
+def test_an_upload_the_board_cannot_unpack_fails_that_board_and_places_nothing(fleet, sim_session) -> None:
+    """The last tar stream and the check of the uploads share one command: a stream the board cannot unpack
+    fails the board with tar's reason, and nothing reaches the store or a release; once the cause is gone,
+    the next rollout completes it."""
+    boards, env = fleet
+    (victim,) = sim_session.boards(1, fresh=True)
+    rollout(env, "--recipe", "sim-tiny-mtp", "--group", boards[0].name, "--no-canary")
+    files = json.loads((boards[0].base / "current" / "release.json").read_text())["files"]
+    sha = next(f["sha256"] for p, f in sorted(files.items()) if not p.endswith(".service"))
+    blocker = victim.base / "store" / f"{sha}.part"  # a non-empty directory where an upload should land
+    blocker.mkdir(parents=True)
+    (blocker / "keep").write_text("not a blob\n")
+    report = rollout(env, "--recipe", "sim-tiny-mtp", "--group", victim.name, "--no-canary", ok=False)
+    reason = report["failed"][victim.name]["reason"]
+    assert f"Unpacking blobs into {victim.base / 'store'} failed: tar: {sha}.part: Cannot open" in reason, reason
+    assert not (victim.base / "current").exists() and not (victim.base / "releases").exists()
+    assert not [p.name for p in (victim.base / "store").iterdir() if not p.name.endswith(".part")]
+    shutil.rmtree(blocker)
+    again = rollout(env, "--recipe", "sim-tiny-mtp", "--group", victim.name, "--no-canary")
+    row = again["succeeded"][victim.name]
+    push = row["push"]  # the failed run placed nothing: every blob is sent again
+    assert row["health"]["ok"] and push["skipped_blobs"] == 0 and push["sent_blobs"] == push["missing_blobs"] > 0
+    assert os.readlink(victim.base / "current") == f"releases/{row['release']}"
+
+
 def test_deploy_and_ansible_leave_identical_boards(sim_session) -> None:
     (board,) = sim_session.boards(1, fresh=True)
     env = {**os.environ, **sim_session.env, "EDGEKIT_LLAMA_SRC": str(sdist_or_skip())}

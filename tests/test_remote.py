@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +28,8 @@ def test_probe_reads_each_boards_own_jetson_files(sim_boards) -> None:
                 "power_rails"):
         assert key in fa
     assert fa["model"] == "NVIDIA Jetson AGX Orin Developer Kit" and fa["l4t"].startswith("36.")
+    assert re.fullmatch(r"3\.\d+\.\d+", fa["python"]), fa["python"]
+    assert fa["arch"] == os.uname().machine and fa["mem_total_mb"] > 0 and fa["disk_free_mb"] > 0
     assert fa["jetpack"].startswith("6") and fa["cuda"].startswith("12.6")
     assert "VIN_SYS_5V0" in fa["power_rails"] and ft["power_rails"] == ["VIN"]
     assert ft["l4t"].startswith("38.") and ft["cuda"].startswith("13.0") and ft["mem_total_mb"] > 100_000

@@ -19,14 +19,18 @@ root="${EDGEKIT_BOARD_ROOT:-}"
 base="$1"
 case "$base" in "~") base="$HOME" ;; "~/"*) base="$HOME/${base#\~/}" ;; esac
 kv() { printf '%s=%s\n' "$1" "$2"; }
-kv l4t "$(head -n 1 "$root/etc/nv_tegra_release" 2>/dev/null)"
+# The first line of a file into $line; builtins, not a process per file: every exec counts on a board
+# that is probed on each deploy (and on simulated boards that share the workstation's cores).
+first() { line=""; { IFS= read -r line; } 2>/dev/null < "$1"; }
+first "$root/etc/nv_tegra_release"; kv l4t "$line"
 model=""
 for f in "$root/proc/device-tree/model" "$root/sys/firmware/devicetree/base/model"; do
   [ -r "$f" ] && { model="$(tr -d '\000' < "$f")"; break; }
 done
 kv model "$model"
-kv cuda_json "$(tr -d '\n' < "$root/usr/local/cuda/version.json" 2>/dev/null)"
-kv arch "$(uname -m)"
+kv cuda_json "$(tr -d '\n' 2>/dev/null < "$root/usr/local/cuda/version.json")"
+un="$(uname -nrm)"  # node name, kernel release, machine: one process
+kv arch "${un##* }"
 kv glibc "$(getconf GNU_LIBC_VERSION 2>/dev/null)"
 gpu=""  # the GPU's device node or CUDA driver library: Orin's nvgpu (JetPack 5/6), OpenRM's nvidia0 (Thor, JetPack 7)
 for f in /dev/nvgpu/igpu0/ctrl /dev/nvhost-ctrl-gpu /dev/nvidia0 /usr/lib/aarch64-linux-gnu/nvidia/libcuda.so.1 \
@@ -34,31 +38,35 @@ for f in /dev/nvgpu/igpu0/ctrl /dev/nvhost-ctrl-gpu /dev/nvidia0 /usr/lib/aarch6
   [ -e "$root$f" ] && { gpu="$f"; break; }
 done
 kv gpu_driver "$gpu"
-kv kernel "$(uname -r)"
-kv hostname "$(hostname 2>/dev/null || cat /etc/hostname 2>/dev/null)"
+rest="${un#* }"
+kv kernel "${rest% *}"
+kv hostname "${un%% *}"
 meminfo=/proc/meminfo; [ -r "$root/proc/meminfo" ] && meminfo="$root/proc/meminfo"
-kv mem_total_kb "$(awk '/^MemTotal:/ {print $2}' "$meminfo" 2>/dev/null)"
+mem=""; while read -r key value _; do [ "$key" = MemTotal: ] && { mem="$value"; break; }; done 2>/dev/null < "$meminfo"
+kv mem_total_kb "$mem"
 d="$base"; while [ ! -d "$d" ] && [ "$d" != "/" ]; do d="$(dirname "$d")"; done
-kv disk_free_kb "$(df -Pk "$d" 2>/dev/null | awk 'NR==2 {print $4}')"
+kv disk_free_kb "$(df -Pk "$d" 2>/dev/null | { read -r _; read -r _ _ _ avail _; printf '%s' "$avail"; })"
 kv base "$base"
 kv base_exists "$([ -d "$base" ] && echo 1 || echo 0)"
-kv python "$(python3 -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null)"
+py="$(python3 -V 2>&1)"  # "Python 3.10.12": the version without starting the interpreter
+case "$py" in "Python "[0-9]*) py="${py#Python }"; py="${py%%[!0-9.]*}" ;; *) py="" ;; esac
+kv python "$py"
 kv jtop_socket "$([ -S "$root/run/jtop.sock" ] && echo 1 || echo 0)"
 kv jtop_bin "$(command -v jtop 2>/dev/null)"
 kv tegrastats "$(command -v tegrastats 2>/dev/null)"
-kv nvpmodel "$(cat "$root/var/lib/nvpmodel/status" 2>/dev/null | head -n 1)"
+first "$root/var/lib/nvpmodel/status"; kv nvpmodel "$line"
 kv user "$(id -un)"
 kv sudo "$( [ "$(id -u)" = 0 ] && echo root || (sudo -n true 2>/dev/null && echo nopasswd || echo no) )"
 for dev in "$root"/sys/bus/i2c/devices/*; do
   [ -r "$dev/name" ] || continue
-  chip="$(cat "$dev/name")"
+  first "$dev/name"; chip="$line"
   case "$chip" in ina3221|ina238|ina226) ;; *) continue ;; esac
   for hw in "$dev"/hwmon/hwmon*; do
     [ -d "$hw" ] || continue
     for lab in "$hw"/in*_label; do
       [ -r "$lab" ] || continue
       n="${lab##*/in}"; n="${n%_label}"
-      kv rail "$chip:${dev##*/}:${hw##*/}:$n:$(cat "$lab")"
+      first "$lab"; kv rail "$chip:${dev##*/}:${hw##*/}:$n:$line"
     done
     if [ "$chip" = ina238 ] && [ ! -e "$hw/in1_label" ] && [ -r "$hw/power1_input" ]; then
       kv rail "$chip:${dev##*/}:${hw##*/}:1:VIN"

@@ -4,10 +4,11 @@ Like edgekit's push (edgekit.remote.transfer): one command lists what the board 
 blobs are sent, each to `<sha>.part`, the board hashes the uploads, and a verified `.part` is
 renamed into place with its mode; a mismatch is deleted and fails the task. Small blobs travel
 together as one tar stream on one command (a release has dozens of small files: libraries, the
-agent, units), large ones one SFTP put each. No Ansible module runs on the board (edgekit's own sh
-and `python3 -c` scripts do), so a push costs a few round trips, not several module runs per file.
-With `release`, the release directory is then made from the store (edgekit's CREATE_PY) in the same
-round trip as the uploads' check. Supports check mode: reports what would be sent and sends nothing.
+agent, units), large ones one SFTP put each; the board checks the uploads in the same command as the
+last tar stream. No Ansible module runs on the board (edgekit's own sh and `python3 -c` scripts do),
+so a fresh push costs two round trips, not several module runs per file. Unless the board has it,
+the release directory is then made from the store (edgekit's CREATE_PY) in that same command.
+Supports check mode: reports what would be sent and sends nothing.
 
 Options (what `edgekit fleet rollout` planned; the task passes them whole, since Ansible 2.19 would
 compile a template per derived argument in every worker):
@@ -37,6 +38,9 @@ SMALL_BLOB = 16 << 20  # blobs up to this size go in the tar stream ...
 TAR_BATCH = 64 << 20  # ... up to this much per stream (it is held in memory)
 # `sh -c UNTAR sh STORE`: unpack the stream of <sha>.part files into the store, as this user.
 UNTAR_SH = 'exec tar -x -o -f - -C "$1"'
+# `sh -c UNTAR_THEN sh STORE COMMAND...`: the same, then the command (exit UNTAR_FAILED if tar failed).
+UNTAR_FAILED = 97
+UNTAR_THEN_SH = f'tar -x -o -f - -C "$1" || exit {UNTAR_FAILED}; shift; exec "$@"'
 
 
 class ActionModule(ActionBase):
@@ -68,8 +72,7 @@ class ActionModule(ActionBase):
         check = bool(self._task.check_mode)
         listing = self._sh(scripts["inventory_ro" if check else "inventory"], store, *blobs)
         if listing.get("rc") != 0:
-            why = (listing.get("stderr") or "").strip().splitlines()[-1:] or [f"exit {listing.get('rc')}"]
-            return {**result, "failed": True, "msg": f"Cannot prepare the store {store}: {why[0]}."}
+            return {**result, "failed": True, "msg": f"Cannot prepare the store {store}: {self._why(listing)}."}
         have: dict[str, bool] = {}
         free_kb: int | None = None
         for line in listing.get("stdout", "").splitlines():
@@ -105,16 +108,25 @@ class ActionModule(ActionBase):
                 size = blobs[sha]["size"]
                 return {**result, "failed": True, "msg": f"The local file {src} for blob {sha[:12]} is missing "
                                                          f"or not {size} bytes; rebuild the artifact."}
-        small = [s for s in missing if blobs[s]["size"] <= SMALL_BLOB]
-        for batch in self._batches(small, blobs):
-            sent = self._sh_in(UNTAR_SH, self._tar(batch, blobs), store)
-            if sent.get("rc") != 0:
-                why = (sent.get("stderr") or "").strip().splitlines()[-1:] or [f"exit {sent.get('rc')}"]
-                return {**result, "failed": True, "msg": f"Unpacking blobs into {store} failed: {why[0]}."}
         for sha in missing:
             if blobs[sha]["size"] > SMALL_BLOB:
                 self._connection.put_file(blobs[sha]["src"], f"{store}/{sha}.part")
-        return self._place(result, store, scripts, blobs, missing, create)
+        batches = self._batches([s for s in missing if blobs[s]["size"] <= SMALL_BLOB], blobs)
+        for batch in batches[:-1]:
+            sent = self._sh_in(UNTAR_SH, self._tar(batch, blobs), store)
+            if sent.get("rc") != 0:
+                why = self._why(sent, first=True)
+                return {**result, "failed": True, "msg": f"Unpacking blobs into {store} failed: {why}."}
+        # The last tar stream and the check of every upload in one command: one round trip fewer.
+        return self._place(result, store, scripts, blobs, missing, create,
+                           self._tar(batches[-1], blobs) if batches else None)
+
+    @staticmethod
+    def _why(res: dict[str, Any], first: bool = False) -> str:
+        """The last (or ``first``: tar's own reason comes before its summary) line the board's command wrote to
+        stderr, or its exit status."""
+        lines = (res.get("stderr") or "").strip().splitlines()
+        return (lines[0] if first else lines[-1]) if lines else f"exit {res.get('rc')}"
 
     def _sh_in(self, script: str, data: bytes, *args: str) -> dict[str, Any]:
         return self._run(["sh", "-c", script, "sh", *args], data)
@@ -158,25 +170,27 @@ class ActionModule(ActionBase):
     def _create(self, result: dict[str, Any], argv: list[str]) -> dict[str, Any]:
         made = self._run(argv)
         if made.get("rc") != 0:
-            why = (made.get("stderr") or "").strip().splitlines()[-1:] or [f"exit {made.get('rc')}"]
-            return {**result, "failed": True, "msg": f"Making the release directory failed: {why[0]}."}
+            return {**result, "failed": True, "msg": f"Making the release directory failed: {self._why(made)}."}
         created = (made.get("stdout") or "").strip().endswith("created")
         return {**result, "release_created": created, "changed": result["changed"] or created}
 
     def _place(self, result: dict[str, Any], store: str, scripts: dict[str, str], blobs: dict[str, Any],
-               missing: list[str], create: list[str]) -> dict[str, Any]:
-        """Hash the uploads on the board; rename the good ones into place, delete the bad ones (PLACE_PY);
-        then, with every one good, make the release (``create``) in the same command."""
+               missing: list[str], create: list[str], tar: bytes | None = None) -> dict[str, Any]:
+        """Unpack ``tar`` (the last stream of uploads) into the store, then hash the uploads on the board;
+        rename the good ones into place, delete the bad ones (PLACE_PY); then, with every one good, make the
+        release (``create``) in the same command."""
         argv = ["python3", "-c", scripts["place"], store]
         for sha in missing:
             argv += [sha, "0755" if blobs[sha]["executable"] else "0644"]
         if create:
             argv += ["--", *create]
-        placed = self._run(argv)
+        placed = self._run(["sh", "-c", UNTAR_THEN_SH, "sh", store, *argv], tar) if tar is not None else self._run(argv)
+        if placed.get("rc") == UNTAR_FAILED and tar is not None:
+            why = self._why(placed, first=True)
+            return {**result, "failed": True, "msg": f"Unpacking blobs into {store} failed: {why}."}
         if placed.get("rc") != 0:
-            why = (placed.get("stderr") or "").strip().splitlines()[-1:] or [f"exit {placed.get('rc')}"]
             what = "Verifying the uploads or making the release" if create else "Verifying the uploads"
-            return {**result, "failed": True, "msg": f"{what} in {store} failed: {why[0]}."}
+            return {**result, "failed": True, "msg": f"{what} in {store} failed: {self._why(placed)}."}
         good, bad = set(), {}
         for line in placed.get("stdout", "").splitlines():
             word, *rest = line.split() or [""]
