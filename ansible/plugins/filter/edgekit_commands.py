@@ -1,5 +1,4 @@
-"""Filters `edgekit_rollout_cmd`, `edgekit_board_cmd`, `edgekit_state_cmd`: edgekit's board commands;
-`edgekit_activation`: what the rollout's activation printed, read.
+"""Filters `edgekit_rollout_cmd`, `edgekit_board_cmd`, `edgekit_state_cmd`: edgekit's board commands.
 
 The commands are edgekit's own Python (edgekit.fleet.commands), the one source for the rollout,
 rollback and status plays; Ansible runs from edgekit's environment, so it imports it from there.
@@ -7,7 +6,6 @@ rollback and status plays; Ansible runs from edgekit's environment, so it import
     {{ edgekit_plan | edgekit_rollout_cmd(edgekit_fleet, 'activate') }}
     {{ state | edgekit_board_cmd(edgekit_fleet, 'start_check', release, manifest) }}
     {{ edgekit_fleet | edgekit_state_cmd(base, release, unit) }}
-    {{ result.stdout | edgekit_activation }}
 """
 
 from __future__ import annotations
@@ -26,4 +24,4 @@ DOCUMENTATION = """
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {"edgekit_rollout_cmd": commands.rollout, "edgekit_board_cmd": commands.on_board,
-                "edgekit_state_cmd": commands.state, "edgekit_activation": commands.activation}
+                "edgekit_state_cmd": commands.state}
