@@ -129,11 +129,20 @@ def _short_tmp() -> str:
 
 
 def _close_masters(control_dir: Path) -> None:
-    """Tell every ControlPersist master of this run to exit (they outlive ansible-playbook)."""
+    """Tell every ControlPersist master of this run to exit (they outlive ansible-playbook): all at once,
+    since each request is an ssh process and a fleet has a master per board."""
+    asked = []
     for sock in control_dir.iterdir():
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "edgekit-fleet"],
-                           capture_output=True, timeout=10, check=False)
+        with contextlib.suppress(OSError):
+            asked.append(subprocess.Popen(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "edgekit-fleet"],
+                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL))
+    for proc in asked:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def run_playbook(
