@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,8 +115,7 @@ class Board:
 
     def check_current(self, serve: Serve) -> str:
         """The check of the release the service runs: prints ``current HEALTH-JSON``; healthy ends the command."""
-        return (f"h=$({self.health(self.units['main'], serve)}) || exit $?; printf 'current %s\\n' \"$h\"; "
-                f"case \"$h\" in {PASSED}) exit 0 ;; esac")
+        return _step("current", self.health(self.units["main"], serve), healthy_ends=True)
 
     def activate(self, release: str, serve: Serve, keep: int, previous: str | None, *, check_first: bool = False,
                  candidate: Serve | None = None) -> str:
@@ -130,18 +129,29 @@ class Board:
         main = self.units["main"]
         steps = [self.check_current(serve)] if check_first else []
         if candidate is not None:
-            steps.append(f"echo 'begin candidate'; h=$({self.try_candidate(release, candidate)}) || exit $?; "
-                         f"printf 'candidate %s\\n' \"$h\"; case \"$h\" in {PASSED}) ;; *) exit 0 ;; esac")
+            steps.append("echo 'begin candidate'; " + _step("candidate", self.try_candidate(release, candidate)))
         record = q(["sh", "-c", self.scripts["record_health"], "edgekit-health", self.base, release]) + ' "$h"'
         prune = q(["sh", "-c", self.scripts["prune"], "edgekit-prune", self.base, str(keep), release,
                    *([previous] if previous else [])])
-        steps.append(f"echo 'begin main'; h=$({self.start_check(main, release, serve)}) || exit $?; "
-                     f"printf 'main %s\\n' \"$h\"; case \"$h\" in {PASSED}) ;; *) exit 0 ;; esac; "
+        steps.append(f"echo 'begin main'; {_step('main', self.start_check(main, release, serve))}; "
                      f"{{ {record} || true; }} >/dev/null 2>&1 && {self.switch(release)} && {prune} >/dev/null")
         return "; ".join(steps)
 
 
 STEPS = ("current", "candidate", "main")
+
+
+def _step(name: str, command: str, *, healthy_ends: bool = False) -> str:
+    """Run ``command`` (it prints a Health; a failing status ends the whole line with it) and print
+    ``NAME HEALTH-JSON``; then end the line, with status 0, if the check failed (or, ``healthy_ends``, passed)."""
+    then = "exit 0 ;;" if healthy_ends else ";; *) exit 0 ;;"
+    return f"h=$({command}) || exit $?; printf '{name} %s\\n' \"$h\"; case \"$h\" in {PASSED}) {then} esac"
+
+
+def _pick(commands: Mapping[str, Callable[[], str]], which: str, kind: str) -> str:
+    if which not in commands:
+        raise ValueError(f"no {kind} command {which!r} (one of {', '.join(commands)})")
+    return commands[which]()
 
 
 def activation(stdout: str) -> dict[str, Any]:
@@ -192,9 +202,7 @@ def rollout(plan: Mapping[str, Any], fleet: Mapping[str, Any], which: str) -> st
         "restore_switch": lambda: board.switch(previous),
         "stop": lambda: board.stop(main),
     }
-    if which not in commands:
-        raise ValueError(f"no rollout command {which!r} (one of {', '.join(commands)})")
-    return commands[which]()
+    return _pick(commands, which, "rollout")
 
 
 def on_board(st: Mapping[str, Any], fleet: Mapping[str, Any], which: str, release: str,
@@ -209,6 +217,4 @@ def on_board(st: Mapping[str, Any], fleet: Mapping[str, Any], which: str, releas
         "start_check": lambda: board.start_check(main, release, serve),
         "check": lambda: board.health(main, serve),
     }
-    if which not in commands:
-        raise ValueError(f"no board command {which!r} (one of {', '.join(commands)})")
-    return commands[which]()
+    return _pick(commands, which, "board")

@@ -115,8 +115,7 @@ class ActionModule(ActionBase):
         for batch in batches[:-1]:
             sent = self._sh_in(UNTAR_SH, self._tar(batch, blobs), store)
             if sent.get("rc") != 0:
-                why = self._why(sent, first=True)
-                return {**result, "failed": True, "msg": f"Unpacking blobs into {store} failed: {why}."}
+                return self._unpack_failed(result, store, sent)
         # The last tar stream and the check of every upload in one command: one round trip fewer.
         return self._place(result, store, scripts, blobs, missing, create,
                            self._tar(batches[-1], blobs) if batches else None)
@@ -127,6 +126,9 @@ class ActionModule(ActionBase):
         stderr, or its exit status."""
         lines = (res.get("stderr") or "").strip().splitlines()
         return (lines[0] if first else lines[-1]) if lines else f"exit {res.get('rc')}"
+
+    def _unpack_failed(self, result: dict[str, Any], store: str, res: dict[str, Any]) -> dict[str, Any]:
+        return {**result, "failed": True, "msg": f"Unpacking blobs into {store} failed: {self._why(res, first=True)}."}
 
     def _sh_in(self, script: str, data: bytes, *args: str) -> dict[str, Any]:
         return self._run(["sh", "-c", script, "sh", *args], data)
@@ -186,8 +188,7 @@ class ActionModule(ActionBase):
             argv += ["--", *create]
         placed = self._run(["sh", "-c", UNTAR_THEN_SH, "sh", store, *argv], tar) if tar is not None else self._run(argv)
         if placed.get("rc") == UNTAR_FAILED and tar is not None:
-            why = self._why(placed, first=True)
-            return {**result, "failed": True, "msg": f"Unpacking blobs into {store} failed: {why}."}
+            return self._unpack_failed(result, store, placed)
         if placed.get("rc") != 0:
             what = "Verifying the uploads or making the release" if create else "Verifying the uploads"
             return {**result, "failed": True, "msg": f"{what} in {store} failed: {self._why(placed)}."}

@@ -13,7 +13,6 @@ Only data: the normal output still comes from the stdout callback.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import tempfile
@@ -82,11 +81,6 @@ class CallbackModule(CallbackBase):
         self._task_start = None
 
     def v2_playbook_on_task_start(self, task: Any, is_conditional: bool) -> None:
-        # Ansible now forks a worker per host from this process. Objects frozen before the forks are left out
-        # of every later garbage collection, here and in the workers, so no collection walks (and, in a worker,
-        # copies on write) the controller's whole heap: 8 % less controller CPU for 8 boards. edgekit's plays
-        # are a few tasks long, so the cyclic garbage this keeps alive stays small.
-        gc.freeze()
         self._close_task()
         self._tasks.append([task.get_name(), 0.0])
         self._task_start = time.monotonic()
