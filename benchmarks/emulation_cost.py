@@ -54,8 +54,8 @@ def main() -> None:
     per: dict[str, list[dict[str, float]]] = {"x86_64": [], "aarch64": []}
     deploys: dict[str, Any] = {}
     try:
-        _, native = sim.up(work / "sim", 1, "orin", targets)
-        _, emulated = sim.up(work / "sim", 1, "orin", targets, arch="aarch64")
+        _, native, _ = sim.up(work / "sim", 1, "orin", targets)
+        _, emulated, _ = sim.up(work / "sim", 1, "orin", targets, arch="aarch64")
         names = {"x86_64": native[0], "aarch64": emulated[0]}
         for arch, name in names.items():
             report = edgekit(env, "deploy", "--board", name, "--recipe", "sim-tiny-mtp")

@@ -96,7 +96,7 @@ def main() -> None:
         sim.up(work / "sim", 1, "orin", targets)
         rollout(env, "sim-1", canary=False)
         for n in sizes:
-            _, started = sim.up(work / "sim", n, "orin", targets, add=True)
+            _, started, _ = sim.up(work / "sim", n, "orin", targets, add=True)
             boards = Boards(targets.board_file)
             data = boards.load()
             data.groups[f"bench{n}"] = started

@@ -60,7 +60,7 @@ class BenchBoard:
 
 def start_boards(work: Path, n: int) -> list[BenchBoard]:
     targets = sim.Targets(work / "edgekit.yaml", work / "known_hosts")
-    st, _ = sim.up(work / "sim", n, "orin", targets)
+    st, _, _ = sim.up(work / "sim", n, "orin", targets)
     return [BenchBoard(SimBoard.from_state(st, b, targets.known_hosts)) for b in sim.sorted_boards(st)[:n]]
 
 

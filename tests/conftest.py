@@ -56,13 +56,13 @@ class SimSession:
                jetpack: str | None = None, arch: str | None = None) -> list[SimBoard]:
         """``arch="aarch64"``: emulated boards (qemu-user), which get the aarch64 release."""
         canonical = get_profile(profile).name
-        st, started = sim.up(self.sim_dir, n, canonical, self.targets, add=fresh, jetpack=jetpack, arch=arch)
+        st, created, _ = sim.up(self.sim_dir, n, canonical, self.targets, add=fresh, jetpack=jetpack, arch=arch)
         line = None if jetpack in (None, get_profile(profile).jetpack) else jetpack
         emulated = emulation.board_arch(arch)
         pool = [b for b in sim.sorted_boards(st)
                 if b.profile == canonical and b.jetpack == line and b.arch == emulated]
-        if fresh:
-            pool = [b for b in pool if b.name in started]
+        if fresh:  # created now: a board restarted because its sshd died keeps what tests put on it
+            pool = [b for b in pool if b.name in created]
         return [SimBoard.from_state(st, b, self.targets.known_hosts) for b in pool[:n]]
 
     def down(self) -> None:

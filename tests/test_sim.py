@@ -228,9 +228,9 @@ def test_down_leaves_nothing_behind(tmp_path):
         "host": "10.0.0.5", "user": "nvidia", "profile": "orin-nx-16gb"}}}))
     other = "10.0.0.5 " + keys.generate_ed25519(tmp_path / "other_key", "other")
     targets.known_hosts.write_text(other + "\n")
-    st, started = sim.up(tmp_path / "sim", 1, "thor", targets)
+    st, created, restarted = sim.up(tmp_path / "sim", 1, "thor", targets)
     try:
-        assert started == ["sim-1"]
+        assert (created, restarted) == (["sim-1"], [])
         board = SimBoard.from_state(st, st.boards["sim-1"], targets.known_hosts)
         assert 17.0 < board.power()["VIN"] < 19.5  # Thor: one INA238 on the 19 V input
         assert (board.root / "sys/bus/i2c/devices/2-0044/name").read_text() == "ina238\n"
@@ -251,6 +251,29 @@ def test_down_leaves_nothing_behind(tmp_path):
     assert targets.known_hosts.read_text().splitlines() == [other]
     assert not (tmp_path / "sim/state.json").exists()
     assert st.volatile_dir is None or not Path(st.volatile_dir).exists()
+
+
+def test_a_clock_step_does_not_make_running_boards_look_dead(tmp_path, monkeypatch):
+    # A board is "still running" by its sshd's pid and start time. The epoch start time moves with the
+    # clock (boot time + start): after a step the boards were started a second time beside the first.
+    from edgekit.sim import procs
+
+    targets = sim.Targets(tmp_path / "edgekit.yaml", tmp_path / "known_hosts")
+    st, created, _ = sim.up(tmp_path / "sim", 1, "orin", targets)
+    try:
+        board = st.boards[created[0]]
+        stepped = psutil.boot_time() + 3.0  # what psutil computes after the clock jumped 3 s
+        monkeypatch.setattr("psutil._pslinux.boot_time", lambda: stepped)  # psutil's epoch start times use it
+        assert procs.alive(board.sshd_pid, board.sshd_ctime)
+        st2, created2, restarted = sim.up(tmp_path / "sim", 1, "orin", targets)
+        assert (created2, restarted) == ([], []) and st2.boards["sim-1"].sshd_pid == board.sshd_pid
+        # A board whose sshd really died is started again: in use before, so it is not a new one.
+        assert procs.stop(procs.tree(board.sshd_pid)) == []
+        st3, created3, restarted3 = sim.up(tmp_path / "sim", 1, "orin", targets, add=True)
+        assert (created3, restarted3) == (["sim-2"], ["sim-1"])
+        assert procs.alive(st3.boards["sim-1"].sshd_pid, st3.boards["sim-1"].sshd_ctime)
+    finally:
+        sim.down(tmp_path / "sim")
 
 
 def test_cli_up_is_idempotent_and_down_cleans_up(tmp_path, monkeypatch):

@@ -338,3 +338,52 @@ def test_a_cut_openssh_stream_leaves_a_part_the_next_push_resumes(runner: SshRun
     report = push_blobs(runner, str(base), [big], verify="openssh")
     assert (report.resumed_bytes, report.sent_bytes, report.sent_blobs) == (12 * MiB, big.size - 12 * MiB, 1)
     assert_in_store(base, [big])
+
+
+_KILLED_OPENSSH_PUSH = """
+import json, sys
+from edgekit.config.boardfile import Board
+from edgekit.remote.runner import SshRunner
+from edgekit.remote.transfer import Blob, push_blobs
+from pathlib import Path
+
+args = json.loads(sys.argv[1])
+push_blobs(SshRunner(Board(**args["board"]), "b1"), args["board"]["base"],
+           [Blob(args["sha"], args["size"], Path(args["path"]))], verify="openssh")
+"""
+
+
+def test_a_killed_openssh_push_leaves_no_sender_behind(sim_board: SimBoard, runner: SshRunner, base: Path,
+                                                       tmp_path: Path) -> None:
+    # ssh reads the blob file itself: killed with edgekit it must stop, not finish the blob behind the
+    # next push's back (it once renamed the part away while the next push was resuming it).
+    import psutil
+
+    big = blob_of(tmp_path / "big.bin", os.urandom(192 * MiB))
+    part, final = base / "store" / f"{big.sha256}.part", base / "store" / big.sha256
+    args = {"board": make_board(sim_board, base).model_dump(), "sha": big.sha256, "size": big.size,
+            "path": str(big.path)}
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_OPENSSH_PUSH, json.dumps(args)])
+    senders: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 30
+        while not (part.exists() and part.stat().st_size >= 4 * MiB):
+            assert proc.poll() is None and time.monotonic() < deadline, "the push ended before the cut"
+            time.sleep(0.002)
+        senders = [p for p in psutil.Process(proc.pid).children() if p.name() == "ssh"]
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert senders, "the push did not go through an ssh child"
+    _, alive = psutil.wait_procs(senders, timeout=5)
+    assert not alive, f"ssh {[p.pid for p in alive]} kept sending after edgekit was killed"
+    cut, stable_since = -1, time.monotonic()
+    while time.monotonic() - stable_since < 0.5 and part.exists():  # the board writes what it had, then stops
+        if part.stat().st_size != cut:
+            cut, stable_since = part.stat().st_size, time.monotonic()
+        time.sleep(0.02)
+    assert not final.exists(), "the killed push's ssh went on and placed the blob"
+    assert 4 * MiB <= cut < big.size
+    report = push_blobs(runner, str(base), [big], verify="openssh")
+    assert report.resumed_bytes == cut and report.sent_blobs == 1
+    assert_in_store(base, [big])

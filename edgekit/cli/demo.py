@@ -33,7 +33,7 @@ def demo(app: App, recipe_name: str, profile: str) -> None:
     from edgekit.remote.transfer import TransferProgress
 
     targets = sim_boards.Targets(app.board_file, known_hosts_file())
-    st, _started = sim_boards.up(sim_dir(), 1, profile, targets)
+    st, _, _ = sim_boards.up(sim_dir(), 1, profile, targets)
     canonical = next(b for b in sim_boards.sorted_boards(st))
     name = canonical.name
     board = app.board(name)

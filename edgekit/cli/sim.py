@@ -41,10 +41,11 @@ def up(app: App, count: int, profile: str, add: bool, jetpack: str | None, arch:
     Boards already running count towards N; boards whose sshd died are started again.
     """
     targets = sim_boards.Targets(app.board_file, known_hosts_file())
-    st, started = sim_boards.up(directory or sim_dir(), count, profile, targets, add=add, jetpack=jetpack,
-                                 arch=arch)
+    st, created, restarted = sim_boards.up(directory or sim_dir(), count, profile, targets, add=add,
+                                           jetpack=jetpack, arch=arch)
+    started = created + restarted
     data = sim_boards.status(st.path)
-    data["started"] = started
+    data["started"], data["created"], data["restarted"] = started, created, restarted
     data["board_file"] = str(targets.board_file.resolve())
 
     def human() -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from edgekit.config.boardfile import Board
 from edgekit.errors import EdgekitError
+from edgekit.remote import child
 from edgekit.remote.connection import CONNECT_TIMEOUT_S, openssh_options
 
 # argv: store, sha, size, offset, x|-; stdin: bytes offset..size of the blob. Prints "ok" once the blob is
@@ -135,8 +136,9 @@ def upload(board: Board, name: str, store: str, item: Item,
                          "x" if item.executable else "-"])
     with open(item.path, "rb") as src:
         src.seek(item.offset)
+        # It reads the file itself: if edgekit is killed it must not finish the blob behind the next push.
         proc = subprocess.Popen([*ssh_argv(board), remote], stdin=src, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
+                                stderr=subprocess.PIPE, preexec_fn=child.dies_with_us())
         done = threading.Event()
 
         def report() -> None:  # the offset ssh has read up to, every 0.1 s

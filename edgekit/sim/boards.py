@@ -221,13 +221,14 @@ def _publish(st: SimState, targets: Targets) -> None:
 
 
 def up(sim_dir: Path, count: int, profile: str, targets: Targets, add: bool = False,
-       jetpack: str | None = None, arch: str | None = None) -> tuple[SimState, list[str]]:
+       jetpack: str | None = None, arch: str | None = None) -> tuple[SimState, list[str], list[str]]:
     """Make sure ``count`` boards of ``profile`` run in ``sim_dir`` (``add``: start ``count`` more).
 
     ``jetpack``: the JetPack line the new boards present (6, 7, 7.2; None: the profile's own), and
     only boards on that line count towards ``count``.
 
-    Boards of the dir whose sshd died are started again. Returns the state and the names started.
+    Boards of the dir whose sshd died are started again. Returns the state, the names of the boards
+    created now and of those started again (they keep what was on them: never "fresh").
     """
     sim_dir = sim_dir.resolve()
     canonical = get_profile(profile).name
@@ -239,7 +240,8 @@ def up(sim_dir: Path, count: int, profile: str, targets: Targets, add: bool = Fa
     targets = Targets(targets.board_file.resolve(), targets.known_hosts.resolve())
     sshd_bin = sshd.find_sshd()
     sshd.prepare_privsep()
-    started: list[str] = []
+    created: list[str] = []
+    restarted: list[str] = []
     with state_mod.locked(sim_dir):
         st = state_mod.load(sim_dir)
         if st is None:
@@ -252,7 +254,7 @@ def up(sim_dir: Path, count: int, profile: str, targets: Targets, add: bool = Fa
                     # After a reboot the tmpfs part of the root is gone: write the root again.
                     _make_root(st, board)
                     _start_board(st, board, sshd_bin)
-                    started.append(board.name)
+                    restarted.append(board.name)
             have = sum(1 for b in st.boards.values()
                        if b.profile == canonical and b.jetpack == jetpack and b.arch == arch)
             want = count if add else max(count - have, 0)
@@ -270,7 +272,7 @@ def up(sim_dir: Path, count: int, profile: str, targets: Targets, add: bool = Fa
                         shutil.rmtree(volatile, ignore_errors=True)
                     raise
                 st.boards[name] = board
-                started.append(name)
+                created.append(name)
         finally:
             if st.boards:
                 state_mod.save(st)  # what runs must be in the state, even when a later board failed
@@ -278,7 +280,7 @@ def up(sim_dir: Path, count: int, profile: str, targets: Targets, add: bool = Fa
             _ensure_updater(st)
             _publish(st, targets)
             state_mod.save(st)
-    return st, started
+    return st, created, restarted
 
 
 def _strays(token: str) -> list[psutil.Process]:

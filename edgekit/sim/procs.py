@@ -33,7 +33,26 @@ def spawn_detached(
     return proc.pid, create_time(proc.pid) or 0.0
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_EPOCH_LIKE = 1e9  # a ctime this large is seconds since 1970 (older states, systems without /proc)
+
+
 def create_time(pid: int) -> float | None:
+    """When ``pid`` started, as an identity that never changes: seconds since boot on Linux.
+
+    Not psutil's epoch time: that is the boot time plus the start, and the boot time moves with every
+    clock step. On a CI VM whose clock stepped, every board's sshd looked like another process: the
+    boards were "restarted" on new ports, the old sshds left running, and a test asking for a fresh
+    board got a restarted old one, releases and all.
+    """
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[19]) / _CLOCK_TICKS
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            return None  # Linux, and the process is gone
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         return psutil.Process(pid).create_time()
     except psutil.Error:
@@ -48,7 +67,12 @@ def alive(pid: int | None, ctime: float | None = None) -> bool:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
-        return ctime is None or abs(proc.create_time() - ctime) < 0.05
+        if ctime is None:
+            return True
+        if ctime > _EPOCH_LIKE:  # recorded as epoch time: compare loosely, the clock may have stepped
+            return abs(proc.create_time() - ctime) < 1.0
+        now = create_time(pid)
+        return now is not None and abs(now - ctime) < 0.5 / _CLOCK_TICKS
     except psutil.Error:
         return False
 
