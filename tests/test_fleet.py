@@ -132,7 +132,10 @@ def _group(*names: str) -> list[str]:
 
 def test_canary_then_batches_all_healthy_then_nothing_to_do(fleet) -> None:
     boards, env = fleet
+    before = {b.name: b.logins() for b in boards}
     first = rollout(env, "--recipe", "sim-tiny-mtp", *_group(), "--batch", "1,25%,100%")
+    # One SSH connection per board for the whole run: edgekit's probe, lock and state, then every play.
+    assert {b.name: b.logins() - before[b.name] for b in boards} == {b.name: 1 for b in boards}
     names = [b.name for b in boards]
     assert sorted(first["succeeded"]) == sorted(names) and not first["failed"] and not first["untouched"]
     assert sorted(first["changed"]) == sorted(names) and first["canary"] == [names[0]]

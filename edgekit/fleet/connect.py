@@ -4,6 +4,9 @@ The probe is the run's only fact gathering (the plays gather none). The lock is 
 (edgekit.remote.lock): held by this process for the whole playbook, so `edgekit deploy` and a
 fleet run never work on one board together, and a killed run frees every board. A board that
 cannot be reached, probed or locked is reported with its reason and left out of the run.
+
+Each board gets one SSH connection for the whole run: an OpenSSH master in the fleet's control dir
+(edgekit.remote.mux), which edgekit's commands use first and the playbook's plays then reuse.
 """
 
 from __future__ import annotations
@@ -11,13 +14,15 @@ from __future__ import annotations
 import contextlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 
 from edgekit.config.boardfile import Board
 from edgekit.errors import EdgekitError
+from edgekit.remote import mux
 from edgekit.remote.lock import BoardLock
 from edgekit.remote.probe import BoardFacts, probe
-from edgekit.remote.runner import LocalRunner, SshRunner, runner_for
+from edgekit.remote.runner import LocalRunner, SshRunner
 
 Runner = SshRunner | LocalRunner
 
@@ -41,10 +46,13 @@ class Fleet:
     max_workers: int = 16
     targets: dict[str, Target] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
+    control: Path | None = None  # the masters' control dir: hand it to run_playbook
+    _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     def _open(self, name: str) -> Target:
         board = self.boards[name]
-        runner = runner_for(board, name)
+        assert self.control is not None
+        runner = LocalRunner(name) if board.local else mux.MuxRunner(board, name, self.control)
         try:
             facts = probe(runner, board.base)
             target = Target(name, board, runner, facts)
@@ -57,6 +65,7 @@ class Fleet:
 
     def __enter__(self) -> Fleet:
         names = list(self.boards)
+        self.control = self._stack.enter_context(mux.control_dir())
         if not names:
             return self
         with ThreadPoolExecutor(max_workers=min(self.max_workers, len(names)), thread_name_prefix="fleet") as pool:
@@ -79,3 +88,4 @@ class Fleet:
                     target.lock.__exit__(None, None, None)
             with contextlib.suppress(Exception):
                 target.runner.close()
+        self._stack.close()  # the masters, after the locks' sessions have ended

@@ -1,8 +1,9 @@
 """Run one of edgekit's playbooks (ansible/playbooks/*.yml) with ansible-playbook, and read its report.
 
 Each run gets its own directory: the rendered inventory, the plan (extra vars), the report the
-`edgekit_report` callback writes, and the SSH control sockets (ControlMaster/ControlPersist):
-the masters are told to exit and the directory is deleted when the run ends.
+`edgekit_report` callback writes. The SSH control sockets (ControlMaster/ControlPersist) are the fleet's
+when edgekit opened the boards' masters before the run (edgekit.remote.mux), else a dir of the run's own
+whose masters are told to exit when it ends.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import yaml
 
 from edgekit.errors import EdgekitError
 from edgekit.paths import cache_dir
+from edgekit.remote import mux
 
 SUPPORTED_SERIES = "2.19"  # serves JetPack 5 (Python 3.8) and JetPack 6/7 boards; 2.20+ refuses 3.8
 Batch = int | str
@@ -123,28 +125,6 @@ class PlaybookRun:
     log: Path | None = None
 
 
-def _short_tmp() -> str:
-    # Unix socket paths are limited to ~108 bytes: keep the control dir short.
-    return "/tmp" if os.path.isdir("/tmp") and os.access("/tmp", os.W_OK) else tempfile.gettempdir()
-
-
-def _close_masters(control_dir: Path) -> None:
-    """Tell every ControlPersist master of this run to exit (they outlive ansible-playbook): all at once,
-    since each request is an ssh process and a fleet has a master per board."""
-    asked = []
-    for sock in control_dir.iterdir():
-        with contextlib.suppress(OSError):
-            asked.append(subprocess.Popen(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "edgekit-fleet"],
-                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL))
-    for proc in asked:
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def run_playbook(
     playbook: str,
     inventory: dict[str, Any],
@@ -155,12 +135,24 @@ def run_playbook(
     check: bool = False,
     on_line: Callable[[str], None] | None = None,
     color: bool = False,
+    control: Path | None = None,
 ) -> PlaybookRun:
-    """``ansible-playbook <playbook> -i <inventory> -e @<plan> --limit <boards>``; never raises for a board."""
+    """``ansible-playbook <playbook> -i <inventory> -e @<plan> --limit <boards>``; never raises for a board.
+
+    ``control``: the control dir whose SSH masters the plays use (the fleet's, opened by edgekit before
+    the run, closed by its owner); None: a dir of the run's own.
+    """
+    with contextlib.ExitStack() as stack:
+        if control is None:
+            control = stack.enter_context(mux.control_dir())
+        return _run(playbook, inventory, extra_vars, limit, forks, check, on_line, color, control)
+
+
+def _run(playbook: str, inventory: dict[str, Any], extra_vars: dict[str, Any], limit: Sequence[str], forks: int,
+         check: bool, on_line: Callable[[str], None] | None, color: bool, control: Path) -> PlaybookRun:
     ansible_version()
     root = ansible_dir()
     work = Path(tempfile.mkdtemp(prefix="edgekit-fleet-"))
-    control = Path(tempfile.mkdtemp(prefix="ek-cp-", dir=_short_tmp()))
     log_dir = cache_dir() / "fleet"
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"{Path(playbook).stem}.log"
@@ -201,6 +193,4 @@ def run_playbook(
                                f"(exit {proc.returncode}): {' / '.join(tail)[-600:]} (log: {log}).")
         return PlaybookRun(playbook, proc.returncode, round(seconds, 2), report, log)
     finally:
-        _close_masters(control)
-        shutil.rmtree(control, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)

@@ -118,7 +118,8 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
                       f"{', '.join(run_canary) or 'none'}, batches {options.batches}, max fail {options.max_fail}%, "
                       f"forks {forks}{', check mode' if options.check else ''}[/dim]")
         run = run_playbook("rollout.yml", run_inventory(data, limit, run_canary), extra, limit, forks=forks,
-                           check=options.check, on_line=_printer(console, quiet), color=console.is_terminal)
+                           check=options.check, on_line=_printer(console, quiet), color=console.is_terminal,
+                           control=fleet.control)
     hosts = run.report.get("hosts") or {}
     for name, host in hosts.items():  # a success sets no stats: its report is made here (failures set theirs)
         if not host.get("failures") and not host.get("unreachable") and not host.get("data"):
@@ -160,7 +161,7 @@ def rollback(board_file: Path, group: str | None, to: str | None, batches: list[
                 extra["edgekit_rollback_to"] = to
             run = run_playbook("rollback.yml", inv.render(data, limit), extra, limit,
                                forks=largest_batch(batches, len(limit)), on_line=_printer(console, quiet),
-                               color=console.is_terminal)
+                               color=console.is_terminal, control=fleet.control)
     summary = summarize("rollback", names, run.report if run else {}, fleet.failed)
     summary.seconds = round(time.monotonic() - start, 2)
     return summary

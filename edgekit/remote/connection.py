@@ -8,6 +8,7 @@ only through `edgekit board trust`, which shows the fingerprint first.
 from __future__ import annotations
 
 import logging
+import shutil
 
 import paramiko
 from fabric import Config, Connection
@@ -126,3 +127,20 @@ def openssh_options(board: Board) -> list[str]:
     if board.key:
         args += ["-o", "IdentitiesOnly=yes"]  # offer only the board's key, as edgekit does
     return args
+
+
+def ssh_binary() -> str | None:
+    return shutil.which("ssh")
+
+
+def ssh_argv(board: Board) -> list[str]:
+    """``ssh`` to the board with edgekit's policy and the board file's address; ~/.ssh/config is not read."""
+    exe = ssh_binary()
+    if exe is None:
+        raise EdgekitError("OpenSSH's ssh client is not installed.")
+    argv = [exe, "-F", "/dev/null", "-p", str(board.port), "-l", board.user, "-o", "BatchMode=yes",
+            "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", "-o", "ServerAliveInterval=30",
+            *openssh_options(board)]
+    if board.key_path() is not None:
+        argv += ["-i", str(board.key_path())]
+    return [*argv, board.host]

@@ -11,6 +11,7 @@ from typing import Any
 
 import paramiko
 
+from edgekit.remote.mux import MuxRunner, ProcStream
 from edgekit.remote.runner import LocalRunner, SshRunner
 
 
@@ -26,6 +27,8 @@ class HttpResponse:
 def _open(runner: SshRunner | LocalRunner, port: int, timeout: float) -> Any:
     if isinstance(runner, LocalRunner):
         return socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    if isinstance(runner, MuxRunner):  # through the board's OpenSSH master; a closed port reads as EOF
+        return ProcStream(runner.forward(port), timeout)
     transport = runner.conn.transport
     chan = transport.open_channel("direct-tcpip", ("127.0.0.1", port), ("127.0.0.1", 0), timeout=timeout)
     chan.settimeout(timeout)
@@ -56,6 +59,8 @@ def request(
         resp.begin()
         return HttpResponse(resp.status, resp.read())
     except (TimeoutError, OSError, http.client.HTTPException) as exc:
+        if isinstance(sock, ProcStream) and sock.refused():
+            raise ConnectionError(f"nothing answers on the board's port {port}") from None
         raise ConnectionError(f"the board's port {port} broke off the request ({exc})") from None
     finally:
         sock.close()

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import fcntl
 import os
+import select
 import shlex
+import subprocess
 import time
 from pathlib import Path
 
 from edgekit.errors import EdgekitError
+from edgekit.remote.mux import MuxRunner
 from edgekit.remote.runner import LocalRunner, SshRunner
 
 _LOCK_SH = 'mkdir -p "$1" && exec flock -w "$2" "$1/.deploy.lock" sh -c "echo locked; exec cat >/dev/null"'
@@ -23,13 +26,27 @@ class BoardLock:
     def __init__(self, runner: SshRunner | LocalRunner, base: str, wait_s: int = 0) -> None:
         self.runner, self.base, self.wait_s = runner, base, wait_s
         self._chan = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._fd: int | None = None
+
+    def _command(self) -> str:
+        return shlex.join(["sh", "-c", _LOCK_SH, "edgekit-lock", self.base, str(self.wait_s)])
+
+    def _refused(self, code: int | None, stderr: bytes) -> EdgekitError:
+        if code == 127 or b"not found" in stderr:
+            return EdgekitError(f"Board {self.runner.name!r} has no `flock` (util-linux); install it there.")
+        return EdgekitError(
+            f"Another deploy holds board {self.runner.name!r} ({self.base}/.deploy.lock); "
+            "wait for it to finish or pass --wait SECONDS."
+        )
 
     def __enter__(self) -> BoardLock:
         if isinstance(self.runner, LocalRunner):
             return self._local()
+        if isinstance(self.runner, MuxRunner):
+            return self._session()
         chan = self.runner.conn.transport.open_session()
-        chan.exec_command(shlex.join(["sh", "-c", _LOCK_SH, "edgekit-lock", self.base, str(self.wait_s)]))
+        chan.exec_command(self._command())
         buf = b""
         deadline = time.monotonic() + self.wait_s + 30
         while b"\n" not in buf and time.monotonic() < deadline:
@@ -42,13 +59,30 @@ class BoardLock:
         if not buf.startswith(b"locked"):
             code = chan.recv_exit_status() if chan.exit_status_ready() else None
             chan.close()
-            if code == 127 or b"not found" in chan.recv_stderr(4096):
-                raise EdgekitError(f"Board {self.runner.name!r} has no `flock` (util-linux); install it there.")
-            raise EdgekitError(
-                f"Another deploy holds board {self.runner.name!r} ({self.base}/.deploy.lock); "
-                "wait for it to finish or pass --wait SECONDS."
-            )
+            raise self._refused(code, chan.recv_stderr(4096))
         self._chan = chan
+        return self
+
+    def _session(self) -> BoardLock:
+        # A session of the board's OpenSSH master. Not tied to this thread (the fleet locks from worker
+        # threads that end): if edgekit dies, the kernel closes the pipe, ssh sends EOF, `cat` ends.
+        assert isinstance(self.runner, MuxRunner)
+        proc = self.runner.session(self._command())
+        assert proc.stdout is not None and proc.stderr is not None
+        line = b""
+        deadline = time.monotonic() + self.wait_s + 30
+        while not line.endswith(b"\n") and (left := deadline - time.monotonic()) > 0:
+            if not select.select([proc.stdout], [], [], left)[0]:
+                break
+            byte = os.read(proc.stdout.fileno(), 1)
+            if not byte:
+                break
+            line += byte
+        if not line.startswith(b"locked"):
+            proc.kill()
+            _, err = proc.communicate()
+            raise self._refused(proc.returncode, err)
+        self._proc = proc
         return self
 
     def _local(self) -> BoardLock:
@@ -67,6 +101,13 @@ class BoardLock:
                 time.sleep(0.2)
 
     def __exit__(self, *exc: object) -> None:
+        if self._proc is not None:
+            self._proc.stdin.close()  # type: ignore[union-attr]  # EOF to `cat`: the remote flock ends
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
         if self._chan is not None:
             self._chan.shutdown_write()  # EOF to `cat`: the remote flock ends
             self._chan.close()

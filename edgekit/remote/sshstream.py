@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
 import threading
 from collections.abc import Callable
@@ -24,7 +23,7 @@ from pathlib import Path
 from edgekit.config.boardfile import Board
 from edgekit.errors import EdgekitError
 from edgekit.remote import child
-from edgekit.remote.connection import CONNECT_TIMEOUT_S, openssh_options
+from edgekit.remote.connection import ssh_argv
 
 # argv: store, sha, size, offset, x|-; stdin: bytes offset..size of the blob. Prints "ok" once the blob is
 # placed, else its digest ("short" when the part holds less than offset bytes); exit 3 if the stream is cut.
@@ -97,23 +96,6 @@ if digest == sha:
     digest = "ok"
 print(digest, flush=True)
 """
-
-
-def ssh_binary() -> str | None:
-    return shutil.which("ssh")
-
-
-def ssh_argv(board: Board) -> list[str]:
-    """``ssh`` to the board with edgekit's policy and the board file's address; ~/.ssh/config is not read."""
-    exe = ssh_binary()
-    if exe is None:
-        raise EdgekitError("OpenSSH's ssh client is not installed.")
-    argv = [exe, "-F", "/dev/null", "-p", str(board.port), "-l", board.user, "-o", "BatchMode=yes",
-            "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", "-o", "ServerAliveInterval=30",
-            *openssh_options(board)]
-    if board.key_path() is not None:
-        argv += ["-i", str(board.key_path())]
-    return [*argv, board.host]
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from rich.progress import (
 from edgekit.errors import EdgekitError
 from edgekit.remote import fastsftp, sshstream
 from edgekit.remote.boardscripts import HASH_SH, HOME_SH, INVENTORY_SH, VERIFY_PY
+from edgekit.remote.connection import ssh_binary
 from edgekit.remote.runner import SshRunner
 
 STORE_DIR = "store"
@@ -407,7 +408,7 @@ def push_blobs(
                 push.sftp.remove(push.part(b))
         stream = verify == "stream" or (verify == "auto" and inv.python3)
         # OpenSSH carries the bytes when it can (python3 on the board hashes them as they land).
-        openssh = verify == "openssh" or (verify == "auto" and inv.python3 and sshstream.ssh_binary() is not None)
+        openssh = verify == "openssh" or (verify == "auto" and inv.python3 and ssh_binary() is not None)
         if verify == "openssh" and not inv.python3:
             raise EdgekitError(f"Board {runner.name!r} has no python3 to receive an OpenSSH stream.")
         for _ in range(2):

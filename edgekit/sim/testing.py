@@ -60,6 +60,11 @@ class SimBoard:
             rc = out.channel.recv_exit_status()
             return RunResult(rc, out.read().decode(errors="replace"), err.read().decode(errors="replace"))
 
+    def logins(self) -> int:
+        """SSH connections the board's sshd has accepted so far (its log, `sshd -e`)."""
+        log = self.dir / "sshd.log"
+        return log.read_text(errors="replace").count("Accepted publickey") if log.exists() else 0
+
     def power(self) -> dict[str, float]:
         """Watts per rail, read from the board's sysfs files."""
         return read_power(self.root)
