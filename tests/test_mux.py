@@ -64,9 +64,9 @@ def test_a_master_that_cannot_be_made_says_why_in_one_sentence(sim_boards, tmp_p
         dead = s.getsockname()[1]
     with mux.control_dir() as control:
         with pytest.raises(EdgekitError, match=r"Cannot reach board 'x' .*Connection refused\.$"):
-            mux.MuxRunner(entry.model_copy(update={"port": dead}), "x", control)
+            mux.MuxRunner(entry.model_copy(update={"port": dead}), "x", control).run(["true"])
         # An unknown host key: the same sentence as edgekit's own connections, with the offered fingerprint.
         with pytest.raises(EdgekitError, match=r"is not trusted yet: its host key ssh-ed25519 SHA256:"):
             mux.MuxRunner(entry.model_copy(update={"known_hosts": str(tmp_path / "empty_known_hosts")}), "x",
-                          control)
+                          control).run(["true"])
         assert list(control.iterdir()) == []

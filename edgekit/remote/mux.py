@@ -6,10 +6,11 @@ a key exchange and an sshd process tree on the cores the boards share. Here edge
 itself, at the control path Ansible computes (``<dir>/%C``: a hash of this host, the board's host, port
 and user), and runs its commands as sessions of it; Ansible's ssh finds the socket and multiplexes too.
 
-The master is made with the same policy as every edgekit connection (``openssh_options``: only the
-pinned host key, only the board's key). When it cannot be made, paramiko connects once more to say why
-in the same sentence `edgekit deploy` would. What needs paramiko itself (SFTP for on-board builds, the
-sysroot stream) opens its connection on first use.
+The master is made by the first command (the probe: one process, one round trip) with the same policy
+as every edgekit connection (``openssh_options``: only the pinned host key, only the board's key). When
+it cannot be made, paramiko connects once more to say why in the sentence `edgekit deploy` would (a
+host that does not answer is named from ssh's own message). What needs paramiko itself (SFTP for
+on-board builds, the sysroot stream) opens its connection on first use.
 """
 
 from __future__ import annotations
@@ -44,37 +45,15 @@ class MuxRunner(SshRunner):
         # Not SshRunner.__init__: that opens the paramiko connection this runner exists to avoid.
         self.name, self.board = name, board
         self._conn: Connection | None = None
+        self._connected = False
         full = ssh_argv(board)
         self._ssh = [*full[:-1], "-o", f"ControlPath={control_dir}/{CONTROL_NAME}",
                      "-o", f"ControlPersist={PERSIST}", "-o", "ServerAliveInterval=15"]
         self._host = full[-1]
-        self._start_master()
-
-    def _start_master(self) -> None:
-        # -f -N: the master backgrounds itself once authenticated (its stdio on /dev/null), so this returns.
-        try:
-            proc = subprocess.run([*self._ssh, "-o", "ControlMaster=yes", "-f", "-N", self._host],
-                                  capture_output=True, text=True, timeout=CONNECT_TIMEOUT_S + 20,
-                                  stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            where = f"{self.board.user}@{self.board.host}:{self.board.port}"
-            raise EdgekitError(f"Board {self.name!r} ({where}) did not answer within {CONNECT_TIMEOUT_S} s.") from None
-        if proc.returncode == 0:
-            return
-        why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-        where = f"{self.board.user}@{self.board.host}:{self.board.port}"
-        if why.startswith("ssh: connect to host") or why.startswith("ssh: Could not resolve"):
-            reason = why.rsplit(": ", 1)[-1]
-            if "timed out" in reason:
-                raise EdgekitError(f"Board {self.name!r} ({where}) did not answer within {CONNECT_TIMEOUT_S} s.")
-            raise EdgekitError(f"Cannot reach board {self.name!r} ({where}): {reason}.")
-        # A host that answered (changed or unknown host key, refused key): paramiko connects once more for the
-        # sentence `edgekit deploy` gives, with the offered key's fingerprint; if it gets in, say what ssh said.
-        open_connection(self.board, self.name).close()
-        raise EdgekitError(f"OpenSSH to board {self.name!r} ({where}) failed: {why}.")
 
     def argv(self, command: str, *ssh_options: str) -> list[str]:
-        """ssh argv running ``command`` (one shell string) as a session of the master."""
+        """ssh argv running ``command`` (one shell string) as a session of the master; the first one run
+        (the fleet's probe) makes the master, in the same process and round trip."""
         return [*self._ssh, "-o", "ControlMaster=auto", *ssh_options, self._host, command]
 
     def run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None,
@@ -85,13 +64,28 @@ class MuxRunner(SshRunner):
                                   stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             raise EdgekitError(f"`{shlex.join(full)[:120]}` timed out on board {self.name!r}.") from None
-        if proc.returncode == 255 and not self.alive():
+        if proc.returncode == 255 and not self.alive():  # ssh's own failure, not the command's exit 255
             why = (proc.stderr.strip().splitlines() or ["the master connection ended"])[-1]
+            if not self._connected:
+                raise self._cannot_connect(why)
             raise EdgekitError(f"Lost the SSH connection to board {self.name!r}: {why}.")
+        self._connected = True
         result = Result(tuple(full), proc.returncode, proc.stdout, proc.stderr)
         if check and not result.ok:
             raise RemoteCommandError(self.name, result)
         return result
+
+    def _cannot_connect(self, why: str) -> EdgekitError:
+        where = f"{self.board.user}@{self.board.host}:{self.board.port}"
+        if why.startswith("ssh: connect to host") or why.startswith("ssh: Could not resolve"):
+            reason = why.rsplit(": ", 1)[-1]
+            if "timed out" in reason:
+                return EdgekitError(f"Board {self.name!r} ({where}) did not answer within {CONNECT_TIMEOUT_S} s.")
+            return EdgekitError(f"Cannot reach board {self.name!r} ({where}): {reason}.")
+        # A host that answered (changed or unknown host key, refused key): paramiko connects once more for the
+        # sentence `edgekit deploy` gives, with the offered key's fingerprint; if it gets in, say what ssh said.
+        open_connection(self.board, self.name).close()
+        return EdgekitError(f"OpenSSH to board {self.name!r} ({where}) failed: {why}.")
 
     def session(self, command: str, *ssh_options: str) -> subprocess.Popen[bytes]:
         """A long session (stdin and stdout pipes), e.g. the deploy lock; it ends when its stdin closes."""
