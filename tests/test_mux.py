@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from pathlib import Path
@@ -18,8 +19,6 @@ from edgekit.remote.probe import probe
 
 
 def _entry(board_name: str) -> Board:
-    import os
-
     return Boards(Path(os.environ["EDGEKIT_CONFIG"])).load().boards[board_name]
 
 

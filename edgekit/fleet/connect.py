@@ -47,7 +47,7 @@ class Fleet:
     targets: dict[str, Target] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
     control: Path | None = None  # the masters' control dir: hand it to run_playbook
-    _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, init=False, repr=False)
 
     def _open(self, name: str) -> Target:
         board = self.boards[name]

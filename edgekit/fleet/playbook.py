@@ -142,21 +142,16 @@ def run_playbook(
     ``control``: the control dir whose SSH masters the plays use (the fleet's, opened by edgekit before
     the run, closed by its owner); None: a dir of the run's own.
     """
-    with contextlib.ExitStack() as stack:
-        if control is None:
-            control = stack.enter_context(mux.control_dir())
-        return _run(playbook, inventory, extra_vars, limit, forks, check, on_line, color, control)
-
-
-def _run(playbook: str, inventory: dict[str, Any], extra_vars: dict[str, Any], limit: Sequence[str], forks: int,
-         check: bool, on_line: Callable[[str], None] | None, color: bool, control: Path) -> PlaybookRun:
     ansible_version()
     root = ansible_dir()
-    work = Path(tempfile.mkdtemp(prefix="edgekit-fleet-"))
     log_dir = cache_dir() / "fleet"
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"{Path(playbook).stem}.log"
+    work = Path(tempfile.mkdtemp(prefix="edgekit-fleet-"))
+    own = contextlib.ExitStack()  # the run's own control dir, when the caller has none
     try:
+        if control is None:
+            control = own.enter_context(mux.control_dir())
         (work / "inventory.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
         plan = work / "plan.json"
         plan.write_text(dump_vars(extra_vars))
@@ -194,3 +189,4 @@ def _run(playbook: str, inventory: dict[str, Any], extra_vars: dict[str, Any], l
         return PlaybookRun(playbook, proc.returncode, round(seconds, 2), report, log)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        own.close()

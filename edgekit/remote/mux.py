@@ -51,10 +51,12 @@ class MuxRunner(SshRunner):
                      "-o", f"ControlPersist={PERSIST}", "-o", "ServerAliveInterval=15"]
         self._host = full[-1]
 
-    def argv(self, command: str, *ssh_options: str) -> list[str]:
-        """ssh argv running ``command`` (one shell string) as a session of the master; the first one run
-        (the fleet's probe) makes the master, in the same process and round trip."""
-        return [*self._ssh, "-o", "ControlMaster=auto", *ssh_options, self._host, command]
+    def argv(self, *tail: str) -> list[str]:
+        """ssh argv for a session of the master (``tail``: one shell command string, or ``-W host:port``
+        before the host); the first one run (the fleet's probe) makes the master, in the same process."""
+        if tail[:1] == ("-W",):
+            return [*self._ssh, "-o", "ControlMaster=auto", *tail, self._host]
+        return [*self._ssh, "-o", "ControlMaster=auto", self._host, *tail]
 
     def run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None,
             env: Mapping[str, str] | None = None) -> Result:
@@ -87,15 +89,13 @@ class MuxRunner(SshRunner):
         open_connection(self.board, self.name).close()
         return EdgekitError(f"OpenSSH to board {self.name!r} ({where}) failed: {why}.")
 
-    def session(self, command: str, *ssh_options: str) -> subprocess.Popen[bytes]:
+    def session(self, command: str) -> subprocess.Popen[bytes]:
         """A long session (stdin and stdout pipes), e.g. the deploy lock; it ends when its stdin closes."""
-        return subprocess.Popen(self.argv(command, *ssh_options), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
+        return _piped(self.argv(command))
 
     def forward(self, port: int) -> subprocess.Popen[bytes]:
         """stdin/stdout joined to 127.0.0.1:``port`` on the board (ssh -W, a direct-tcpip channel)."""
-        return subprocess.Popen([*self._ssh, "-o", "ControlMaster=auto", "-W", f"127.0.0.1:{port}", self._host],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        return _piped(self.argv("-W", f"127.0.0.1:{port}"))
 
     def alive(self) -> bool:
         return subprocess.run([*self._ssh, "-O", "check", self._host], capture_output=True,
@@ -112,6 +112,10 @@ class MuxRunner(SshRunner):
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _piped(argv: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 class ProcStream:
