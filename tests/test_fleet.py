@@ -343,6 +343,52 @@ def test_deploy_and_ansible_leave_identical_boards(sim_session) -> None:
     assert again.returncode == 0 and not json.loads(again.stdout)["changed"]
 
 
+def _is_playbook(proc: psutil.Process) -> bool:
+    try:
+        return "ansible-playbook" in " ".join(proc.cmdline()[:2])
+    except psutil.Error:  # an ssh that has just ended
+        return False
+
+
+def test_a_killed_rollout_keeps_its_boards_locked_until_its_playbook_has_finished_them(sim_session) -> None:
+    # SIGKILL (a CI timeout, the OOM killer) ends edgekit, not the playbook it started: that playbook must not
+    # die at its next output line (leaving the board between two tasks), and no deploy may take the board while
+    # it still works there. It finishes the rollout under the lock, which is free once it has ended.
+    from edgekit.remote import mux
+
+    (board,) = sim_session.boards(1, fresh=True)
+    env = {**os.environ, **sim_session.env, "EDGEKIT_LLAMA_SRC": str(sdist_or_skip())}
+    run = subprocess.Popen([sys.executable, "-m", "edgekit", "fleet", "rollout", "--recipe", "sim-tiny-mtp",
+                            "--group", board.name, "--no-canary"], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    edgekit_proc, playbook = psutil.Process(run.pid), None
+    while playbook is None:
+        assert run.poll() is None, "the rollout ended before its playbook started"
+        playbook = next((c for c in edgekit_proc.children() if _is_playbook(c)), None)
+    playbook.suspend()  # held where it is, so the deploy below meets it mid-run
+    control = Path(playbook.environ()["ANSIBLE_SSH_CONTROL_PATH_DIR"])
+    work = Path(playbook.cmdline()[playbook.cmdline().index("-i") + 1]).parent
+    try:
+        run.kill()
+        run.wait()
+        res = edgekit(env, "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp")
+        assert res.returncode != 0 and "Another deploy holds board" in res.stderr, res.stderr[-2000:]
+    finally:
+        playbook.resume()
+    try:
+        playbook.wait(600)
+        release = (board.base / "serving").read_text().strip()  # finished: activated, serving, switched
+        assert os.readlink(board.base / "current") == f"releases/{release}"
+        assert complete(board.service_port)["tokens_predicted"] > 0
+        again = edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp")  # lock free
+        assert again.returncode == 0, again.stderr[-2000:]
+        assert json.loads(again.stdout)["release"] == release and not json.loads(again.stdout)["changed"]
+    finally:
+        mux.close_masters(control)  # the killed run's: its owner is gone
+        shutil.rmtree(control, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def test_ansible_rolls_out_litert_lm_and_vllm_releases_health_checks_them_and_rolls_back(sim_session) -> None:
     """Every engine's release through the same roles: the board-side health check speaks the engine's
     dialect (llama-style /completion for LiteRT-LM's front, /v1/completions + /metrics for vLLM)."""

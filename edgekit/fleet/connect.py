@@ -1,8 +1,9 @@
 """Before a fleet run: connect to every selected board at once, probe it, and take its deploy lock.
 
 The probe is the run's only fact gathering (the plays gather none). The lock is edgekit's own
-(edgekit.remote.lock): held by this process for the whole playbook, so `edgekit deploy` and a
-fleet run never work on one board together, and a killed run frees every board. A board that
+(edgekit.remote.lock): held by this process and the playbook it runs, so `edgekit deploy` and a
+fleet run never work on one board together; a killed run frees every board once its playbook has
+ended (a playbook left running finishes under the locks, never beside a deploy). A board that
 cannot be reached, probed or locked is reported with its reason and left out of the run.
 
 Each board gets one SSH connection for the whole run: an OpenSSH master in the fleet's control dir
@@ -79,6 +80,11 @@ class Fleet:
                     self.failed[name] = f"{type(exc).__name__}: {exc}"
         self.targets = {n: self.targets[n] for n in names if n in self.targets}  # board-file order
         return self
+
+    def lock_fds(self) -> list[int]:
+        """What keeps the boards' locks held, for the playbook to inherit (run_playbook's ``hold``): if edgekit
+        is killed, each board stays locked until the playbook working on it has ended."""
+        return [fd for t in self.targets.values() if t.lock is not None and (fd := t.lock.holder_fd()) is not None]
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:

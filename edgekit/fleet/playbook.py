@@ -116,6 +116,27 @@ def dump_vars(data: dict[str, Any]) -> str:
 # ------------------------------------------------------------------------------------- running
 
 
+def _follow(log: Path, proc: subprocess.Popen[bytes], on_line: Callable[[str], None] | None) -> None:
+    """Hand each line the playbook writes to ``log`` to ``on_line`` as it comes, until the playbook ends."""
+    if on_line is None:
+        return
+    with open(log, encoding="utf-8", errors="replace", newline="") as fh:
+        partial = ""
+        while True:
+            ended = proc.poll() is not None  # before the read: what it wrote before ending is read below
+            chunk = fh.read()
+            lines = (partial + chunk).split("\n")
+            partial = lines.pop()
+            for line in lines:
+                on_line(line.rstrip("\r"))
+            if ended:
+                if partial:
+                    on_line(partial)
+                return
+            if not chunk:
+                time.sleep(0.02)
+
+
 @dataclass
 class PlaybookRun:
     playbook: str
@@ -136,11 +157,13 @@ def run_playbook(
     on_line: Callable[[str], None] | None = None,
     color: bool = False,
     control: Path | None = None,
+    hold: Sequence[int] = (),
 ) -> PlaybookRun:
     """``ansible-playbook <playbook> -i <inventory> -e @<plan> --limit <boards>``; never raises for a board.
 
     ``control``: the control dir whose SSH masters the plays use (the fleet's, opened by edgekit before
-    the run, closed by its owner); None: a dir of the run's own.
+    the run, closed by its owner); None: a dir of the run's own. ``hold``: descriptors the playbook inherits
+    and keeps open while it runs (the boards' locks, Fleet.lock_fds).
     """
     ansible_version()
     root = ansible_dir()
@@ -166,14 +189,15 @@ def run_playbook(
                "EDGEKIT_FLEET_REPORT": str(work / "report.json"), "ANSIBLE_FORCE_COLOR": "1" if color else "0",
                "ANSIBLE_NOCOLOR": "0" if color else "1", "PYTHONUNBUFFERED": "1"}
         start = time.monotonic()
-        with open(log, "w") as log_fh, subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                text=True, env=env, cwd=root) as proc:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                log_fh.write(line)
-                if on_line is not None:
-                    on_line(line.rstrip("\n"))
+        # The output goes to the log, not through a pipe of ours: if edgekit is killed, the playbook must not
+        # die at its next line (a board left between two tasks); with ``hold`` it keeps the locks until it ends.
+        with open(log, "w") as log_fh:
+            proc = subprocess.Popen(argv, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=env, cwd=root, pass_fds=tuple(hold))
+        try:
+            _follow(log, proc, on_line)
+        finally:
+            proc.wait()  # also on Ctrl-C, which reached the playbook too: it ends its own way
         seconds = time.monotonic() - start
         if os.environ.get("EDGEKIT_FLEET_KEEP"):  # debugging: keep the inventory and plan to rerun by hand
             keep = Path(os.environ["EDGEKIT_FLEET_KEEP"])

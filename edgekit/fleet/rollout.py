@@ -119,7 +119,7 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
                       f"forks {forks}{', check mode' if options.check else ''}[/dim]")
         run = run_playbook("rollout.yml", run_inventory(data, limit, run_canary), extra, limit, forks=forks,
                            check=options.check, on_line=_printer(console, quiet), color=console.is_terminal,
-                           control=fleet.control)
+                           control=fleet.control, hold=fleet.lock_fds())
     hosts = run.report.get("hosts") or {}
     for name, host in hosts.items():  # a success sets no stats: its report is made here (failures set theirs)
         if not host.get("failures") and not host.get("unreachable") and not host.get("data"):
@@ -161,7 +161,7 @@ def rollback(board_file: Path, group: str | None, to: str | None, batches: list[
                 extra["edgekit_rollback_to"] = to
             run = run_playbook("rollback.yml", inv.render(data, limit), extra, limit,
                                forks=largest_batch(batches, len(limit)), on_line=_printer(console, quiet),
-                               color=console.is_terminal, control=fleet.control)
+                               color=console.is_terminal, control=fleet.control, hold=fleet.lock_fds())
     summary = summarize("rollback", names, run.report if run else {}, fleet.failed)
     summary.seconds = round(time.monotonic() - start, 2)
     return summary

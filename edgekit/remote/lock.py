@@ -2,7 +2,8 @@
 
 The lock is held by a remote `flock … cat` reading our channel; if edgekit dies (even SIGKILL),
 sshd closes the channel, `cat` ends and the lock is released, so a killed deploy never wedges
-the board.
+the board. A process edgekit starts to work on the board (the fleet's ansible-playbook) can hold the
+lock too (``holder_fd``): it is released only when both have ended.
 """
 
 from __future__ import annotations
@@ -84,6 +85,14 @@ class BoardLock:
             raise self._refused(proc.returncode, err)
         self._proc = proc
         return self
+
+    def holder_fd(self) -> int | None:
+        """A descriptor that keeps the lock held while any process has it open (pass it to a child that
+        works on the board, so the lock outlives a killed edgekit until that child ends): the write end
+        of the lock session's stdin, or the local lock file. None for a paramiko channel."""
+        if self._proc is not None and self._proc.stdin is not None:
+            return self._proc.stdin.fileno()
+        return self._fd
 
     def _local(self) -> BoardLock:
         base = Path(os.path.expanduser(self.base))
