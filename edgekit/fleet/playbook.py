@@ -189,15 +189,18 @@ def run_playbook(
                "EDGEKIT_FLEET_REPORT": str(work / "report.json"), "ANSIBLE_FORCE_COLOR": "1" if color else "0",
                "ANSIBLE_NOCOLOR": "0" if color else "1", "PYTHONUNBUFFERED": "1"}
         start = time.monotonic()
-        # The output goes to the log, not through a pipe of ours: if edgekit is killed, the playbook must not
-        # die at its next line (a board left between two tasks); with ``hold`` it keeps the locks until it ends.
-        with open(log, "w") as log_fh:
-            proc = subprocess.Popen(argv, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        # The output goes to a file of the run's, not through a pipe of ours: if edgekit is killed, the playbook
+        # must not die at its next line (a board left between two tasks); with ``hold`` it keeps the locks until
+        # it ends. The run's own file, so two runs at once each follow theirs; the last one is kept as ``log``.
+        live = work / "playbook.log"
+        with open(live, "w") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     env=env, cwd=root, pass_fds=tuple(hold))
         try:
-            _follow(log, proc, on_line)
+            _follow(live, proc, on_line)
         finally:
             proc.wait()  # also on Ctrl-C, which reached the playbook too: it ends its own way
+            shutil.copyfile(live, log)
         seconds = time.monotonic() - start
         if os.environ.get("EDGEKIT_FLEET_KEEP"):  # debugging: keep the inventory and plan to rerun by hand
             keep = Path(os.environ["EDGEKIT_FLEET_KEEP"])
