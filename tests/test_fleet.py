@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -365,6 +366,7 @@ def test_a_killed_rollout_keeps_its_boards_locked_until_its_playbook_has_finishe
     while playbook is None:
         assert run.poll() is None, "the rollout ended before its playbook started"
         playbook = next((c for c in edgekit_proc.children() if _is_playbook(c)), None)
+        time.sleep(0.01)
     playbook.suspend()  # held where it is, so the deploy below meets it mid-run
     control = Path(playbook.environ()["ANSIBLE_SSH_CONTROL_PATH_DIR"])
     work = Path(playbook.cmdline()[playbook.cmdline().index("-i") + 1]).parent
