@@ -13,7 +13,7 @@ sshd, llama-server and Python share its cores with Ansible: fan-out is bounded b
 not by a network. The build and the models come from edgekit's cache (warm after the first size).
 
 The CPU of each rollout is reported in two parts: the controller's (edgekit, ansible-playbook and its
-workers, the ssh clients) and the simulated boards' (each board's sshd with every session process it
+workers, the ssh clients and masters) and the simulated boards' (each board's sshd with every session process it
 reaped — shells, tar, python3, the systemctl stand-in — and its services' supervisors and llama-servers),
 which on a real fleet runs on the boards themselves. "per extra board" is what one more board adds to
 each (wall, board CPU, controller CPU), against the first size. With the cores busy, 8 ≤ 2× 1 needs an
