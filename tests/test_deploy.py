@@ -55,7 +55,7 @@ def status(board: str) -> dict:
 
 
 def recipe_variant(tmp: Path, base: str, name: str, **runtime: object) -> Path:
-    data = yaml.safe_load((REPO / "recipes" / f"{base}.yaml").read_text())
+    data = yaml.safe_load((REPO / "edgekit" / "data" / "recipes" / f"{base}.yaml").read_text())
     data["name"] = name
     data["runtime"].update(runtime)
     path = tmp / f"{name}.yaml"

@@ -55,7 +55,7 @@ def server_process(board: SimBoard) -> psutil.Process:
 
 
 def variant(tmp: Path, name: str, **runtime: object) -> Path:
-    data = yaml.safe_load((REPO / "recipes" / "sim-tiny-mtp.yaml").read_text())
+    data = yaml.safe_load((REPO / "edgekit" / "data" / "recipes" / "sim-tiny-mtp.yaml").read_text())
     data["name"] = name
     data["runtime"].update(runtime)
     path = tmp / f"{name}.yaml"

@@ -35,7 +35,7 @@ def greedy(port: int, model: str, prompt: str = "The three primary colours are",
 
 
 def variant(tmp: Path, name: str, drafter: bool = True, **vllm: object) -> Path:
-    data = yaml.safe_load((REPO / "recipes" / "sim-tiny-mtp-vllm.yaml").read_text())
+    data = yaml.safe_load((REPO / "edgekit" / "data" / "recipes" / "sim-tiny-mtp-vllm.yaml").read_text())
     data["name"] = name
     if not drafter:
         data.pop("drafter")

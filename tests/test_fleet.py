@@ -53,7 +53,7 @@ def complete(port: int, n: int = 8) -> dict[str, Any]:
 
 
 def variant(tmp: Path, **runtime: object) -> str:
-    data = yaml.safe_load((REPO / "recipes" / "sim-tiny-mtp.yaml").read_text())
+    data = yaml.safe_load((REPO / "edgekit" / "data" / "recipes" / "sim-tiny-mtp.yaml").read_text())
     data["runtime"].update(runtime)
     path = tmp / f"sim-tiny-mtp-{hashlib.sha256(repr(sorted(runtime.items())).encode()).hexdigest()[:8]}.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -431,7 +431,7 @@ def test_ansible_health_checks_the_published_structure_through_its_template_with
     for a release with an mmproj, one image and one second of audio, each answered."""
     (board,) = sim_session.boards(1, fresh=True)
     env = {**os.environ, **sim_session.env}
-    data = yaml.safe_load((REPO / "recipes" / "sim-e2b-mtp.yaml").read_text())
+    data = yaml.safe_load((REPO / "edgekit" / "data" / "recipes" / "sim-e2b-mtp.yaml").read_text())
     data["convert"]["litert"] = False
     recipe = tmp_path / "sim-e2b-mtp.yaml"
     recipe.write_text(yaml.safe_dump(data))

@@ -153,8 +153,8 @@ def test_ansible_lint_production_profile_is_clean() -> None:
     lint = shutil.which("ansible-lint") or str(Path(sys.executable).with_name("ansible-lint"))
     if not Path(lint).is_file():
         pytest.skip("ansible-lint is not installed (pip install ansible-lint)")
-    res = subprocess.run([lint, "--offline", "--nocolor"], cwd=REPO / "ansible", capture_output=True, text=True,
-                         timeout=300, check=False)
+    res = subprocess.run([lint, "--offline", "--nocolor"], cwd=REPO / "edgekit" / "data" / "ansible",
+                         capture_output=True, text=True, timeout=300, check=False)
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     assert "production" in res.stdout + res.stderr
 

@@ -1,6 +1,6 @@
 """`edgekit history`: the results adapter, the SQLite store (two concurrent writers), plots, export, CLI.
 
-`make_doc` builds schema-valid results documents (docs/results-schema.json) with chosen
+`make_doc` builds schema-valid results documents (edgekit/data/results-schema.json) with chosen
 per-repetition values; the gate tests import it too.
 """
 

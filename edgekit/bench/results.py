@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from edgekit.bench.stats import Estimate, estimate
+from edgekit.resources import results_schema_file
 
 SCHEMA_ID = "https://edgekit.dev/schemas/bench-results-1.json"
 SCHEMA_VERSION = "edgekit-bench/1"
-SCHEMA_FILE = Path(__file__).resolve().parents[2] / "docs" / "results-schema.json"
+SCHEMA_FILE = results_schema_file()
 
 
 def _est(values: Iterable[float | None]) -> dict[str, Any] | None:
@@ -210,7 +210,7 @@ def schema() -> dict[str, Any]:
 
 
 def validate(doc: dict[str, Any]) -> None:
-    """Raise jsonschema.ValidationError when ``doc`` does not follow docs/results-schema.json."""
+    """Raise jsonschema.ValidationError when ``doc`` does not follow edgekit/data/results-schema.json."""
     import jsonschema
 
     jsonschema.validate(doc, schema())

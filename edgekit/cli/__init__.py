@@ -16,52 +16,64 @@ from edgekit import __version__
 from edgekit.cli.app import App
 from edgekit.errors import EdgekitError
 
-# name → module under edgekit.cli that defines a click command of the same name (hatch style).
-COMMANDS = {
-    "boards": "boards",
-    "board": "board",
-    "recipes": "recipes",
-    "sim": "sim",
-    "doctor": "doctor",
-    "build": "build",
-    "convert": "convert",
-    "repack": "convert",
-    "verify": "convert",
-    "deploy": "deploy",
-    "rollback": "deploy",
-    "status": "deploy",
-    "push": "push",
-    "demo": "demo",
-    "fleet": "fleet",
-    "bench": "bench",
-    "tune": "bench",
-    "drafter": "drafter",
-    "history": "history",
-    "gate": "history",
+# The one table of commands: name → (module under edgekit.cli, the object there, the line `--help` shows).
+# Nothing is imported to list them (hatch style); a command's module is imported when it runs.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "demo": ("demo", "demo", "Simulated board up → probe → deploy → a completion you can paste."),
+    "doctor": ("doctor", "doctor", "What this workstation lacks for each stage, and what to install."),
+    "boards": ("boards", "boards", "The boards in the board file."),
+    "board": ("board", "board", "One board: probe it, trust its host key."),
+    "recipes": ("recipes", "recipes", "Recipes: where each comes from, validated; show one resolved."),
+    "sim": ("sim", "sim", "Simulated Jetson boards on this machine (real sshd on 127.0.0.1)."),
+    "build": ("build", "build", "Build llama.cpp for a board (cross, or on the board), cached."),
+    "convert": ("convert", "convert", "Convert a recipe's target and drafter to GGUF / LiteRT, into the store."),
+    "repack": ("convert", "repack", "Exact Q4_0 repack of QAT weights (bit-identical)."),
+    "verify": ("convert", "verify", "KL and top-1 agreement of a recipe's GGUF against its checkpoint."),
+    "push": ("push", "push", "Send a recipe's release to a board, verified, without activating it."),
+    "deploy": ("deploy", "deploy", "Build, convert, push and activate a recipe on a board; roll back if unhealthy."),
+    "status": ("deploy", "status", "A board's releases, what it serves, and its health."),
+    "rollback": ("deploy", "rollback", "Switch a board back to its previous release."),
+    "bench": ("bench", "bench", "Measure a board's release with and without its drafter (tok/s, W, J/token)."),
+    "tune": ("bench", "tune", "Sweep drafting settings on the board and deploy the best."),
+    "drafter": ("drafter", "drafter", "MTP drafters: re-fit them to the deployed target."),
+    "fleet": ("fleet", "fleet", "Roll releases out to groups of boards with Ansible."),
+    "history": ("history", "history", "Nightly results over time (SQLite)."),
+    "gate": ("history", "gate", "The regression gate over the history."),
+    "ci": ("ci", "ci", "The nightly on-device benchmark workflow, for your own repository."),
 }
 
 
+class CommandLoadError(EdgekitError):
+    """A listed command whose module cannot be imported: a broken install, said loudly."""
+
+
 class LazyGroup(click.Group):
-    """Imports a command's module only when that command runs, so `edgekit --help` stays fast."""
+    """Lists commands from COMMANDS without importing them; imports a command's module when it runs.
+
+    A command that fails to import is an error (never a command silently missing from `--help`)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(n for n in COMMANDS if self._load(n, quiet=True) is not None)
+        return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        return self._load(name)
+        return load_command(name) if name in COMMANDS else None
 
-    @staticmethod
-    def _load(name: str, quiet: bool = False) -> click.Command | None:
-        module_name = COMMANDS.get(name)
-        if module_name is None:
-            return None
-        try:
-            module = importlib.import_module(f"edgekit.cli.{module_name}")
-        except ModuleNotFoundError as exc:
-            if quiet and exc.name and exc.name.startswith("edgekit.cli."):
-                return None
-            raise
-        return getattr(module, name.replace("-", "_"), None)
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, short) for name, (_, _, short) in COMMANDS.items()])
+
+
+def load_command(name: str) -> click.Command:
+    module_name, attr, _ = COMMANDS[name]
+    try:
+        module = importlib.import_module(f"edgekit.cli.{module_name}")
+        command = getattr(module, attr)
+    except (ImportError, AttributeError) as exc:
+        raise CommandLoadError(f"The command {name!r} could not be loaded ({exc}); this edgekit install is "
+                               "broken: reinstall it.") from exc
+    if not isinstance(command, click.Command):
+        raise CommandLoadError(f"edgekit.cli.{module_name}.{attr} is not a click command.")
+    return command
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -138,7 +138,7 @@ def bench(app: App, board_name: str, recipe_name: str, out_dir: Path | None, con
     """Measure the deployed release on a board with and without its drafter: tok/s, TTFT, acceptance, J/token.
 
     The board's service is stopped while measuring (unless --shared) and started again afterwards,
-    also after Ctrl-C. Results: JSON first (docs/results-schema.json), then Markdown and PNGs.
+    also after Ctrl-C. Results: JSON first (edgekit/data/results-schema.json), then Markdown and PNGs.
     --engines llama.cpp,vllm,litert-lm measures those engines' releases on the board in one run.
     --backend litert-lm measures the recipe's .litertlm (target + MTP drafter) through LiteRT-LM instead.
     """

@@ -7,7 +7,8 @@ from rich.table import Table
 
 from edgekit.cli import json_option
 from edgekit.cli.app import App
-from edgekit.config.recipes import list_recipes, load_recipe
+from edgekit.config.recipe_lookup import list_recipes
+from edgekit.config.recipes import load_recipe
 
 
 @click.group()
@@ -21,17 +22,18 @@ def recipes() -> None:
 def list_(app: App) -> None:
     """List the known recipes."""
     items = []
-    for path in list_recipes():
-        r = load_recipe(str(path))
-        items.append({"name": r.name, "path": str(path), "description": r.description,
+    for found in list_recipes():
+        r = load_recipe(str(found.path))
+        items.append({"name": r.name, "path": str(found.path), "origin": found.origin, "from": found.describe(),
+                      "shadows": [str(p) for p in found.shadows], "description": r.description,
                       "drafter": r.drafter is not None, "spec_type": r.runtime.spec_type})
 
     def human() -> None:
         table = Table()
-        for col in ("name", "spec-type", "description"):
+        for col in ("name", "spec-type", "from", "description"):
             table.add_column(col)
         for i in items:
-            table.add_row(i["name"], i["spec_type"], i["description"])
+            table.add_row(i["name"], i["spec_type"], i["from"], i["description"])
         app.out.print(table)
 
     app.emit(items, human)
@@ -46,4 +48,5 @@ def show(app: App, recipe: str) -> None:
     r = load_recipe(recipe)
     data = r.model_dump(mode="json")
     data["source_file"] = r.source_file
+    data["from"] = r.origin
     app.emit(data, lambda: app.out.print_json(data=data))

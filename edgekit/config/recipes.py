@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Literal
@@ -11,8 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from edgekit.align.spec import AlignSpec
 from edgekit.config.names import check_name
+from edgekit.config.recipe_lookup import find_recipe
 from edgekit.config.yamlfile import load_model
-from edgekit.errors import EdgekitError
 from edgekit.tinymodels import SYNTHETIC_MAKERS
 
 SPEC_TYPES = (
@@ -201,6 +200,7 @@ class Recipe(BaseModel):
     bench: BenchSpec = Field(default_factory=BenchSpec)
     keep_releases: int = Field(3, ge=1, le=100)
     source_file: str | None = Field(None, exclude=True)
+    origin: str | None = Field(None, exclude=True)  # where the search path found it (recipe_lookup.ORIGINS)
 
     @field_validator("name")
     @classmethod
@@ -226,43 +226,10 @@ class Recipe(BaseModel):
         return Path(self.source_file).parent if self.source_file else Path.cwd()
 
 
-def recipe_dirs() -> list[Path]:
-    """$EDGEKIT_RECIPES (colon-separated), ./recipes, then the recipes shipped with edgekit."""
-    dirs = [Path(p) for p in os.environ.get("EDGEKIT_RECIPES", "").split(os.pathsep) if p]
-    dirs.append(Path("recipes"))
-    dirs.append(Path(__file__).resolve().parents[2] / "recipes")
-    return dirs
-
-
-def find_recipe(name_or_path: str) -> Path:
-    candidate = Path(name_or_path).expanduser()
-    if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
-        if not candidate.is_file():
-            raise EdgekitError(f"The recipe file {candidate} does not exist.")
-        return candidate
-    try:
-        check_name(name_or_path, "recipe name")
-    except ValueError as exc:
-        raise EdgekitError(str(exc)[0].upper() + str(exc)[1:] + ".") from None
-    for d in recipe_dirs():
-        path = d / f"{name_or_path}.yaml"
-        if path.is_file():
-            return path
-    known = sorted({p.stem for d in recipe_dirs() if d.is_dir() for p in d.glob("*.yaml")})
-    raise EdgekitError(f"No recipe named {name_or_path!r} (known recipes: {', '.join(known) or 'none'}).")
-
-
 def load_recipe(name_or_path: str) -> Recipe:
-    path = find_recipe(name_or_path)
-    recipe = load_model(Recipe, path, "recipe")
-    recipe.source_file = str(path.resolve())
+    """A recipe by name (the search path of edgekit.config.recipe_lookup) or by path, validated."""
+    found = find_recipe(name_or_path)
+    recipe = load_model(Recipe, found.path, "recipe")
+    recipe.source_file = str(found.path.resolve())
+    recipe.origin = found.describe()
     return recipe
-
-
-def list_recipes() -> list[Path]:
-    seen: dict[str, Path] = {}
-    for d in recipe_dirs():
-        if d.is_dir():
-            for p in sorted(d.glob("*.yaml")):
-                seen.setdefault(p.stem, p)
-    return [seen[k] for k in sorted(seen)]

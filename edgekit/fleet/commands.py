@@ -3,7 +3,7 @@
 Each mirrors one edgekit function (named beside it) and runs the same board-side scripts
 (edgekit.fleet.scripts, handed over in the plan as ``edgekit_fleet.scripts``), so a board updated
 by Ansible ends up exactly like one updated by `edgekit deploy`. The roles call them through the
-filters in ansible/plugins/filter/edgekit_commands.py: Ansible 2.19 compiles every template anew in
+filters in edgekit/data/ansible/plugins/filter/edgekit_commands.py: Ansible 2.19 compiles every template anew in
 each worker, and the same commands written as Jinja cost the controller ≈ 40 ms of CPU per board.
 Standard library only: Ansible's workers import this module.
 """

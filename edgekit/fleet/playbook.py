@@ -1,4 +1,4 @@
-"""Run one of edgekit's playbooks (ansible/playbooks/*.yml) with ansible-playbook, and read its report.
+"""Run one of edgekit's playbooks (edgekit/data/ansible/playbooks/*.yml) with ansible-playbook, and read its report.
 
 Each run gets its own directory: the rendered inventory, the plan (extra vars), the report the
 `edgekit_report` callback writes. The SSH control sockets (ControlMaster/ControlPersist) are the fleet's
@@ -27,18 +27,18 @@ import yaml
 from edgekit.errors import EdgekitError
 from edgekit.paths import cache_dir
 from edgekit.remote import mux
+from edgekit.resources import ansible_collection_dir
 
 SUPPORTED_SERIES = "2.19"  # serves JetPack 5 (Python 3.8) and JetPack 6/7 boards; 2.20+ refuses 3.8
 Batch = int | str
 
 
 def ansible_dir() -> Path:
-    """edgekit's ansible/ directory (the repository's; $EDGEKIT_ANSIBLE_DIR overrides)."""
-    env = os.environ.get("EDGEKIT_ANSIBLE_DIR")
-    path = Path(env) if env else Path(__file__).resolve().parents[2] / "ansible"
+    """The Ansible content edgekit ships in its package (the `edgekit.fleet` collection)."""
+    path = ansible_collection_dir()
     if not (path / "playbooks").is_dir():
-        raise EdgekitError(f"edgekit's Ansible playbooks are not in {path}; set EDGEKIT_ANSIBLE_DIR to the "
-                           "ansible/ directory of an edgekit checkout.")
+        raise EdgekitError(f"edgekit's Ansible playbooks are missing from {path}: this edgekit install is "
+                           "incomplete; reinstall it (pip install --force-reinstall edgekit-jetson wheel or checkout).")
     return path
 
 

@@ -1,4 +1,4 @@
-"""From a bench results document (docs/results-schema.json) to the per-repetition series we track.
+"""From a bench results document (edgekit/data/results-schema.json) to the per-repetition series we track.
 
 One series per (board, recipe, configuration, point, metric): tok/s and J/token for every
 configuration, draft acceptance for the configurations that draft. Values are the per-repetition
