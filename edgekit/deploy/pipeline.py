@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -21,6 +23,9 @@ from edgekit.remote.probe import BoardFacts, probe
 from edgekit.remote.runner import LocalRunner, SshRunner, runner_for
 from edgekit.remote.transfer import PushReport
 from edgekit.store import sha256_file
+
+if TYPE_CHECKING:
+    from edgekit.engines.base import EngineRelease
 
 Runner = SshRunner | LocalRunner
 
@@ -98,43 +103,109 @@ def choose_strategy(options: DeployOptions, facts: BoardFacts, plan: ReleasePlan
     return "in-place"
 
 
-def deploy(name: str, board: Board, recipe: Recipe, options: DeployOptions, console: Console,
-           on_step: Any = None, progress: Any = None) -> DeployReport:
-    from edgekit.engines import ReleaseContext, get_engine
+@dataclass
+class PushOutcome:
+    """`edgekit push`: a release's blobs on the board, verified, not activated."""
+
+    board: str
+    recipe: str
+    release: str
+    bytes_sent: int
+    blobs_sent: int
+    blobs_skipped: int
+    seconds: float
+    build: dict[str, Any] = field(default_factory=dict)
+    stages: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def headline(self) -> str:
+        return (f"{self.board}: {self.release} pushed, not activated — sent {self.bytes_sent / 1e6:.1f} MB "
+                f"({self.blobs_sent} blobs, {self.blobs_skipped} already there) in {self.seconds:.1f} s; "
+                f"`edgekit deploy --board {self.board} --recipe {self.recipe}` activates it")
+
+
+def _push_blobs(runner: Runner, base: str, plan: ReleasePlan, say: Any, progress: Any) -> PushReport:
     from edgekit.remote.transfer import push_blobs
 
-    say = on_step or (lambda msg: console.print(f"[dim]{name}: {msg}[/dim]"))
-    start = time.monotonic()
+    say(f"push {plan.payload_bytes / 1e6:.1f} MB of blobs (only what the board lacks is sent)")
+    if isinstance(runner, LocalRunner):
+        return push_local(base, plan.blobs)
+    return push_blobs(runner, base, plan.blobs, progress=progress)
+
+
+def _say(name: str, console: Console, on_step: Any) -> Any:
+    return on_step or (lambda msg: console.print(f"[dim]{name}: {msg}[/dim]"))
+
+
+@dataclass
+class _Pushed:
+    runner: Runner
+    facts: BoardFacts
+    engine: Any
+    made: EngineRelease
+    stages: dict[str, float]
+    report: PushReport
+
+
+@contextlib.contextmanager
+def _pushed(name: str, board: Board, recipe: Recipe, options: DeployOptions, console: Console, say: Any,
+            progress: Any) -> Iterator[_Pushed]:
+    """Probe → the engine makes the release → its blobs onto the board, under the board's deploy lock, which
+    is still held while the caller's block runs (deploy activates there; push does nothing more)."""
+    from edgekit.engines import ReleaseContext, get_engine
+
     engine = get_engine(recipe.runtime.engine)
     with runner_for(board, name) as runner:
         facts = probe(runner, board.base)
-        base = facts.base
         made = engine.release(ReleaseContext(name, board, facts, recipe, runner, console, say, options.src,
                                              options.cuda))
-        plan, stages = made.plan, dict(made.stages)
-        strategy = choose_strategy(options, facts, plan)
-        with BoardLock(runner, base, options.wait_s):
+        stages = dict(made.stages)
+        with BoardLock(runner, facts.base, options.wait_s):
             t = time.monotonic()
-            say(f"push {plan.payload_bytes / 1e6:.1f} MB of blobs (only what the board lacks is sent)")
-            if isinstance(runner, LocalRunner):
-                report = push_local(base, plan.blobs)
-            else:
-                report = push_blobs(runner, base, plan.blobs, progress=progress)
+            report = _push_blobs(runner, facts.base, made.plan, say, progress)
             stages["push"] = time.monotonic() - t
-            t = time.monotonic()
-            activation = act.activate(
-                runner, base, plan.release_id, plan.file_shas(), port=plan.manifest["port"],
-                candidate_port=plan.manifest["candidate_port"], expect_drafts=plan.manifest["drafter"],
-                need_sudo=facts.sudo != "root", keep=options.keep or recipe.keep_releases,
-                strategy=strategy, timeout=options.health_timeout_s, on_step=say, gpu=plan.manifest["gpu"],
-                engine=engine.name, model=recipe.name, media=tuple(plan.manifest.get("media") or ()),
-                chat=bool(plan.manifest.get("chat")),
-            )
-            stages["activate"] = time.monotonic() - t
+            yield _Pushed(runner, facts, engine, made, stages, report)
+
+
+def push(name: str, board: Board, recipe: Recipe, options: DeployOptions, console: Console,
+         on_step: Any = None, progress: Any = None) -> PushOutcome:
+    """The release's blobs into the board's store (resumable, each verified by sha256); nothing is
+    activated, so what the board serves does not change."""
+    start = time.monotonic()
+    with _pushed(name, board, recipe, options, console, _say(name, console, on_step), progress) as done:
+        pass
+    return PushOutcome(
+        board=name, recipe=recipe.name, release=done.made.plan.release_id, bytes_sent=done.report.sent_bytes,
+        blobs_sent=done.report.sent_blobs, blobs_skipped=done.report.skipped_blobs,
+        seconds=round(time.monotonic() - start, 2), build=done.made.build,
+        stages={k: round(v, 2) for k, v in done.stages.items()},
+    )
+
+
+def deploy(name: str, board: Board, recipe: Recipe, options: DeployOptions, console: Console,
+           on_step: Any = None, progress: Any = None) -> DeployReport:
+    say = _say(name, console, on_step)
+    start = time.monotonic()
+    with _pushed(name, board, recipe, options, console, say, progress) as done:
+        plan, stages, facts = done.made.plan, done.stages, done.facts
+        strategy = choose_strategy(options, facts, plan)
+        t = time.monotonic()
+        activation = act.activate(
+            done.runner, facts.base, plan.release_id, plan.file_shas(), port=plan.manifest["port"],
+            candidate_port=plan.manifest["candidate_port"], expect_drafts=plan.manifest["drafter"],
+            need_sudo=facts.sudo != "root", keep=options.keep or recipe.keep_releases,
+            strategy=strategy, timeout=options.health_timeout_s, on_step=say, gpu=plan.manifest["gpu"],
+            engine=done.engine.name, model=recipe.name, media=tuple(plan.manifest.get("media") or ()),
+            chat=bool(plan.manifest.get("chat")),
+        )
+        stages["activate"] = time.monotonic() - t
+    report = done.report
     return DeployReport(
         board=name, recipe=recipe.name, release=plan.release_id, changed=activation.changed,
         bytes_sent=report.sent_bytes, blobs_sent=report.sent_blobs, blobs_skipped=report.skipped_blobs,
         seconds=round(time.monotonic() - start, 2), health=activation.health.to_dict(),
-        build=made.build, previous=activation.previous, strategy=activation.strategy,
+        build=done.made.build, previous=activation.previous, strategy=activation.strategy,
         stages={k: round(v, 2) for k, v in stages.items()},
     )
