@@ -131,8 +131,16 @@ def test_changed_setting_new_release_and_rollback(boards, tmp_path: Path) -> Non
     (board,) = boards(1, fresh=True)
     old = deploy(board.name, "sim-tiny-mtp")["release"]
     variant = recipe_variant(tmp_path, "sim-tiny-mtp", "sim-tiny-mtp", draft_n_max=2)
+    # `edgekit push` alone: the new release's blobs reach the board, verified, and nothing is activated.
+    res = edgekit("--json", "push", "--board", board.name, "--recipe", str(variant))
+    assert res.returncode == 0, res.stderr[-2000:]
+    pushed = json.loads(res.stdout)
+    assert pushed["release"] != old and pushed["blobs_sent"] > 0 and pushed["blobs_skipped"] > 0
+    st = status(board.name)
+    assert st["current"] == st["serving"] == old and pushed["release"] not in st["releases"]
     new = deploy(board.name, str(variant))
     assert new["changed"] and new["release"] != old and new["previous"] == old
+    assert new["release"] == pushed["release"] and new["bytes_sent"] == 0  # the push left nothing to send
     assert "--spec-draft-n-max" in status(board.name)["server_args"]
     assert set(status(board.name)["releases"]) >= {old, new["release"]}
     res = edgekit("--json", "rollback", "--board", board.name)

@@ -32,22 +32,28 @@ def demo(app: App, recipe_name: str, profile: str) -> None:
     from edgekit.deploy.pipeline import DeployOptions, deploy
     from edgekit.remote.transfer import TransferProgress
 
+    recipe = load_recipe(recipe_name)  # bad input stops here, before anything is started
     targets = sim_boards.Targets(app.board_file, known_hosts_file())
-    st, _, _ = sim_boards.up(sim_dir(), 1, profile, targets)
+    st, created, restarted = sim_boards.up(sim_dir(), 1, profile, targets)
+    # The demo owns the simulated boards when it started every one of them: a failure stops them again.
+    owned = set(st.boards) <= set(created) | set(restarted)
     canonical = next(b for b in sim_boards.sorted_boards(st))
     name = canonical.name
-    board = app.board(name)
-    app.info(f"[bold]1/3[/] simulated board {name} on 127.0.0.1:{board.port} (board file {app.board_file})")
-    with runner_for(board, name) as runner:
-        facts = probe(runner, board.base)
-    app.info(f"[bold]2/3[/] probed: {facts.model}, L4T {facts.l4t} (JetPack {facts.jetpack}), CUDA {facts.cuda}, "
-             f"power rails {', '.join(r.label for r in facts.power_rails)}")
-    recipe = load_recipe(recipe_name)
-    # Offline by default: the pinned llama.cpp comes from the llama-cpp-python sdist on PyPI.
-    src = os.environ.get("EDGEKIT_LLAMA_SRC") or str(fetch_sdist())
-    app.info(f"[bold]3/3[/] deploying {recipe.name} (the first run builds llama.cpp: ≈ 5 min on 2 cores)")
-    with TransferProgress(console=app.console) as progress:
-        report = deploy(name, board, recipe, DeployOptions(src=src), app.console, progress=progress)
+    try:
+        board = app.board(name)
+        app.info(f"[bold]1/3[/] simulated board {name} on 127.0.0.1:{board.port} (board file {app.board_file})")
+        with runner_for(board, name) as runner:
+            facts = probe(runner, board.base)
+        app.info(f"[bold]2/3[/] probed: {facts.model}, L4T {facts.l4t} (JetPack {facts.jetpack}), CUDA {facts.cuda}, "
+                 f"power rails {', '.join(r.label for r in facts.power_rails)}")
+        # Offline by default: the pinned llama.cpp comes from the llama-cpp-python sdist on PyPI.
+        src = os.environ.get("EDGEKIT_LLAMA_SRC") or str(fetch_sdist())
+        app.info(f"[bold]3/3[/] deploying {recipe.name} (the first run builds llama.cpp: ≈ 5 min on 2 cores)")
+        with TransferProgress(console=app.console) as progress:
+            report = deploy(name, board, recipe, DeployOptions(src=src), app.console, progress=progress)
+    except BaseException:
+        _after_failure(app, owned, name)
+        raise
     port = board.service_port or recipe.runtime.port
     body = json.dumps({"prompt": "The capital of France is", "n_predict": 32, "temperature": 0})
     curl = shlex.join(["curl", "-s", f"http://127.0.0.1:{port}/completion", "-H",
@@ -62,3 +68,13 @@ def demo(app: App, recipe_name: str, profile: str) -> None:
         app.out.print(f"Then: edgekit status --board {name}   |   edgekit sim down")
 
     app.emit(data, human)
+
+
+def _after_failure(app: App, owned: bool, name: str) -> None:
+    """A failed demo leaves nothing running that it started, and says what it left up otherwise."""
+    if owned:
+        sim_boards.down(sim_dir())
+        app.console.print(f"[dim]demo failed: stopped the simulated board {name} it had started.[/dim]")
+    else:
+        app.console.print(f"[dim]demo failed: the simulated board {name} was up before the demo and is left up; "
+                          "`edgekit sim down` stops it.[/dim]")

@@ -1,0 +1,82 @@
+"""Every command in the table answers `--help`; a command that cannot be imported is an error, not a
+command missing from the list; a demo that fails after starting a simulated board stops it again."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from edgekit.cli import COMMANDS, CommandLoadError, load_command
+
+
+def _edgekit(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+             timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True, timeout=timeout,
+                          check=False, env=env, cwd=cwd)
+
+
+def test_help_lists_every_command_of_the_table() -> None:
+    res = _edgekit("--help")
+    assert res.returncode == 0, res.stderr
+    listed = [line.split()[0] for line in res.stdout.split("Commands:", 1)[1].splitlines() if line.startswith("  ")
+              and not line.startswith("    ")]
+    assert listed == list(COMMANDS)
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_command_answers_help(name: str) -> None:
+    res = _edgekit(name, "--help")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith(f"Usage: edgekit {name}") and "Traceback" not in res.stderr
+
+
+def test_a_command_that_cannot_be_imported_is_a_loud_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(COMMANDS, "ghost", ("no_such_module", "ghost", "A command whose module is missing."))
+    with pytest.raises(CommandLoadError, match="'ghost' could not be loaded"):
+        load_command("ghost")
+
+
+def _sim_processes(sim_dir: Path) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if any(str(sim_dir) in part for part in proc.info["cmdline"] or ()):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _isolated(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return dict(os.environ, EDGEKIT_SIM_DIR=str(tmp_path / "sim"), EDGEKIT_CONFIG_DIR=str(tmp_path / "config"),
+                EDGEKIT_CONFIG=str(tmp_path / "config" / "edgekit.yaml"), **extra)
+
+
+def _boards_up(env: dict[str, str], cwd: Path) -> list[dict]:
+    res = _edgekit("--json", "sim", "status", env=env, cwd=cwd)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)["boards"]
+
+
+def test_a_demo_that_fails_stops_the_board_it_started(tmp_path: Path) -> None:
+    # The board starts and is probed; the deploy then fails (no such llama.cpp source).
+    env = _isolated(tmp_path, EDGEKIT_LLAMA_SRC=str(tmp_path / "no-such-source"))
+    res = _edgekit("demo", env=env, cwd=tmp_path)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "2/3 probed" in res.stderr and "does not exist" in res.stderr and "Traceback" not in res.stderr
+    assert "stopped the simulated board sim-1 it had started" in res.stderr
+    assert _sim_processes(tmp_path / "sim") == []  # no sshd, no power updater left behind
+    assert _boards_up(env, tmp_path) == []
+
+
+def test_a_demo_of_an_unknown_recipe_starts_nothing(tmp_path: Path) -> None:
+    env = _isolated(tmp_path)
+    res = _edgekit("demo", "--recipe", "no-such-recipe", env=env, cwd=tmp_path)
+    assert res.returncode == 2 and "No recipe named 'no-such-recipe'" in res.stderr
+    assert "1/3" not in res.stderr and _boards_up(env, tmp_path) == []
