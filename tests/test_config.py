@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -11,7 +13,8 @@ import pytest
 
 from edgekit.config.boardfile import Boards
 from edgekit.config.profiles import PROFILES, get_profile
-from edgekit.config.recipes import list_recipes, load_recipe
+from edgekit.config.recipe_lookup import list_recipes
+from edgekit.config.recipes import load_recipe
 from edgekit.errors import EdgekitError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,12 +43,43 @@ def test_profiles_carry_what_build_and_roofline_need() -> None:
 
 
 def test_shipped_recipes_validate() -> None:
-    names = {p.stem for p in list_recipes()}
+    names = {r.name for r in list_recipes()}
     assert {"e2b-mtp", "e4b-mtp", "e2b", "sim-tiny-mtp", "sim-gemma3-270m"} <= names
+    for name in names:
+        load_recipe(name)
     mtp = load_recipe("e2b-mtp")
     assert mtp.drafter is not None and mtp.runtime.spec_type == "draft-mtp"
     assert load_recipe("e2b").drafter is None
     assert load_recipe("sim-gemma3-270m").target.package
+
+
+def test_recipe_search_path_and_shadowing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An explicit path, then ./recipes, then the user's config dir, then the built-ins; the first wins and
+    says what it shadows."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("EDGEKIT_RECIPES", raising=False)
+    monkeypatch.setenv("EDGEKIT_CONFIG_DIR", str(tmp_path / "config"))
+    builtin = load_recipe("e2b-mtp")
+    assert builtin.origin == "built-in" and "edgekit/data/recipes" in builtin.source_file
+    user_dir, cwd_dir = tmp_path / "config" / "recipes", tmp_path / "recipes"
+    user_dir.mkdir(parents=True)
+    cwd_dir.mkdir()
+    text = Path(builtin.source_file).read_text()
+    (user_dir / "e2b-mtp.yaml").write_text(text.replace("description:", "description: mine,", 1))
+    assert load_recipe("e2b-mtp").origin == "the user's config dir (shadows the built-in e2b-mtp)"
+    (cwd_dir / "e2b-mtp.yaml").write_text(text)
+    found = load_recipe("e2b-mtp")
+    assert found.origin == "./recipes (shadows the built-in e2b-mtp)" and found.source_file == str(
+        (cwd_dir / "e2b-mtp.yaml").resolve())
+    (user_dir / "only-mine.yaml").write_text(text.replace("name: e2b-mtp", "name: only-mine", 1))
+    listed = {r.name: r for r in list_recipes()}
+    assert listed["only-mine"].origin == "user" and not listed["only-mine"].shadows
+    assert listed["e2b-mtp"].origin == "cwd" and len(listed["e2b-mtp"].shadows) == 2
+    assert load_recipe(str(user_dir / "e2b-mtp.yaml")).origin == "the file named"
+    res = run_cli("--json", "recipes", "show", "e2b-mtp", cwd=tmp_path,
+                  env=dict(os.environ, EDGEKIT_CONFIG_DIR=str(tmp_path / "config")))
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["from"] == "./recipes (shadows the built-in e2b-mtp)"
 
 
 def write(tmp: Path, name: str, text: str) -> Path:
