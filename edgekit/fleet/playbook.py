@@ -1,9 +1,10 @@
 """Run one of edgekit's playbooks (edgekit/data/ansible/playbooks/*.yml) with ansible-playbook, and read its report.
 
 Each run gets its own directory: the rendered inventory, the plan (extra vars), the report the
-`edgekit_report` callback writes. The SSH control sockets (ControlMaster/ControlPersist) are the fleet's
-when edgekit opened the boards' masters before the run (edgekit.remote.mux), else a dir of the run's own
-whose masters are told to exit when it ends.
+`edgekit_report` callback writes, and the collections path that makes the package's content the
+`edgekit.fleet` collection the plays call by name. The SSH control sockets (ControlMaster/ControlPersist)
+are the fleet's when edgekit opened the boards' masters before the run (edgekit.remote.mux), else a dir of
+the run's own whose masters are told to exit when it ends.
 """
 
 from __future__ import annotations
@@ -137,6 +138,16 @@ def _follow(log: Path, proc: subprocess.Popen[bytes], on_line: Callable[[str], N
                 time.sleep(0.02)
 
 
+def collections_path(where: Path, root: Path) -> Path:
+    """A collections path whose only collection is the package's own ``edgekit.fleet`` (``root``): the plays
+    call its roles and plugins by their FQCNs, as a fleet owner's playbook does with the installed collection,
+    so both run the same content, and another edgekit.fleet installed elsewhere is never the one used."""
+    link = where / "ansible_collections" / "edgekit" / "fleet"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(root, target_is_directory=True)
+    return where
+
+
 @dataclass
 class PlaybookRun:
     playbook: str
@@ -180,11 +191,12 @@ def run_playbook(
         plan.write_text(dump_vars(extra_vars))
         plan.chmod(0o600)
         (work / "tmp").mkdir()
+        collections = collections_path(work / "collections", root)
         argv = [playbook_command(), str(root / "playbooks" / playbook), "-i", str(work / "inventory.yml"),
                 "-e", f"@{plan}", "--limit", ",".join(limit), "--forks", str(max(1, forks))]
         if check:
             argv.append("--check")
-        env = {**os.environ, "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
+        env = {**os.environ, "ANSIBLE_CONFIG": str(root / "ansible.cfg"), "ANSIBLE_COLLECTIONS_PATH": str(collections),
                "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control), "ANSIBLE_LOCAL_TEMP": str(work / "tmp"),
                "EDGEKIT_FLEET_REPORT": str(work / "report.json"), "ANSIBLE_FORCE_COLOR": "1" if color else "0",
                "ANSIBLE_NOCOLOR": "0" if color else "1", "PYTHONUNBUFFERED": "1"}
