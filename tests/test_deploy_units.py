@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from edgekit.config.recipes import Runtime
-from edgekit.deploy.compose import plan_release
-from edgekit.deploy.server_args import server_args
-from edgekit.deploy.unit import render_unit, systemd_quote
+from edgekit.engines.llamacpp_args import server_args
 from edgekit.errors import EdgekitError
+from edgekit.release.plan import plan_release
+from edgekit.release.units import render_unit, systemd_quote
 from edgekit.remote.probe import jetpack_for, parse_l4t, parse_probe
 
 HELP_2026 = """
@@ -118,7 +118,7 @@ def test_rendered_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
 def test_guards_for_known_orin_bugs_apply_as_data_and_only_where_they_bite() -> None:
     from pydantic import ValidationError
 
-    from edgekit.deploy.quirks import apply_guards
+    from edgekit.engines.llamacpp_quirks import apply_guards
 
     mtp = Runtime(spec_type="draft-mtp", n_gpu_layers=99, env={"CUDA_SCALE_LAUNCH_QUEUES": "4x", "OTHER": "1"})
     rt, applied = apply_guards(mtp, "orin-nx-16gb", "0c1e570", has_drafter=True)
@@ -162,7 +162,7 @@ def test_each_board_gets_the_build_its_hardware_can_run() -> None:
 
 
 def test_gpu_use_comes_from_the_last_server_start_in_the_log() -> None:
-    from edgekit.deploy.health import Health, apply_gpu_policy, gpu_use
+    from edgekit.release.health import Health, apply_gpu_policy, gpu_use
 
     found = "ggml_cuda_init: found 1 CUDA devices:\n  Device 0: Orin, compute capability 8.7\n"
     failed = "ggml_cuda_init: failed to initialize CUDA: CUDA driver version is insufficient for CUDA runtime version\n"

@@ -452,11 +452,11 @@ def test_state_handed_to_the_playbook_is_what_its_state_script_reads(fleet, sim_
 
     from edgekit.config.recipes import load_recipe
     from edgekit.deploy.pipeline import DeployOptions
-    from edgekit.deploy.unit import UNIT_NAME
     from edgekit.fleet.connect import Fleet
     from edgekit.fleet.current import already_current
     from edgekit.fleet.plan import plan_fleet
     from edgekit.fleet.scripts import STATE_PY
+    from edgekit.release.units import UNIT_NAME
 
     boards, env = fleet
     for key in ("EDGEKIT_CONFIG", "EDGEKIT_LLAMA_SRC", *sim_session.env):

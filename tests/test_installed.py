@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -41,7 +42,12 @@ SHIPPED = [  # what the CLI opens at run time, by path inside the wheel
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(REPO)],
+    # Built from a copy: setuptools writes build/ and *.egg-info beside the sources, and a stale build/lib of
+    # the checkout would go into the wheel.
+    src = tmp_path_factory.mktemp("src") / "edgekit"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".venv", ".git", "build", "dist", "*.egg-info",
+                                                              "__pycache__", ".pytest_cache", ".ruff_cache"))
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(src)],
                          capture_output=True, text=True, timeout=600, check=False)
     assert res.returncode == 0, res.stderr[-3000:]
     (whl,) = out.glob("edgekit_jetson-*.whl")

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from edgekit.bench import boardfs
 from edgekit.deploy.health import wait_ready
 from edgekit.deploy.service import INSTALL_UNIT_SH, log_tail
-from edgekit.deploy.unit import UNIT_NAME, render_unit
 from edgekit.errors import EdgekitError
+from edgekit.release.units import UNIT_NAME, render_unit
 from edgekit.remote.runner import LocalRunner, SshRunner
 
 Runner = SshRunner | LocalRunner

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgekit.deploy.server_args import FLAG_SPELLINGS
+from edgekit.engines.llamacpp_args import FLAG_SPELLINGS
 
 # Flags that take no value (everything else in FLAG_SPELLINGS takes one).
 _BOOLEAN = {"no_webui", "metrics"}

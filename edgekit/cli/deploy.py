@@ -12,8 +12,8 @@ from edgekit.deploy import activate as act
 from edgekit.deploy.activate import HealthCheckFailed
 from edgekit.deploy.health import check_release
 from edgekit.deploy.service import Service
-from edgekit.deploy.unit import UNIT_NAME
 from edgekit.errors import EdgekitError
+from edgekit.release.units import UNIT_NAME
 from edgekit.remote import releases
 from edgekit.remote.probe import probe
 from edgekit.remote.runner import runner_for

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from edgekit.align.spec import AlignSpec
+from edgekit.config.engine_table import ENGINE_CLASSES
 from edgekit.config.names import check_name
 from edgekit.config.recipe_lookup import find_recipe
 from edgekit.config.yamlfile import load_model
@@ -134,7 +135,7 @@ class Runtime(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    engine: Literal["llama.cpp", "vllm", "litert-lm"] = "llama.cpp"
+    engine: str = "llama.cpp"  # a name of edgekit.config.engine_table
     vllm: VllmSettings = Field(default_factory=VllmSettings)
     litert: LitertSettings = Field(default_factory=LitertSettings)
 
@@ -151,7 +152,7 @@ class Runtime(BaseModel):
     port: int = Field(8080, ge=1, le=65535)
     flash_attn: Literal["auto", "on", "off"] = "auto"  # llama-server's -fa; "auto" passes no flag
     env: dict[str, str] = Field(default_factory=dict)  # the service unit's environment
-    allow_quirks: list[str] = Field(default_factory=list)  # guards (edgekit.deploy.quirks) not to apply
+    allow_quirks: list[str] = Field(default_factory=list)  # guards (edgekit.engines.llamacpp_quirks) not to apply
     extra_args: list[str] = Field(default_factory=list)
 
     @field_validator("env")
@@ -167,6 +168,13 @@ class Runtime(BaseModel):
         if self.draft_n_min > self.draft_n_max:
             raise ValueError("draft_n_min is larger than draft_n_max")
         return self
+
+    @field_validator("engine")
+    @classmethod
+    def _engine(cls, v: str) -> str:
+        if v not in ENGINE_CLASSES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINE_CLASSES)}, not {v!r}")
+        return v
 
 
 class BenchSpec(BaseModel):

@@ -18,13 +18,13 @@ from typing import Literal
 
 from edgekit.deploy import health as health_mod
 from edgekit.deploy.service import Service, log_tail
-from edgekit.deploy.unit import UNIT_NAME
 from edgekit.errors import EdgekitError
+from edgekit.release.health import GpuPolicy, Health
+from edgekit.release.units import CANDIDATE_UNIT, UNIT_NAME
 from edgekit.remote import releases
 from edgekit.remote.runner import LocalRunner, SshRunner
 
 Runner = SshRunner | LocalRunner
-CANDIDATE_UNIT = "edgekit-llama-candidate.service"
 Strategy = Literal["candidate", "in-place"]
 
 
@@ -39,7 +39,7 @@ class Activation:
     release_id: str
     changed: bool
     previous: str | None
-    health: health_mod.Health
+    health: Health
     strategy: str
     pruned: list[str] = field(default_factory=list)
 
@@ -90,7 +90,7 @@ def activate(
     strategy: Strategy = "candidate",
     timeout: float = 180.0,
     on_step: Callable[[str], None] = lambda _msg: None,
-    gpu: health_mod.GpuPolicy = "none",
+    gpu: GpuPolicy = "none",
     engine: str = "llama.cpp",
     model: str = "",
     media: tuple[str, ...] = (),
@@ -101,7 +101,7 @@ def activate(
     lay, serves = board_state(runner, base, need_sudo)
     previous = lay.current
 
-    def check(svc: Service, p: int) -> health_mod.Health:
+    def check(svc: Service, p: int) -> Health:
         log = paths.candidate_log() if svc.unit == CANDIDATE_UNIT else paths.log
         return health_mod.check(runner, p, expect_drafts, timeout=timeout, alive=svc.is_active, engine=engine,
                                 model=model, gpu=gpu, log_file=log, media=media, chat=chat)

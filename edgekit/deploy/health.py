@@ -1,52 +1,15 @@
-"""Is a llama-server healthy? /health answers, then one real completion shows tokens (and drafts)."""
+"""Is a release's server healthy? /health answers, then one real completion through its engine shows tokens
+(and drafts), and a CUDA build's log shows the GPU in use."""
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from typing import Literal
 
-from edgekit.deploy.probes import answer_text, chat_payload, completion_request, media_outcome
+from edgekit.release.health import HEALTH_PROMPT, GpuPolicy, Health, apply_gpu_policy
+from edgekit.release.probes import chat_payload, media_outcome
 from edgekit.remote.http import request
 from edgekit.remote.runner import LocalRunner, SshRunner
-
-HEALTH_PROMPT = "The three primary colours are"
-# What the server must do with the GPU: "none" (a CPU build), "required" (a CUDA build on a board with
-# a GPU driver: a CPU fallback is a failed deploy), "optional" (a CUDA build on a board without one, an
-# emulated board: the fallback is reported, plainly).
-GpuPolicy = Literal["none", "required", "optional"]
-# ggml-cuda's first words at start-up (the last start's line wins; the log is appended to).
-_CUDA_INIT = re.compile(r"ggml_cuda_init: (found (\d+) CUDA devices?|failed to initialize CUDA: [^\n]*)")
-
-
-@dataclass
-class Health:
-    ok: bool
-    reason: str
-    seconds_to_ready: float | None = None
-    tokens: int = 0
-    tokens_per_second: float | None = None
-    draft_n: int | None = None
-    draft_n_accepted: int | None = None
-    text: str = ""
-    # "completion" / "chat completion" (through the model's chat template): measured now; "recorded": /health
-    # now, figures from activation
-    method: str = "completion"
-    gpu: str | None = None  # CUDA builds: "used (N CUDA devices)" or "not used: <why>"; CPU builds: None
-    media: dict[str, dict] | None = None  # per kind ("image", "audio"): TTFT and tok/s of one chat request
-
-    @property
-    def acceptance(self) -> float | None:
-        if not self.draft_n:
-            return None
-        return (self.draft_n_accepted or 0) / self.draft_n
-
-    def to_dict(self) -> dict[str, object]:
-        data = asdict(self)
-        data["acceptance"] = self.acceptance
-        return data
 
 
 def wait_ready(
@@ -145,51 +108,6 @@ def media_checks(runner: SshRunner | LocalRunner, port: int, health: Health, kin
     failed = [m["reason"] for m in health.media.values() if not m["ok"]]
     if failed:
         health.ok, health.reason = False, failed[0]
-    return health
-
-
-def llama_completion(runner: SshRunner | LocalRunner, port: int, prompt: str, n_predict: int,
-                     timeout: float, chat: bool = False) -> Health:
-    """llama-server's /completion, or with ``chat`` its /v1/chat/completions (the model's chat template
-    applied by the server): their `timings` carry tokens, tok/s and the draft counts."""
-    path, payload = completion_request(prompt, n_predict, chat)
-    try:
-        resp = request(runner, port, "POST", path, payload, timeout=timeout)
-    except ConnectionError as exc:
-        return Health(False, f"the completion request failed: {exc}")
-    if resp.status != 200:
-        return Health(False, f"the completion request answered {resp.status}: {resp.body[:200]!r}")
-    data = resp.json()
-    timings = data.get("timings") or {}
-    return Health(
-        ok=True,
-        reason="healthy",
-        tokens=int(timings.get("predicted_n") or data.get("tokens_predicted") or 0),
-        tokens_per_second=timings.get("predicted_per_second"),
-        draft_n=timings.get("draft_n"),
-        draft_n_accepted=timings.get("draft_n_accepted"),
-        text=answer_text(data, chat),
-        method="chat completion" if chat else "completion",
-    )
-
-
-def gpu_use(log_text: str) -> tuple[bool, str]:
-    """Did the (last) server start find a CUDA device? From ggml-cuda's start-up line in its log."""
-    found = _CUDA_INIT.findall(log_text)
-    if not found:
-        return False, "not used: the server log has no CUDA start-up line"
-    line, count = found[-1]
-    if count and int(count) > 0:
-        return True, f"used ({count} CUDA device{'s' if int(count) > 1 else ''})"
-    return False, f"not used: {line.removeprefix('failed to initialize CUDA: ') or line}; the server runs on the CPU"
-
-
-def apply_gpu_policy(health: Health, policy: GpuPolicy, log_text: str) -> Health:
-    if policy == "none" or not health.ok:
-        return health
-    used, health.gpu = gpu_use(log_text)
-    if not used and policy == "required":
-        health.ok, health.reason = False, f"the GPU was {health.gpu}"
     return health
 
 

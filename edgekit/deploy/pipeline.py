@@ -16,8 +16,8 @@ from rich.console import Console
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
 from edgekit.deploy import activate as act
-from edgekit.deploy.compose import ReleasePlan
 from edgekit.errors import EdgekitError
+from edgekit.release.plan import ReleasePlan
 from edgekit.remote.lock import BoardLock
 from edgekit.remote.probe import BoardFacts, probe
 from edgekit.remote.runner import LocalRunner, SshRunner, runner_for

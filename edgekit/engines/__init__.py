@@ -1,33 +1,26 @@
 """Serving engines, one module each, behind one seam (`base.Engine`) that deploy, health, status and
-rollback share: what a release ships, the server's argv, how health and acceptance are read.
-
-    llamacpp.py   llama-server (GGUF; --spec-type draft-mtp), the default
-    vllm.py       vLLM's OpenAI server (HF safetensors; speculative_config method "mtp")
-    litert.py     LiteRT-LM (a .litertlm bundle with edgekit's MTP drafter section) behind the agent's front
+rollback share: what a release ships, the server's argv, how health and acceptance are read. Which engines
+exist is one table, edgekit.config.engine_table (name → "module:Class"); a module is imported when its
+engine is first asked for.
 """
 
 from __future__ import annotations
 
+import importlib
+
+from edgekit.config.engine_table import ENGINE_CLASSES, engine_names
 from edgekit.engines.base import Engine, EngineRelease, ReleaseContext
 from edgekit.errors import EdgekitError
 
-ENGINES = ("llama.cpp", "vllm", "litert-lm")
+ENGINES = engine_names()
 
 
 def get_engine(name: str) -> Engine:
-    if name == "llama.cpp":
-        from edgekit.engines.llamacpp import LlamaCpp
-
-        return LlamaCpp()
-    if name == "vllm":
-        from edgekit.engines.vllm import Vllm
-
-        return Vllm()
-    if name == "litert-lm":
-        from edgekit.engines.litert import Litert
-
-        return Litert()
-    raise EdgekitError(f"Unknown engine {name!r}; edgekit serves with {', '.join(ENGINES)}.")
+    target = ENGINE_CLASSES.get(name)
+    if target is None:
+        raise EdgekitError(f"Unknown engine {name!r}; edgekit serves with {', '.join(ENGINE_CLASSES)}.")
+    module, cls = target.split(":")
+    return getattr(importlib.import_module(module), cls)()
 
 
 __all__ = ["ENGINES", "Engine", "EngineRelease", "ReleaseContext", "get_engine"]

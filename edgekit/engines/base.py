@@ -11,8 +11,8 @@ if TYPE_CHECKING:
 
     from edgekit.config.boardfile import Board
     from edgekit.config.recipes import Recipe
-    from edgekit.deploy.compose import ReleasePlan
-    from edgekit.deploy.health import Health
+    from edgekit.release.health import Health
+    from edgekit.release.plan import ReleasePlan
     from edgekit.remote.probe import BoardFacts
     from edgekit.remote.runner import LocalRunner, SshRunner
 

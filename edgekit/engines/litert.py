@@ -18,10 +18,11 @@ from typing import Any
 
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
-from edgekit.deploy.compose import ReleasePlan, agent_files, plan_release, service_ports, service_units
-from edgekit.deploy.health import Health, llama_completion
 from edgekit.engines.base import EngineRelease, ReleaseContext
+from edgekit.engines.llamacpp import llama_completion
 from edgekit.errors import EdgekitError
+from edgekit.release.health import Health
+from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service_ports, service_units
 from edgekit.remote.runner import LocalRunner, SshRunner
 from edgekit.store import Store
 

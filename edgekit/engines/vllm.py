@@ -20,12 +20,12 @@ from pathlib import Path
 
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
-from edgekit.deploy.compose import ReleasePlan, agent_files, plan_release, service_ports, service_units
-from edgekit.deploy.health import Health
-from edgekit.deploy.probes import answer_text, openai_request
 from edgekit.engines.base import EngineRelease, ReleaseContext
 from edgekit.engines.vllm_container import default_image, docker_prefix, resolve, version_in, wants_container
 from edgekit.errors import EdgekitError
+from edgekit.release.health import Health
+from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service_ports, service_units
+from edgekit.release.probes import answer_text, openai_request
 from edgekit.remote.http import request
 from edgekit.remote.runner import LocalRunner, SshRunner
 

@@ -16,14 +16,13 @@ from typing import Any
 from rich.console import Console
 
 from edgekit.config.recipes import Recipe
-from edgekit.deploy.activate import CANDIDATE_UNIT
-from edgekit.deploy.compose import ReleasePlan
-from edgekit.deploy.health import HEALTH_PROMPT
 from edgekit.deploy.pipeline import DeployOptions, choose_strategy
-from edgekit.deploy.unit import UNIT_NAME
 from edgekit.engines.llamacpp import check_glibc, choose_build, compose, llama_src, server_help
 from edgekit.fleet.connect import Target
 from edgekit.fleet.scripts import scripts
+from edgekit.release.health import HEALTH_PROMPT
+from edgekit.release.plan import ReleasePlan
+from edgekit.release.units import CANDIDATE_UNIT, UNIT_NAME
 
 HEALTH_N_PREDICT = 24  # edgekit.deploy.health.check's default
 

@@ -15,8 +15,9 @@ import textwrap
 from collections.abc import Callable
 
 from edgekit.agent.load import _SPEC_COUNTER
-from edgekit.deploy import probes, service
-from edgekit.deploy.health import _CUDA_INIT
+from edgekit.deploy import service
+from edgekit.release import probes
+from edgekit.release.health import CUDA_INIT
 from edgekit.remote import boardscripts, releases
 
 # `python3 -c STATE_PY BASE [RELEASE] [UNIT]`: current, serving, releases (oldest first, as
@@ -269,7 +270,7 @@ result(True, "healthy", ready, **more)
 """
 # The patterns the host's health check and the agent's load read, not a copy of them.
 HEALTH_PY = HEALTH_PY.replace("@SPEC_COUNTER@", repr(_SPEC_COUNTER.pattern)).replace("@CUDA_INIT@",
-                                                                                     repr(_CUDA_INIT.pattern))
+                                                                                     repr(CUDA_INIT.pattern))
 # The requests, image and audio the host's check sends, made by the same (standard-library) code.
 def _plain_source(*funcs: Callable[..., object]) -> str:
     """The functions' source without annotations: the board's Python may be 3.6."""

@@ -1,10 +1,11 @@
-"""The systemd unit that runs llama-server from a release directory."""
+"""The systemd units that run a release's server from its directory (the main one, and a candidate beside it)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
 UNIT_NAME = "edgekit-llama.service"
+CANDIDATE_UNIT = "edgekit-llama-candidate.service"  # a new release, health-checked beside the old one
 
 
 def systemd_quote(arg: str, executable: bool = False) -> str:

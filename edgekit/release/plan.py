@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.build.memo import remember
+from edgekit.release.units import CANDIDATE_UNIT, UNIT_NAME, render_unit
 from edgekit.remote.transfer import Blob
 from edgekit.store import canonical_json, sha256_file
 
@@ -49,8 +50,6 @@ def service_units(base: str, rid: str, argv_at: Callable[[str, int], list[str]],
                   server: str, recipe: str, environment: dict[str, str]) -> dict[str, str]:
     """The release's main and candidate units: the same server (``argv_at(release dir, port)``) on two ports,
     each logging where activation reads it."""
-    from edgekit.deploy.activate import CANDIDATE_UNIT
-    from edgekit.deploy.unit import UNIT_NAME, render_unit
 
     rdir = f"{base}/releases/{rid}"
     main, candidate = ports
