@@ -40,8 +40,8 @@ import yaml
 from edgekit.align.prompts import load_prompts
 from edgekit.align.run import AlignJob, align
 from edgekit.align.server import complete, server_acceptance
-from edgekit.align.spec import AlignSpec
-from edgekit.models.inputs import ModelInput
+from edgekit.config.align_spec import AlignSpec
+from edgekit.convert.inputs import ModelInput
 from edgekit.paths import cache_dir
 from edgekit.tinymodels.tokenizer import write_tokenizer
 from edgekit.tinymodels.tuned import finetune_target
@@ -60,7 +60,7 @@ def make_pair(out: Path, hidden: int, layers: int, vocab: int, seed: int = 0) ->
         Gemma4TextConfig,
     )
 
-    from edgekit.convert.hfcompat import patch_transformers
+    from edgekit.models.hfcompat import patch_transformers
 
     patch_transformers()
     target_dir, drafter_dir = out / "target-random", out / "drafter-random"
@@ -167,7 +167,7 @@ def big_cases(args: argparse.Namespace) -> list[tuple[str, Path, Path, AlignSpec
 
 def tiny_cases() -> list[tuple[str, Path, Path, AlignSpec]]:
     """The tiny pair with the settings of the tests and of sim-tiny-mtp (so the store has them)."""
-    from edgekit.models.inputs import ensure_synthetic
+    from edgekit.convert.inputs import ensure_synthetic
 
     drafter = ensure_synthetic("tiny-gemma4-assistant", 0)
     spec = AlignSpec(steps=200, lr=0.01)

@@ -28,7 +28,7 @@ from edgekit.align.server import server_acceptance
 from edgekit.build import host_build_for_tests
 from edgekit.config.recipes import load_recipe
 from edgekit.convert import litert_run
-from edgekit.convert.pipeline import convert_recipe
+from edgekit.prepare.pipeline import convert_recipe
 from edgekit.store import Store
 
 

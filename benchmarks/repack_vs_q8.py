@@ -45,7 +45,7 @@ def _config(hidden: int, layers: int, intermediate: int):  # -> Gemma4AssistantC
     """An E2B-assistant-like drafter layout, with sizes to reach the wanted checkpoint size."""
     from transformers import Gemma4AssistantConfig, Gemma4TextConfig
 
-    from edgekit.convert.hfcompat import patch_transformers
+    from edgekit.models.hfcompat import patch_transformers
 
     patch_transformers()
     text = Gemma4TextConfig(

@@ -23,8 +23,8 @@ from edgekit.align.pair import check_models, load_pair  # noqa: E402
 from edgekit.align.prompts import load_prompts, parse_prompts  # noqa: E402
 from edgekit.align.teacher import Teacher  # noqa: E402
 from edgekit.align.unroll import unroll  # noqa: E402
+from edgekit.convert.inputs import ensure_synthetic  # noqa: E402
 from edgekit.errors import EdgekitError  # noqa: E402
-from edgekit.models.inputs import ensure_synthetic  # noqa: E402
 
 RUNTIME = {"ctx_size": 512, "n_gpu_layers": 0, "spec_type": "draft-mtp", "draft_n_max": 3, "n_gpu_layers_draft": 0,
            "parallel": 1, "threads": 1, "port": 8080}
@@ -193,7 +193,7 @@ def test_recipe_align_block_gives_a_drafter_convert_can_use(tmp_path: Path, tiny
     """What convert calls for a drafter with an align block: the store's artifact, a plain HF directory."""
     from edgekit.align.recipe import aligned_drafter
     from edgekit.config.recipes import load_recipe
-    from edgekit.models.inputs import ModelInput, resolve
+    from edgekit.convert.inputs import ModelInput, resolve
     from edgekit.models.validate import inspect_model
 
     monkeypatch.setenv("EDGEKIT_STORE", str(tmp_path / "store"))

@@ -23,7 +23,7 @@ from build_helpers import sdist_or_skip
 
 from edgekit.align.prompts import load_prompts
 from edgekit.align.server import server_acceptance
-from edgekit.models.inputs import ensure_synthetic
+from edgekit.convert.inputs import ensure_synthetic
 
 RUNTIME = {"ctx_size": 512, "n_gpu_layers": 0, "spec_type": "draft-mtp", "draft_n_max": 3, "n_gpu_layers_draft": 0,
            "parallel": 1, "threads": 1, "port": 8080}

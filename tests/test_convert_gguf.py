@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from edgekit.cli import cli
 from edgekit.config.recipes import Recipe, load_recipe
-from edgekit.convert.pipeline import ConvertResult, convert_recipe
+from edgekit.prepare.pipeline import ConvertResult, convert_recipe
 from edgekit.sim.procs import free_port
 from edgekit.store import Store
 

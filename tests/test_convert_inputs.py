@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from edgekit.config.recipes import ModelSource
+from edgekit.convert.inputs import resolve
 from edgekit.errors import EdgekitError
-from edgekit.models.inputs import resolve
 from edgekit.models.validate import check_pair, inspect_model
 from edgekit.tinymodels.legacy import ensure_tiny_pair
 

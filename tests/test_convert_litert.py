@@ -11,7 +11,7 @@ import pytest
 
 from edgekit.config.recipes import Recipe
 from edgekit.convert import litert, litert_run
-from edgekit.convert.pipeline import convert_recipe
+from edgekit.prepare.pipeline import convert_recipe
 from edgekit.store import Store
 from edgekit.tinymodels.legacy import ensure_tiny_pair
 

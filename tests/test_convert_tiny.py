@@ -91,7 +91,7 @@ def test_transformers_assisted_generation_matches_plain_greedy(pair: tuple[Path,
     import torch
     from transformers import AutoTokenizer, Gemma4AssistantForCausalLM, Gemma4ForConditionalGeneration
 
-    from edgekit.convert.hfcompat import patch_transformers
+    from edgekit.models.hfcompat import patch_transformers
 
     patch_transformers()
     target = Gemma4ForConditionalGeneration.from_pretrained(pair[0], dtype=torch.float32)

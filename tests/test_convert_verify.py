@@ -9,9 +9,9 @@ import pytest
 from build_helpers import sdist_or_skip
 
 from edgekit.config.recipes import Recipe
-from edgekit.convert.pipeline import verify_recipe
 from edgekit.convert.verify import parse_kld
 from edgekit.errors import EdgekitError
+from edgekit.prepare.pipeline import verify_recipe
 from edgekit.store import Store
 
 SAMPLE = """
@@ -89,9 +89,9 @@ def test_a_gguf_that_computes_another_model_fails_against_transformers(wrong: st
     import shutil
 
     from edgekit.convert.hfreference import write_transformers_base
+    from edgekit.convert.inputs import ensure_synthetic
     from edgekit.convert.llamacpp import find_llamacpp
     from edgekit.convert.verify import FAITHFUL, score, write_base
-    from edgekit.models.inputs import ensure_synthetic
 
     src = ensure_synthetic("tiny-gemma4-e2b-tuned")
     llama = find_llamacpp(str(sdist_or_skip()), llama_bin, need_tools=True)

@@ -113,7 +113,7 @@ def test_a_board_without_vllm_gets_one_sentence(sim_session, env) -> None:
 
 
 def test_text_only_export_renames_and_keeps_the_bytes(tmp_path) -> None:
-    from edgekit.models.inputs import ensure_synthetic
+    from edgekit.convert.inputs import ensure_synthetic
 
     src = ensure_synthetic("tiny-gemma4")
     out = text_only(src, Store(tmp_path / "store"))

@@ -17,8 +17,8 @@ import pytest
 
 from edgekit.config.recipes import Recipe, load_recipe
 from edgekit.convert import litert, litert_run
-from edgekit.convert.pipeline import ConvertResult, convert_recipe
 from edgekit.errors import EdgekitError
+from edgekit.prepare.pipeline import ConvertResult, convert_recipe
 from edgekit.store import Store
 
 pytestmark = pytest.mark.skipif(not litert.available(), reason="litert-torch / litert-lm-api not installed")
@@ -88,7 +88,7 @@ def hf_greedy_text(model_dir: Path, prompt: str, n: int) -> str:
 
 def test_speculative_text_equals_transformers_greedy_text(bundle: tuple[ConvertResult, Store],
                                                           tmp_path: Path) -> None:
-    from edgekit.models.inputs import synthetic_dir
+    from edgekit.convert.inputs import synthetic_dir
 
     file = Path(bundle[0].litert[0]["file"])
     for i, prompt in enumerate(PROMPTS[:2]):

@@ -13,10 +13,10 @@ from cli_helpers import edgekit, ok_json
 
 from edgekit.bench import results
 from edgekit.config.recipes import Recipe, load_recipe
-from edgekit.convert.pipeline import wants_mmproj
+from edgekit.convert.inputs import ensure_synthetic
 from edgekit.errors import EdgekitError
-from edgekit.models.inputs import ensure_synthetic
 from edgekit.models.validate import inspect_model
+from edgekit.prepare.pipeline import wants_mmproj
 
 ROOT = Path(__file__).resolve().parents[1]
 

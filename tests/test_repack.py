@@ -15,10 +15,10 @@ from gguf import GGMLQuantizationType, GGUFReader, quants
 
 from edgekit.cli import cli
 from edgekit.convert.llamacpp import LlamaCpp, _names_cached, find_llamacpp, pinned_tables
-from edgekit.convert.pipeline import repack_any
 from edgekit.convert.qat import BLOCK, exact_q4_0, pack_q4_0, widen
 from edgekit.errors import EdgekitError
 from edgekit.models.safetensors import open_model
+from edgekit.prepare.pipeline import repack_any
 from edgekit.tinymodels.legacy import ensure_tiny_pair
 
 Q4_0 = GGMLQuantizationType.Q4_0

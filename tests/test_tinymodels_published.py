@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from edgekit.convert.inputs import ensure_synthetic
 from edgekit.errors import EdgekitError
-from edgekit.models.inputs import ensure_synthetic
 from edgekit.models.safetensors import open_model
 from edgekit.models.validate import check_pair, inspect_model
 from edgekit.tinymodels import SYNTHETIC_MAKERS
@@ -99,7 +99,7 @@ def test_exported_ordered_head_equals_transformers_and_the_dense_head_does_not()
     import transformers
 
     from edgekit.convert._litert_mtp import _ordered_head
-    from edgekit.convert.hfcompat import patch_transformers
+    from edgekit.models.hfcompat import patch_transformers
 
     patch_transformers()
     path = ensure_synthetic("tiny-gemma4-e2b-assistant")
@@ -152,7 +152,7 @@ def test_the_exported_drafter_graph_is_checked_against_transformers(head: str, m
     import transformers
 
     from edgekit.convert import _litert_mtp
-    from edgekit.convert.hfcompat import patch_transformers
+    from edgekit.models.hfcompat import patch_transformers
 
     patch_transformers()
     if head == "dense":

@@ -72,7 +72,7 @@ def load_pair(target_dir: Path, drafter_dir: Path, device: str = "cpu") -> Pair:
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from edgekit.convert.hfcompat import patch_transformers
+    from edgekit.models.hfcompat import patch_transformers
 
     patch_transformers()
     hf_logging.disable_progress_bar()

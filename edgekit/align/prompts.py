@@ -8,6 +8,7 @@ from importlib import resources
 from pathlib import Path
 
 from edgekit.errors import EdgekitError
+from edgekit.models.prompt_lines import parse_prompts
 
 HELDOUT_EVERY = 5  # one prompt in five is held out, chosen by a hash of its text (stable under reordering)
 MIN_PROMPTS = 10
@@ -26,16 +27,6 @@ class PromptSet:
 
 def _is_heldout(prompt: str) -> bool:
     return hashlib.sha256(prompt.encode()).digest()[0] % HELDOUT_EVERY == 0
-
-
-def parse_prompts(text: str) -> list[str]:
-    """One prompt per line; blank lines and lines starting with '#' are skipped; '\\n' escapes a newline."""
-    out = []
-    for line in text.splitlines():
-        s = line.strip()
-        if s and not s.startswith("#"):
-            out.append(s.replace("\\n", "\n"))
-    return out
 
 
 def load_prompts(data: str = "default", base_dir: Path | None = None) -> PromptSet:

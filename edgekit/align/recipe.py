@@ -11,10 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 from edgekit.align.run import AlignJob, align
-from edgekit.align.spec import AlignSpec
+from edgekit.config.align_spec import AlignSpec
 from edgekit.config.recipes import Recipe
+from edgekit.convert.inputs import ModelInput, resolve
 from edgekit.errors import EdgekitError
-from edgekit.models.inputs import ModelInput, resolve
 from edgekit.store import Store
 
 

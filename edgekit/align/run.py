@@ -14,9 +14,9 @@ from edgekit.align import artifact, grid
 from edgekit.align.checkpoint import Checkpointer
 from edgekit.align.pair import check_models, load_pair, saved_dtype
 from edgekit.align.prompts import load_prompts
-from edgekit.align.spec import AlignSpec
 from edgekit.align.train import StepReport, TrainConfig, TrainResult, evaluate, train
-from edgekit.models.inputs import ModelInput
+from edgekit.config.align_spec import AlignSpec
+from edgekit.convert.inputs import ModelInput
 from edgekit.paths import cache_dir
 from edgekit.store import Artifact, Store
 

@@ -24,7 +24,7 @@ _SRC_HELP = "llama.cpp tree or tarball for the converter (default: the pinned ll
 def convert(app: App, recipe: str, src: str | None, llama_bin: str | None, force: bool) -> None:
     """Convert a recipe's target and drafter to GGUF (validated first; unchanged inputs are skipped)."""
     from edgekit.config.recipes import load_recipe
-    from edgekit.convert.pipeline import convert_recipe
+    from edgekit.prepare.pipeline import convert_recipe
 
     r = load_recipe(recipe)
     result = convert_recipe(r, src=src, bin_dir=llama_bin, force=force, say=app.info)
@@ -70,8 +70,8 @@ def convert(app: App, recipe: str, src: str | None, llama_bin: str | None, force
 def repack(app: App, source: Path, out: Path, ref: Path | None, fallback: str, src: str | None,
            report_path: Path | None, via_lossless: bool) -> None:
     """Store SOURCE's QAT weights as exact Q4_0 in OUT (a HF dir of bf16 safetensors, or a bf16 GGUF)."""
-    from edgekit.convert.pipeline import repack_any
     from edgekit.convert.repack import write_report
+    from edgekit.prepare.pipeline import repack_any
 
     report = repack_any(source, out, ref, fallback, src, say=app.info, fast=not via_lossless)
     if report_path is not None:
@@ -112,7 +112,7 @@ def verify(app: App, recipe: str, ctx: int, threads: int, src: str | None, llama
     """What the recipe's conversion costs: KL divergence and top-1 agreement against the checkpoint as
     transformers runs it (F32 GGUF included) and against the F32 GGUF."""
     from edgekit.config.recipes import load_recipe
-    from edgekit.convert.pipeline import verify_recipe
+    from edgekit.prepare.pipeline import verify_recipe
 
     data = verify_recipe(load_recipe(recipe), src=src, bin_dir=llama_bin, ctx=ctx, threads=threads, say=app.info)
 

@@ -8,18 +8,18 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from edgekit.align.spec import AlignSpec
+from edgekit.config.align_spec import AlignSpec
 from edgekit.config.engine_table import ENGINE_CLASSES
 from edgekit.config.names import check_name
 from edgekit.config.recipe_lookup import find_recipe
+from edgekit.config.synthetic import SYNTHETIC_MODELS
 from edgekit.config.yamlfile import load_model
-from edgekit.tinymodels import SYNTHETIC_MAKERS
 
 SPEC_TYPES = (
     "none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
     "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
 )  # llama.cpp --spec-type values at the pinned ref
-SYNTHETIC = tuple(SYNTHETIC_MAKERS)
+SYNTHETIC = SYNTHETIC_MODELS
 QUANTS = ("q4_0-exact", "F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0", "as-is")
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _PKG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(==[A-Za-z0-9.]+)?$")

@@ -195,7 +195,7 @@ def _export_drafter(req, kv, path):  # -> dict
     import torch
     import transformers
 
-    from edgekit.convert.hfcompat import patch_transformers
+    from edgekit.models.hfcompat import patch_transformers
 
     patch_transformers()
     transformers.AttentionInterface.register("edgekit_grouped", _grouped_attention)

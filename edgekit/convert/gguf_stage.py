@@ -21,10 +21,10 @@ from typing import Any
 from edgekit import __version__
 from edgekit.convert.checkpoint_repack import repack_checkpoint
 from edgekit.convert.gguf_io import GGUFFile, GGUFInfo, check_gguf
+from edgekit.convert.inputs import ModelInput
 from edgekit.convert.llamacpp import CONVERTER_OUTTYPES, LlamaCpp
 from edgekit.convert.repack import GGUFValues, repack_gguf, write_report
 from edgekit.errors import EdgekitError
-from edgekit.models.inputs import ModelInput
 from edgekit.models.safetensors import open_model
 from edgekit.models.validate import ModelInfo
 from edgekit.store import Artifact, Store

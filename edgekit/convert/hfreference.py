@@ -59,7 +59,7 @@ def write_transformers_base(model_dir: Path, architecture: str, llama_base: Path
     import transformers
     from transformers import AutoTokenizer
 
-    from edgekit.convert.hfcompat import patch_transformers
+    from edgekit.models.hfcompat import patch_transformers
 
     patch_transformers()
     n_ctx, n_vocab, n_chunk, tokens = read_base(llama_base)

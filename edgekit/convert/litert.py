@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edgekit.convert.inputs import ModelInput
 from edgekit.errors import EdgekitError
-from edgekit.models.inputs import ModelInput
 from edgekit.models.validate import ModelInfo
 from edgekit.store import Artifact, Store
 

@@ -14,8 +14,8 @@ import shutil
 import struct
 from pathlib import Path
 
+from edgekit.convert.inputs import dir_fingerprint
 from edgekit.errors import EdgekitError
-from edgekit.models.inputs import dir_fingerprint
 from edgekit.models.safetensors import SafetensorsFile, weight_files
 from edgekit.store import Store
 

@@ -33,7 +33,7 @@ BUNDLE = "models/model.litertlm"
 def bundle_for(recipe: Recipe, store: Store | None = None,
                say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
     """The recipe's LiteRT-LM bundle (exported once, then from the store), whatever its ``convert.litert``."""
-    from edgekit.convert.pipeline import convert_recipe
+    from edgekit.prepare.pipeline import convert_recipe
 
     if recipe.drafter is not None and recipe.runtime.spec_type != "draft-mtp":
         raise EdgekitError(f"Recipe {recipe.name} drafts with {recipe.runtime.spec_type}; LiteRT-LM drafts with "

@@ -187,7 +187,7 @@ class LlamaCpp:
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:
         from edgekit.build import BuildOptions, build
-        from edgekit.deploy.models import resolve_models
+        from edgekit.engines.llamacpp_models import resolve_models
 
         stages: dict[str, float] = {}
         choice = choose_build(ctx.board, ctx.facts, ctx.cuda)

@@ -128,8 +128,8 @@ class Vllm:
     name = "vllm"
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:
-        from edgekit.convert.pipeline import prepare_inputs
         from edgekit.convert.text_only import needs_text_only, text_only
+        from edgekit.prepare.pipeline import prepare_inputs
 
         v = ctx.recipe.runtime.vllm
         image = None

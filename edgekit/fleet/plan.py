@@ -83,7 +83,7 @@ def fleet_vars(health_timeout: float) -> dict[str, Any]:
 def plan_fleet(recipe: Recipe, targets: dict[str, Target], options: DeployOptions, console: Console) -> FleetPlan:
     """Build, convert and compose once per distinct board kind; one BoardPlan per target."""
     from edgekit.build import BuildOptions, build
-    from edgekit.deploy.models import resolve_models
+    from edgekit.engines.llamacpp_models import resolve_models
 
     if recipe.runtime.engine != "llama.cpp":
         return plan_engine_fleet(recipe, targets, options, console)

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
+from edgekit.config.synthetic import SYNTHETIC_MODELS
+
 Maker = Callable[[Path, int], Path]
 
 
@@ -58,6 +60,9 @@ for _variant in ("e2b", "e4b"):
         f"tiny-gemma4-{_variant}-assistant": _published(_variant, "assistant", False),
         f"tiny-gemma4-{_variant}-assistant-qat": _published(_variant, "assistant", True),
     })
+if set(SYNTHETIC_MAKERS) != set(SYNTHETIC_MODELS):  # the recipe schema's list and the generators must agree
+    raise RuntimeError(f"edgekit.config.synthetic and the generators differ: "
+                       f"{sorted(set(SYNTHETIC_MAKERS) ^ set(SYNTHETIC_MODELS))}")
 
 
 def fingerprint() -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgekit.convert.hfcompat import patch_transformers
+from edgekit.models.hfcompat import patch_transformers
 from edgekit.tinymodels.grid import qat_copy
 from edgekit.tinymodels.tokenizer import BOS_ID, EOS_ID, PAD_ID, write_tokenizer
 

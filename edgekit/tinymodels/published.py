@@ -15,7 +15,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
-from edgekit.convert.hfcompat import patch_transformers
+from edgekit.models.hfcompat import patch_transformers
 from edgekit.tinymodels.grid import qat_copy, snap_to_grid
 from edgekit.tinymodels.legacy import save_model
 from edgekit.tinymodels.tokenizer import END_OF_TURN_ID, media_token_ids, write_tokenizer

@@ -27,7 +27,7 @@ BATCH = 16
 def _corpus() -> str:
     from importlib import resources
 
-    from edgekit.align.prompts import parse_prompts
+    from edgekit.models.prompt_lines import parse_prompts
 
     return "\n".join(parse_prompts(resources.files("edgekit").joinpath("data/align_prompts.txt").read_text()))
 

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from edgekit import __version__
 from edgekit.config.recipes import ModelSource, Recipe
-from edgekit.deploy.packaged import packaged_gguf
+from edgekit.engines.packaged_gguf import packaged_gguf
 from edgekit.errors import EdgekitError
 from edgekit.paths import cache_dir
 
@@ -39,7 +39,7 @@ def resolve_models(recipe: Recipe, console: Console, src: str | None = None) -> 
     if len(out) < (2 if recipe.drafter else 1):
         if not recipe.convert.gguf:
             raise EdgekitError(f"Recipe {recipe.name} turns GGUF conversion off, but llama-server needs GGUF files.")
-        from edgekit.convert.pipeline import convert_recipe
+        from edgekit.prepare.pipeline import convert_recipe
 
         result = convert_recipe(recipe, src=src, say=lambda m: console.print(f"[dim]convert: {m}[/dim]"))
         for conv in result.models:
@@ -51,7 +51,7 @@ def resolve_models(recipe: Recipe, console: Console, src: str | None = None) -> 
 
 def _source_identity(source: ModelSource, base_dir: Path | None) -> Any:
     """What the converted file depends on, from stat calls and small files only; None: not knowable cheaply."""
-    from edgekit.models.inputs import dir_fingerprint, synthetic_fingerprint
+    from edgekit.convert.inputs import dir_fingerprint, synthetic_fingerprint
 
     if source.package is not None:
         from importlib import metadata
@@ -96,7 +96,7 @@ def _code_fingerprint() -> str:
     """The code that turns sources into GGUFs: a change to it must not be answered from the memo."""
     root = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
-    for pkg in ("convert", "align", "models"):
+    for pkg in ("prepare", "convert", "align", "models"):
         for f in sorted((root / pkg).glob("*.py")):
             digest.update(f.name.encode() + b"\0" + f.read_bytes())
     return digest.hexdigest()[:16]

@@ -14,10 +14,10 @@ from gguf import LlamaFileType
 from edgekit.convert.checkpoint_repack import repack_checkpoint
 from edgekit.convert.gguf_io import GGUFFile
 from edgekit.convert.gguf_stage import QUANTIZE_TYPES, Converted, convert_mmproj, convert_model, lossless_outtype
+from edgekit.convert.inputs import ModelInput, resolve
 from edgekit.convert.llamacpp import LlamaCpp, find_llamacpp
 from edgekit.convert.repack import GGUFValues, RepackReport, SafetensorsValues, repack_gguf
 from edgekit.errors import EdgekitError
-from edgekit.models.inputs import ModelInput, resolve
 from edgekit.models.safetensors import open_model
 from edgekit.models.validate import ModelInfo, check_pair, inspect_model
 from edgekit.store import Store

@@ -1,6 +1,6 @@
 """What an alignment run is: the settings a recipe's ``drafter.align`` block (or the CLI) gives.
 
-Pydantic only, no torch: the recipe schema can import it.
+Pydantic only, no torch: part of the recipe schema (config), which align reads.
 """
 
 from __future__ import annotations

@@ -1,0 +1,10 @@
+"""The names of the models edgekit generates (edgekit.tinymodels makes them), which a recipe may name as
+`synthetic:`. Kept in config, below the generators, so the recipe schema imports nothing that trains."""
+
+from __future__ import annotations
+
+LEGACY_MODELS = ("tiny-gemma4", "tiny-gemma4-qat", "tiny-gemma4-assistant", "tiny-gemma4-assistant-qat",
+                 "tiny-gemma4-tuned")
+PUBLISHED_MODELS = tuple(f"tiny-gemma4-{variant}{kind}" for variant in ("e2b", "e4b")
+                         for kind in ("", "-qat", "-tuned", "-assistant", "-assistant-qat"))
+SYNTHETIC_MODELS = LEGACY_MODELS + PUBLISHED_MODELS
