@@ -8,6 +8,7 @@ drafter and anything that would change the result makes a new one.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import shutil
 from pathlib import Path
 from typing import Any
@@ -30,15 +31,19 @@ def weights_fingerprint(path: Path) -> str:
 
 
 # The modules whose code decides the trained weights; a change in any of them changes every key.
-_RESULT_MODULES = ("checkpoint", "continuations", "grid", "objective", "pair", "prompts", "run", "spec", "teacher",
-                   "train", "unroll")
+_ALIGN_MODULES = ("checkpoint", "continuations", "grid", "objective", "pair", "prompts", "run", "teacher", "train",
+                  "unroll")
+_RESULT_MODULES = (*(f"edgekit.align.{m}" for m in _ALIGN_MODULES), "edgekit.config.align_spec",
+                   "edgekit.models.prompt_lines")
 
 
 def code_version() -> str:
     """Changes whenever code that shapes the result changes (it is part of every key)."""
     digest = hashlib.sha256()
     for name in _RESULT_MODULES:
-        digest.update(name.encode() + b"\0" + (Path(__file__).parent / f"{name}.py").read_bytes())
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.origin is not None, name
+        digest.update(name.encode() + b"\0" + Path(spec.origin).read_bytes())
     return digest.hexdigest()[:16]
 
 

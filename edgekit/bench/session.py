@@ -32,6 +32,7 @@ from edgekit.config.boardfile import Board
 from edgekit.config.profiles import get_profile
 from edgekit.config.recipes import Recipe
 from edgekit.errors import EdgekitError
+from edgekit.release.manifest import ReleaseManifest
 from edgekit.remote import releases
 from edgekit.remote.lock import BoardLock
 from edgekit.remote.probe import BoardFacts, probe
@@ -171,7 +172,7 @@ class Session:
         if self.manifest.get("recipe") != self.recipe.name:
             raise EdgekitError(f"Board {self.name!r} serves recipe {self.manifest.get('recipe')!r}, not "
                                f"{self.recipe.name!r}; deploy {self.recipe.name} first or bench that recipe.")
-        self.engine = str(self.manifest.get("engine", "llama.cpp"))
+        self.engine = ReleaseManifest.of(self.manifest).engine
         self._stack.enter_context(BoardLock(runner, base, self.opts.lock_wait_s))  # no deploy meanwhile
         self.release_dir = f"{base}/releases/{self.release}"
         self.work = f"{base}/bench/{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
@@ -203,7 +204,7 @@ class Session:
         base = self.facts.base if self.facts else self.board.base
         for rid in reversed(releases.layout(self.runner, base).releases):
             manifest = releases.read_manifest(self.runner, base, rid)
-            if manifest.get("engine", "llama.cpp") == engine:
+            if ReleaseManifest.of(manifest).engine == engine:
                 return BoardRelease(engine, rid, f"{base}/releases/{rid}", manifest)
         raise EdgekitError(f"Board {self.name!r} has no {engine} release to bench; deploy a recipe with "
                            f"`runtime.engine: {engine}` there first (the newest one of each engine is measured).")

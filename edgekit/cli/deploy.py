@@ -13,6 +13,7 @@ from edgekit.deploy.activate import HealthCheckFailed
 from edgekit.deploy.health import check_release
 from edgekit.deploy.service import Service
 from edgekit.errors import EdgekitError
+from edgekit.release.manifest import ReleaseManifest
 from edgekit.release.units import UNIT_NAME
 from edgekit.remote import releases
 from edgekit.remote.probe import probe
@@ -89,16 +90,17 @@ def status(app: App, board_name: str) -> None:
     with runner_for(board, board_name) as runner:
         facts = probe(runner, board.base)
         lay = releases.layout(runner, facts.base)
-        manifest = releases.read_manifest(runner, facts.base, lay.current) if lay.current else {}
+        manifest = ReleaseManifest.of(releases.read_manifest(runner, facts.base, lay.current)) if lay.current else None
         active = Service(runner, UNIT_NAME, facts.sudo != "root").is_active()
         health = None
-        if lay.current and active:
+        if manifest is not None and active:
             health = check_release(runner, manifest, act.BoardPaths(facts.base).log, timeout=30).to_dict()
     data = {
-        "board": board_name, "engine": manifest.get("engine", "llama.cpp") if manifest else None,
+        "board": board_name, "engine": manifest.engine if manifest else None,
         "current": lay.current, "serving": lay.serving, "service_active": active,
-        "recipe": manifest.get("recipe"), "port": manifest.get("port"), "spec_type": manifest.get("spec_type"),
-        "server_args": manifest.get("server_args"), "health": health, "releases": lay.releases,
+        "recipe": manifest.recipe if manifest else None, "port": manifest.port if manifest else None,
+        "spec_type": manifest.spec_type if manifest else None,
+        "server_args": manifest.server_args if manifest else None, "health": health, "releases": lay.releases,
     }
 
     def human() -> None:

@@ -19,7 +19,9 @@ from typing import Literal
 from edgekit.deploy import health as health_mod
 from edgekit.deploy.service import Service, log_tail
 from edgekit.errors import EdgekitError
-from edgekit.release.health import GpuPolicy, Health
+from edgekit.release.health import Health
+from edgekit.release.manifest import ReleaseManifest, ServeSpec
+from edgekit.release.plan import ReleasePlan
 from edgekit.release.units import CANDIDATE_UNIT, UNIT_NAME
 from edgekit.remote import releases
 from edgekit.remote.runner import LocalRunner, SshRunner
@@ -77,25 +79,29 @@ def board_state(runner: Runner, base: str, need_sudo: bool) -> tuple[releases.La
         return releases.layout(runner, base), active.result()
 
 
-def activate(
-    runner: Runner,
-    base: str,
-    release_id: str,
-    file_shas: dict[str, str],
-    port: int,
-    candidate_port: int,
-    expect_drafts: bool,
-    need_sudo: bool,
-    keep: int,
-    strategy: Strategy = "candidate",
-    timeout: float = 180.0,
-    on_step: Callable[[str], None] = lambda _msg: None,
-    gpu: GpuPolicy = "none",
-    engine: str = "llama.cpp",
-    model: str = "",
-    media: tuple[str, ...] = (),
-    chat: bool = False,
-) -> Activation:
+@dataclass(frozen=True)
+class ActivationSpec:
+    """One release to activate on a board: its files, how its server is checked, and the policy around it."""
+
+    release_id: str
+    file_shas: dict[str, str]
+    serve: ServeSpec  # the main port's check; the candidate is checked the same way on candidate_port
+    candidate_port: int
+    keep: int
+    strategy: Strategy = "candidate"
+    timeout: float = 180.0
+
+    @classmethod
+    def of_plan(cls, plan: ReleasePlan, keep: int, strategy: Strategy = "candidate",
+                timeout: float = 180.0) -> ActivationSpec:
+        m = plan.typed
+        candidate = m.candidate_port if m.candidate_port is not None else m.port + 1
+        return cls(plan.release_id, plan.file_shas(), m.serve, candidate, keep, strategy, timeout)
+
+
+def activate(runner: Runner, base: str, spec: ActivationSpec, need_sudo: bool,
+             on_step: Callable[[str], None] = lambda _msg: None) -> Activation:
+    release_id, port, strategy, expect_drafts = spec.release_id, spec.serve.port, spec.strategy, spec.serve.drafter
     paths = BoardPaths(base)
     main = Service(runner, UNIT_NAME, need_sudo)
     lay, serves = board_state(runner, base, need_sudo)
@@ -103,8 +109,7 @@ def activate(
 
     def check(svc: Service, p: int) -> Health:
         log = paths.candidate_log() if svc.unit == CANDIDATE_UNIT else paths.log
-        return health_mod.check(runner, p, expect_drafts, timeout=timeout, alive=svc.is_active, engine=engine,
-                                model=model, gpu=gpu, log_file=log, media=media, chat=chat)
+        return health_mod.check(runner, spec.serve.on_port(p), timeout=spec.timeout, alive=svc.is_active, log_file=log)
 
     if lay.current == release_id and lay.serving == release_id and serves:
         recorded = health_mod.quick(runner, port, lay.health, expect_drafts) if lay.health else None
@@ -117,7 +122,7 @@ def activate(
             releases.record_health(runner, base, release_id, h.to_dict())
             return Activation(release_id, False, previous, h, strategy)
     on_step(f"creating release {release_id}")
-    releases.create(runner, base, release_id, file_shas)
+    releases.create(runner, base, release_id, spec.file_shas)
 
     if strategy == "candidate" and not serves:
         # A candidate protects what serves; with nothing serving, the service's own start is the check.
@@ -125,10 +130,10 @@ def activate(
         strategy = "in-place"
     if strategy == "candidate":
         cand = Service(runner, CANDIDATE_UNIT, need_sudo)
-        on_step(f"starting the new release as a candidate on port {candidate_port}")
+        on_step(f"starting the new release as a candidate on port {spec.candidate_port}")
         cand.install(paths.unit_file(release_id, CANDIDATE_UNIT))
         cand.restart()
-        h = check(cand, candidate_port)
+        h = check(cand, spec.candidate_port)
         cand.remove()
         if not h.ok:
             logs = log_tail(runner, paths.candidate_log())
@@ -149,7 +154,7 @@ def activate(
     releases.record_health(runner, base, release_id, h.to_dict())
     releases.switch(runner, base, release_id)
     releases.mark_serving(runner, base, release_id)
-    pruned = releases.prune(runner, base, keep, protect={release_id, previous or ""})
+    pruned = releases.prune(runner, base, spec.keep, protect={release_id, previous or ""})
     return Activation(release_id, True, previous, h, strategy, pruned)
 
 
@@ -174,7 +179,7 @@ def rollback(runner: Runner, base: str, need_sudo: bool, to: str | None = None,
         raise EdgekitError(f"Board {runner.name!r} has no earlier release to roll back to.")
     if target not in lay.releases:
         raise EdgekitError(f"Board {runner.name!r} has no release {target!r}.")
-    manifest = releases.read_manifest(runner, base, target)
+    manifest = ReleaseManifest.of(releases.read_manifest(runner, base, target))
     paths = BoardPaths(base)
     main = Service(runner, UNIT_NAME, need_sudo)
     main.install(paths.unit_file(target))

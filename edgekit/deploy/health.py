@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from edgekit.release.health import HEALTH_PROMPT, GpuPolicy, Health, apply_gpu_policy
+from edgekit.release.health import HEALTH_PROMPT, Health, apply_gpu_policy
+from edgekit.release.manifest import ReleaseManifest, ServeSpec
 from edgekit.release.probes import chat_payload, media_outcome
 from edgekit.remote.http import request
 from edgekit.remote.runner import LocalRunner, SshRunner
@@ -35,53 +36,38 @@ def wait_ready(
     raise TimeoutError(f"not ready after {timeout:.0f} s ({last})")
 
 
-def check(
-    runner: SshRunner | LocalRunner,
-    port: int,
-    expect_drafts: bool,
-    timeout: float = 120.0,
-    alive: Callable[[], bool] | None = None,
-    n_predict: int = 24,
-    engine: str = "llama.cpp",
-    model: str = "",
-    gpu: GpuPolicy = "none",
-    log_file: str = "",
-    media: Sequence[str] = (),
-    chat: bool = False,
-) -> Health:
-    """/health answers, then one greedy completion through ``engine``'s API shows tokens (and drafts),
-    and a CUDA build's server log (``log_file``) shows whether it used the GPU, as ``gpu`` demands.
-
-    ``model``: the name the engine serves the model under (vLLM's --served-model-name)."""
+def check(runner: SshRunner | LocalRunner, spec: ServeSpec, timeout: float = 120.0,
+          alive: Callable[[], bool] | None = None, n_predict: int = 24, log_file: str = "") -> Health:
+    """/health answers, then one greedy completion through ``spec.engine``'s API shows tokens (and drafts, when
+    ``spec.drafter``), and a CUDA build's server log (``log_file``) shows whether it used the GPU, as
+    ``spec.gpu`` demands; a release with an mmproj answers each of ``spec.media`` too."""
     from edgekit.deploy.service import log_tail
     from edgekit.engines import get_engine
 
     try:
-        ready = wait_ready(runner, port, timeout, alive)
+        ready = wait_ready(runner, spec.port, timeout, alive)
     except TimeoutError as exc:
         return Health(False, str(exc))
-    health = get_engine(engine).completion(runner, port, model, HEALTH_PROMPT, n_predict, timeout, chat)
+    health = get_engine(spec.engine).completion(runner, spec.port, spec.model, HEALTH_PROMPT, n_predict, timeout,
+                                                spec.chat)
     health.seconds_to_ready = round(ready, 2)
     if not health.ok:
         return health
     if health.tokens <= 0:
         health.ok, health.reason = False, "the completion generated no tokens"
-    elif expect_drafts and not health.draft_n:
+    elif spec.drafter and not health.draft_n:
         health.ok, health.reason = False, "a drafter is configured but the server drafted no tokens (draft_n = 0)"
-    elif gpu != "none":
-        health = apply_gpu_policy(health, gpu, log_tail(runner, log_file, 400))
-    if health.ok and media:
-        health = media_checks(runner, port, health, media, timeout)
+    elif spec.gpu != "none":
+        health = apply_gpu_policy(health, spec.gpu, log_tail(runner, log_file, 400))
+    if health.ok and spec.media:
+        health = media_checks(runner, spec.port, health, spec.media, timeout)
     return health
 
 
-def check_release(runner: SshRunner | LocalRunner, manifest: dict, log_file: str, timeout: float = 120.0,
+def check_release(runner: SshRunner | LocalRunner, manifest: ReleaseManifest, log_file: str, timeout: float = 120.0,
                   alive: Callable[[], bool] | None = None) -> Health:
-    """:func:`check` with everything a release's ``release.json`` says about how to check it."""
-    return check(runner, int(manifest.get("port", 8080)), bool(manifest.get("drafter")), timeout=timeout, alive=alive,
-                 engine=manifest.get("engine", "llama.cpp"), model=manifest.get("recipe", ""),
-                 gpu=manifest.get("gpu", "none"), log_file=log_file, media=manifest.get("media") or (),
-                 chat=bool(manifest.get("chat")))
+    """:func:`check` with what a release's ``release.json`` says about how to check it."""
+    return check(runner, manifest.serve, timeout=timeout, alive=alive, log_file=log_file)
 
 
 def media_completion(runner: SshRunner | LocalRunner, port: int, kind: str, n_predict: int,

@@ -192,14 +192,9 @@ def deploy(name: str, board: Board, recipe: Recipe, options: DeployOptions, cons
         plan, stages, facts = done.made.plan, done.stages, done.facts
         strategy = choose_strategy(options, facts, plan)
         t = time.monotonic()
-        activation = act.activate(
-            done.runner, facts.base, plan.release_id, plan.file_shas(), port=plan.manifest["port"],
-            candidate_port=plan.manifest["candidate_port"], expect_drafts=plan.manifest["drafter"],
-            need_sudo=facts.sudo != "root", keep=options.keep or recipe.keep_releases,
-            strategy=strategy, timeout=options.health_timeout_s, on_step=say, gpu=plan.manifest["gpu"],
-            engine=done.engine.name, model=recipe.name, media=tuple(plan.manifest.get("media") or ()),
-            chat=bool(plan.manifest.get("chat")),
-        )
+        spec = act.ActivationSpec.of_plan(plan, options.keep or recipe.keep_releases, strategy,
+                                          options.health_timeout_s)
+        activation = act.activate(done.runner, facts.base, spec, need_sudo=facts.sudo != "root", on_step=say)
         stages["activate"] = time.monotonic() - t
     report = done.report
     return DeployReport(

@@ -41,9 +41,10 @@ class Serve:
     @classmethod
     def of_manifest(cls, m: Mapping[str, Any]) -> Serve:
         """A release.json read on the board; an older release may lack any field."""
-        return cls(int(m.get("port") or 8080), bool(m.get("drafter")), str(m.get("engine") or "llama.cpp"),
-                   str(m.get("recipe") or ""), str(m.get("gpu") or "none"), bool(m.get("chat")),
-                   ",".join(str(x) for x in m.get("media") or []))
+        from edgekit.release.manifest import ReleaseManifest  # pydantic: not in every Ansible worker's import
+
+        s = ReleaseManifest.of(m).serve
+        return cls(s.port, s.drafter, s.engine, s.model, s.gpu, s.chat, ",".join(s.media))
 
     @classmethod
     def of_plan(cls, plan: Mapping[str, Any], port: int) -> Serve:
@@ -210,7 +211,7 @@ def on_board(st: Mapping[str, Any], fleet: Mapping[str, Any], which: str, releas
     """A rollback's or status's command for one board, from the state STATE_PY read in the play."""
     board = Board(fleet, st["base"], st["sudo"])
     main = board.units["main"]
-    serve = Serve.of_manifest(manifest or {})
+    serve = Serve.of_manifest(manifest) if manifest else Serve(8080)  # no current release: nothing to check
     commands = {
         "start": lambda: board.start(main, release),
         "switch": lambda: board.switch(release),

@@ -38,9 +38,9 @@ def _current(fleet: Fleet, bp: BoardPlan) -> Found:
                    "sudo": ["sudo", "-n"] if sudo else []}, None)
     if not serves or lay.health is None:
         return found
-    m = bp.plan.manifest
+    m = bp.plan.typed
     try:
-        health = health_mod.quick(target.runner, int(m["port"]), lay.health, bool(m["drafter"]))
+        health = health_mod.quick(target.runner, m.port, lay.health, m.drafter)
     except Exception:  # any doubt sends the board through the playbook, which checks it properly
         health = None
     if health is None:

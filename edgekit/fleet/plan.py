@@ -36,16 +36,15 @@ class BoardPlan:
     keep: int
 
     def to_vars(self) -> dict[str, Any]:
-        m = self.plan.manifest
+        m = self.plan.typed
         files: list[str] = []
         for rel, sha in sorted(self.plan.file_shas().items()):  # releases.create's order
             files += [rel, sha]
         return {
-            "release": self.plan.release_id, "base": self.base, "port": m["port"],
-            "candidate_port": m["candidate_port"], "drafter": bool(m["drafter"]), "strategy": self.strategy,
+            "release": self.plan.release_id, "base": self.base, "port": m.port,
+            "candidate_port": m.candidate_port, "drafter": m.drafter, "strategy": self.strategy,
             "keep": self.keep, "files": files, "blobs": [b.sha256 for b in self.plan.blobs],
-            "engine": m.get("engine", "llama.cpp"), "model": m["recipe"], "gpu": m.get("gpu", "none"),
-            "chat": bool(m.get("chat")), "media": ",".join(m.get("media") or []),
+            "engine": m.engine, "model": m.recipe, "gpu": m.gpu, "chat": m.chat, "media": ",".join(m.media),
         }
 
 

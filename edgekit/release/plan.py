@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.build.memo import remember
+from edgekit.release.manifest import ReleaseManifest
 from edgekit.release.units import CANDIDATE_UNIT, UNIT_NAME, render_unit
 from edgekit.remote.transfer import Blob
 from edgekit.store import canonical_json, sha256_file
@@ -38,6 +39,11 @@ class ReleasePlan:
 
     def file_shas(self) -> dict[str, str]:
         return {rel: b.sha256 for rel, b in self.files.items()}
+
+    @property
+    def typed(self) -> ReleaseManifest:
+        """The manifest (release.json) as every reader sees it."""
+        return ReleaseManifest.of(self.manifest)
 
 
 def service_ports(board_port: int | None, recipe_port: int) -> tuple[int, int]:

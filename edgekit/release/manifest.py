@@ -1,0 +1,70 @@
+"""`release.json`, typed: what a release is (its files and how it was made) and how its server is checked.
+
+Every reader goes through :meth:`ReleaseManifest.of`, so a field's default lives in one place. Releases written
+by earlier edgekit versions lack some fields (engine, gpu, chat, media, candidate_port): they load with the
+defaults those versions meant. Fields an engine adds of its own (build, guards, vllm, litert, ...) are kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from edgekit.release.health import GpuPolicy
+
+
+class FileEntry(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    sha256: str
+    size: int
+
+
+class ServeSpec(BaseModel):
+    """How a release's server is asked whether it is healthy: its port, whether it must draft, the engine
+    whose API answers, the name it serves the model under, the GPU policy, media kinds, chat template."""
+
+    model_config = ConfigDict(frozen=True)
+
+    port: int = 8080
+    drafter: bool = False
+    engine: str = "llama.cpp"
+    model: str = ""
+    gpu: GpuPolicy = "none"
+    media: tuple[str, ...] = ()
+    chat: bool = False
+
+    def on_port(self, port: int) -> ServeSpec:
+        return self.model_copy(update={"port": port})
+
+
+class ReleaseManifest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    release: str
+    recipe: str
+    files: dict[str, FileEntry] = Field(default_factory=dict)
+    engine: str = "llama.cpp"  # releases before engines were pluggable were all llama.cpp
+    port: int = 8080
+    candidate_port: int | None = None
+    drafter: bool = False
+    spec_type: str | None = None
+    gpu: GpuPolicy = "none"
+    media: list[str] = Field(default_factory=list)
+    chat: bool = False
+    server_args: list[str] | None = None
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> ReleaseManifest:
+        return cls.model_validate(dict(data))
+
+    @property
+    def serve(self) -> ServeSpec:
+        return ServeSpec(port=self.port, drafter=self.drafter, engine=self.engine, model=self.recipe, gpu=self.gpu,
+                         media=tuple(self.media), chat=self.chat)
+
+    @property
+    def file_shas(self) -> dict[str, str]:
+        return {rel: f.sha256 for rel, f in self.files.items()}
