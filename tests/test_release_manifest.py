@@ -58,3 +58,11 @@ def test_a_plan_activates_from_its_typed_manifest(tmp_path: Path) -> None:
     assert spec.serve == ServeSpec(port=9000, engine="llama.cpp", model="demo", gpu="required", media=("image",),
                                    chat=True)
     assert spec.candidate_port == 9001 and spec.serve.on_port(9001).port == 9001
+
+
+def test_the_health_fields_are_read_without_touching_the_rest() -> None:
+    # Inside Ansible a manifest's other lists hold lazy items that are not values yet (server_args here).
+    raw = json.loads(TODAY.read_text())
+    raw["server_args"] = [object()]
+    assert ReleaseManifest.serve_of(raw) == ReleaseManifest.of(json.loads(TODAY.read_text())).serve
+    assert ReleaseManifest.serve_of({}) == ServeSpec()

@@ -43,7 +43,7 @@ class Serve:
         """A release.json read on the board; an older release may lack any field."""
         from edgekit.release.manifest import ReleaseManifest  # pydantic: not in every Ansible worker's import
 
-        s = ReleaseManifest.of(m).serve
+        s = ReleaseManifest.serve_of(m)
         return cls(s.port, s.drafter, s.engine, s.model, s.gpu, s.chat, ",".join(s.media))
 
     @classmethod

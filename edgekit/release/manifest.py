@@ -40,6 +40,9 @@ class ServeSpec(BaseModel):
         return self.model_copy(update={"port": port})
 
 
+_SERVE_KEYS = ("recipe", "port", "drafter", "engine", "gpu", "media", "chat")
+
+
 class ReleaseManifest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -59,6 +62,13 @@ class ReleaseManifest(BaseModel):
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> ReleaseManifest:
         return cls.model_validate(dict(data))
+
+    @classmethod
+    def serve_of(cls, data: Mapping[str, Any]) -> ServeSpec:
+        """Only the health-check fields of a manifest, read item by item: inside Ansible a manifest's lists are
+        lazy containers whose raw items are not values yet, so the rest of it is never touched."""
+        plain = {k: ([str(x) for x in data[k]] if k == "media" else data[k]) for k in _SERVE_KEYS if k in data}
+        return cls.model_validate({"release": "", "recipe": "", **plain}).serve
 
     @property
     def serve(self) -> ServeSpec:
