@@ -5,15 +5,13 @@ from __future__ import annotations
 import platform
 from dataclasses import dataclass
 
+from edgekit.config.jetpack import line_for_version
 from edgekit.config.profiles import BoardProfile, get_profile
 from edgekit.errors import EdgekitError
 
 TARGET_NAMES = ("host", "orin", "thor")
 BINARIES = ("llama-server", "llama-cli", "llama-bench", "llama-quantize", "llama-perplexity")
 AARCH64_TRIPLE = "aarch64-linux-gnu"
-
-# Newest glibc symbol version each JetPack's Ubuntu provides (20.04 / 22.04 / 24.04).
-JETPACK_GLIBC = {"5": (2, 31), "6": (2, 35), "7": (2, 39)}
 
 
 def host_machine() -> str:
@@ -46,7 +44,9 @@ class Target:
 
     @property
     def glibc_max(self) -> tuple[int, int] | None:
-        return JETPACK_GLIBC.get(self.jetpack.split(".")[0]) if self.jetpack else None
+        """Newest glibc symbol version the JetPack line's Ubuntu provides (config/jetpack.py)."""
+        line = line_for_version(self.jetpack)
+        return line.glibc if line else None
 
     def to_dict(self) -> dict[str, object]:
         return {"name": self.name, "slug": self.slug, "machine": self.machine, "profile": self.profile,

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from edgekit.config.jetpack import DEFAULT_LINES, JetPackLine, get_line
 from edgekit.errors import EdgekitError
 
 
@@ -30,6 +31,7 @@ class BoardProfile(BaseModel):
     cpu_arch: str  # GGML_CPU_ARM_ARCH / -march for the board's cores
     cpu_cores: int
     cuda_arch: int  # SM version: 87 (Orin, Ampere), 110 (Thor, Blackwell)
+    # The JetPack line and its facts (config/jetpack.py): the family's default line unless with_jetpack says.
     jetpack: str
     l4t_major: int
     l4t_release: str  # what /etc/nv_tegra_release says on a current image
@@ -59,14 +61,20 @@ _THOR_RAILS = (
     PowerRail(label="VIN", chip="ina238", i2c_addr="2-0044", channel=1, idle_watts=18.0, watts_per_busy_core=2.2),
 )
 
+
+def _line_fields(line: JetPackLine) -> dict[str, str | int]:
+    """What a profile says about its JetPack line, from the table."""
+    if line.l4t_release is None or line.cuda_version is None:
+        raise EdgekitError(f"JetPack {line.jetpack} has no L4T release or CUDA in edgekit's table.")
+    return {"jetpack": line.jetpack, "l4t_major": line.l4t_major, "l4t_release": line.l4t_release,
+            "cuda_version": line.cuda_version}
+
+
 _ORIN_COMMON = dict(
     family="orin",
     cpu_arch="armv8.2-a+dotprod+fp16",
     cuda_arch=87,
-    jetpack="6",
-    l4t_major=36,
-    l4t_release="# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: aarch64",
-    cuda_version="12.6",
+    **_line_fields(get_line(DEFAULT_LINES["orin"])),
 )
 
 PROFILES: dict[str, BoardProfile] = {
@@ -96,10 +104,8 @@ PROFILES: dict[str, BoardProfile] = {
         BoardProfile(
             name="thor-agx-128gb", family="thor", model="NVIDIA Jetson AGX Thor Developer Kit",
             # Neoverse-V3AE is Armv9.2-A with SVE2, i8mm and bf16; gcc 12 knows armv9-a plus these.
-            cpu_arch="armv9-a+fp16+i8mm+bf16", cpu_cores=14, cuda_arch=110, jetpack="7", l4t_major=38,
-            l4t_release="# R38 (release), REVISION: 2.0, GCID: 41844464, BOARD: generic, EABI: aarch64",
-            cuda_version="13.0", mem_gb=128, mem_bandwidth_gbs=273.0, total_power_rail="VIN",
-            power_rails=_THOR_RAILS,
+            cpu_arch="armv9-a+fp16+i8mm+bf16", cpu_cores=14, cuda_arch=110, mem_gb=128, mem_bandwidth_gbs=273.0,
+            total_power_rail="VIN", power_rails=_THOR_RAILS, **_line_fields(get_line(DEFAULT_LINES["thor"])),
         ),
     ]
 }
@@ -121,37 +127,12 @@ def get_profile(name: str) -> BoardProfile:
         ) from None
 
 
-# The JetPack lines a board can run: what its L4T, CUDA and Ubuntu are. Orin runs JetPack 6 (R36, CUDA 12.6)
-# or, since June 2026, JetPack 7.2 (R39, CUDA 13.2, SBSA packaging, a full reflash); Thor runs JetPack 7.
-class JetPackLine(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    jetpack: str
-    l4t_major: int
-    l4t_release: str
-    cuda_version: str
-    families: tuple[str, ...]
-
-
-JETPACK_LINES: dict[str, JetPackLine] = {
-    "6": JetPackLine(jetpack="6", l4t_major=36, cuda_version="12.6", families=("orin",),
-                     l4t_release="# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: aarch64"),
-    "7": JetPackLine(jetpack="7", l4t_major=38, cuda_version="13.0", families=("thor",),
-                     l4t_release="# R38 (release), REVISION: 2.0, GCID: 41844464, BOARD: generic, EABI: aarch64"),
-    "7.2": JetPackLine(jetpack="7.2", l4t_major=39, cuda_version="13.2", families=("orin", "thor"),
-                       l4t_release="# R39 (release), REVISION: 0.0, GCID: 43652233, BOARD: generic, EABI: aarch64"),
-}
-
-
 def with_jetpack(profile: BoardProfile, jetpack: str | None) -> BoardProfile:
     """``profile`` as it is on JetPack line ``jetpack`` (None: the profile's own line)."""
     if jetpack is None or jetpack == profile.jetpack:
         return profile
-    line = JETPACK_LINES.get(jetpack)
-    if line is None:
-        raise EdgekitError(f"Unknown JetPack line {jetpack!r}; known: {', '.join(JETPACK_LINES)}.")
+    line = get_line(jetpack)  # the lines of config/jetpack.py a profile may be put on
     if profile.family not in line.families:
         raise EdgekitError(f"JetPack {jetpack} does not run on {profile.family.title()} "
                            f"(it runs on {', '.join(f.title() for f in line.families)}).")
-    return profile.model_copy(update={"jetpack": line.jetpack, "l4t_major": line.l4t_major,
-                                      "l4t_release": line.l4t_release, "cuda_version": line.cuda_version})
+    return profile.model_copy(update=_line_fields(line))

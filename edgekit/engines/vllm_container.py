@@ -12,24 +12,21 @@ from __future__ import annotations
 
 import json
 
+from edgekit.config.jetpack import lines_of_major
 from edgekit.errors import EdgekitError
 from edgekit.remote.probe import BoardFacts
 from edgekit.remote.runner import LocalRunner, SshRunner
 
 Runner = SshRunner | LocalRunner
 
-# (profile family, JetPack major line) → image. JetPack 7.2 puts Orin on SBSA CUDA 13 like Thor.
-IMAGES: dict[tuple[str, str], str] = {
-    ("orin", "6"): "ghcr.io/nvidia-ai-iot/vllm:gemma4-jetson-orin",
-    ("orin", "7"): "vllm/vllm-openai:latest",
-    ("thor", "7"): "vllm/vllm-openai:latest",
-}
-
 
 def default_image(profile: str, jetpack: str | None) -> str:
+    """The image for the profile's family on the board's JetPack (config/jetpack.py's vllm_images), looked up by
+    the JetPack major: any 7.x takes the image of a 7 line that has one for the family (JetPack 7.2 puts Orin on
+    SBSA CUDA 13 like Thor)."""
     family = "thor" if profile.startswith("thor") else "orin"
-    line = (jetpack or "").split(".")[0]
-    image = IMAGES.get((family, line))
+    major = (jetpack or "").split(".")[0]
+    image = next((i for line in lines_of_major(major) if (i := line.vllm_image(family))), None)
     if image is None:
         raise EdgekitError(f"edgekit knows no vLLM image for {profile} on JetPack {jetpack or '?'}; name one as "
                            "runtime.vllm.image in the recipe.")

@@ -11,6 +11,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from edgekit.config.jetpack import L4T_RELEASES, line_for_l4t
 from edgekit.remote.runner import Runner
 
 # One round trip, POSIX sh only (nothing to install on a board). "$1" is the base directory.
@@ -75,12 +76,6 @@ for dev in "$root"/sys/bus/i2c/devices/*; do
 done
 """
 
-_JETPACK = {  # L4T release → JetPack, for the releases current boards run
-    "35.4": "5.1.2", "35.5": "5.1.3", "35.6": "5.1.4", "36.2": "6.0 DP", "36.3": "6.0",
-    "36.4.0": "6.1", "36.4.3": "6.2", "36.4.4": "6.2.1", "38.2": "7.0", "38.3": "7.1",
-}
-
-
 @dataclass
 class PowerRailInfo:
     chip: str
@@ -131,11 +126,13 @@ def parse_l4t(line: str) -> str | None:
 def jetpack_for(l4t: str | None) -> str | None:
     if not l4t:
         return None
+    """'36.4.3' → '6.2' (a release the table lists), else the line of its L4T major ('39.0.0' → '7.2')."""
     parts = l4t.split(".")
     for n in (3, 2):
-        if ".".join(parts[:n]) in _JETPACK:
-            return _JETPACK[".".join(parts[:n])]
-    return {"35": "5", "36": "6", "38": "7", "39": "7.2"}.get(parts[0])  # R39: JetPack 7.2 (Orin and Thor)
+        if ".".join(parts[:n]) in L4T_RELEASES:
+            return L4T_RELEASES[".".join(parts[:n])]
+    line = line_for_l4t(parts[0])
+    return line.jetpack if line else None
 
 
 def parse_cuda(raw: str) -> str | None:

@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgekit.config.jetpack import JETPACK_LINES, cuda_patch, line_for_l4t
 from edgekit.config.profiles import BoardProfile, PowerRail
 
 I2C_DEVICES = "sys/bus/i2c/devices"
@@ -38,9 +39,6 @@ THERMAL_ZONES: dict[str, list[tuple[str, float, float]]] = {
 }
 CELSIUS_PER_BUSY_CORE = 2.5
 
-_CUDA_PATCH = {"12.6": "12.6.68", "13.0": "13.0.48", "13.2": "13.2.51"}  # what JetPack 6.2 / 7.0 / 7.2 install
-_UBUNTU = {35: ("20.04.6 LTS", "focal"), 36: ("22.04.5 LTS", "jammy"), 38: ("24.04.3 LTS", "noble"),
-           39: ("24.04.3 LTS", "noble")}
 _COMPATIBLE = {"orin": "nvidia,p3737-0000+p3701-0005\0nvidia,p3701-0005\0nvidia,tegra234\0",
                "thor": "nvidia,p3971-0000+p3834-0008\0nvidia,p3834-0008\0nvidia,tegra264\0"}
 _CPU_MAX_KHZ = {"orin": 2201600, "thor": 2601000}
@@ -145,7 +143,10 @@ def make_root(root: Path, profile: BoardProfile, volatile: Path | None = None) -
     _put(root / "etc/nv_tegra_release",
          f"{profile.l4t_release}, DATE: Mon Jan 13 22:13:09 UTC 2025\n# KERNEL_VARIANT: oot\n"
          "TARGET_USERSPACE_LIB_DIR=nvidia\nTARGET_USERSPACE_LIB_DIR_PATH=usr/lib/aarch64-linux-gnu/nvidia\n")
-    version, codename = _UBUNTU.get(profile.l4t_major, ("22.04.5 LTS", "jammy"))
+    # Ubuntu and CUDA as the profile's JetPack line installs them (config/jetpack.py); an L4T major the
+    # table lacks gets JetPack 6's Ubuntu.
+    line = line_for_l4t(profile.l4t_major) or JETPACK_LINES["6"]
+    version, codename = line.ubuntu, line.ubuntu_codename
     _put(root / "etc/os-release",
          f'PRETTY_NAME="Ubuntu {version}"\nNAME="Ubuntu"\nVERSION_ID="{version.split()[0][:5]}"\n'
          f'VERSION="{version} ({codename.title()})"\nVERSION_CODENAME={codename}\nID=ubuntu\nID_LIKE=debian\n')
@@ -153,7 +154,7 @@ def make_root(root: Path, profile: BoardProfile, volatile: Path | None = None) -
     _put(dt / "model", profile.model.encode() + b"\0")  # NUL-terminated, as the kernel exports it
     _put(dt / "compatible", _COMPATIBLE[fam].encode())
     _link(root / "proc/device-tree", "../sys/firmware/devicetree/base")
-    cuda = _CUDA_PATCH.get(profile.cuda_version, f"{profile.cuda_version}.0")
+    cuda = cuda_patch(profile.cuda_version) or f"{profile.cuda_version}.0"
     _put(root / f"usr/local/cuda-{profile.cuda_version}/version.json", json.dumps(
         {"cuda": {"name": "CUDA SDK", "version": cuda},
          "cuda_cudart": {"name": "CUDA Runtime (cudart)", "version": cuda}}, indent=3) + "\n")
