@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from edgekit.cli import json_option
@@ -22,8 +23,9 @@ def doctor(app: App) -> None:
         for col in ("", "tool", "found", "needed for", "install"):
             table.add_column(col)
         for c in checks:
-            table.add_row("[green]ok[/]" if c.ok else "[red]missing[/]", c.name, c.detail, c.blocks,
-                          "" if c.ok else c.install)
+            # escape: "edgekit-jetson[fleet]" is not rich markup
+            table.add_row("[green]ok[/]" if c.ok else "[red]missing[/]", escape(c.name), escape(c.detail),
+                          escape(c.blocks), "" if c.ok else escape(c.install))
         app.out.print(table)
 
     app.emit({"ok": all(c.ok for c in checks), "checks": as_dicts(checks)}, human)
