@@ -5,9 +5,16 @@
 # Never `pip install edgekit`: that name on PyPI is another project (a Cloudflare Workers SDK).
 #   bash install.sh && ~/.local/bin/edgekit demo
 set -euo pipefail
+# What to install: this checkout, or a wheel / pinned requirement you name (resolved before the cd below).
+SPEC=${1:-}
+case "$SPEC" in
+  "") SPEC=".[sim,fleet]" ;;
+  *" @ git+"* | https://* | file:* | /*) ;;
+  *) if [ -e "${SPEC%%\[*}" ]; then SPEC="$(realpath "${SPEC%%\[*}")${SPEC#"${SPEC%%\[*}"}"
+     else echo "install.sh: $SPEC is neither a file here nor a URL or pinned requirement; a bare name would come from a registry." >&2; exit 2; fi ;;
+esac
 cd "$(dirname "$0")"
 
-SPEC=${1:-".[sim,fleet]"}
 PREFIX=${EDGEKIT_PREFIX:-$HOME/.local/share/edgekit-jetson}
 BIN_DIR=${EDGEKIT_BIN_DIR:-$HOME/.local/bin}
 

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from edgekit.errors import EdgekitError
 from edgekit.resources import ci_dir
@@ -17,8 +18,6 @@ DIST = "edgekit-jetson"
 SPEC_LINE = '  EDGEKIT_PIP_SPEC: ""\n'  # the template's placeholder, replaced by the pinned spec
 WORKFLOW = Path(".github/workflows/nightly-bench.yml")
 LINT_CONFIG = Path(".github/actionlint.yaml")
-# name[extras] @ git+URL@REF where REF is a full commit or a version tag (a branch moves: not a pin)
-_VCS_PINNED = re.compile(r"@\s*git\+\S+@([0-9a-f]{40}|v?\d+(\.\d+)*)$")
 
 
 @dataclass(frozen=True)
@@ -44,19 +43,60 @@ def installed_spec() -> str | None:
 
 
 def check_spec(spec: str) -> str:
-    """A pip requirement a runner can install without asking a registry for a name: a wheel (path or URL)
-    or `edgekit-jetson @ git+URL@REF`."""
+    """A pip requirement a runner installs without asking a registry for a name: `edgekit-jetson @ git+URL@REV`
+    (REV a full commit or a version tag) or a wheel of edgekit-jetson (an https:// or file: URL or an absolute
+    path, optionally `#sha256=…`), either bare or as `edgekit-jetson[extras] @ <wheel>`."""
     spec = spec.strip()
-    if not spec or "\n" in spec or '"' in spec:
-        raise EdgekitError("The install spec must be one line without quotes, e.g. "
-                           f"'{DIST} @ git+https://github.com/you/edgekit@<commit>' or a wheel URL.")
-    if spec.endswith(".whl") and (spec.startswith(("https://", "/", "file:")) or " @ " in spec):
-        return spec
-    if _VCS_PINNED.search(spec) and spec.split("@", 1)[0].strip().split("[")[0] == DIST:
-        return spec
-    raise EdgekitError(f"{spec!r} is not pinned: give a wheel (an https:// URL or an absolute path on the runner) "
-                       f"or '{DIST} @ git+URL@<commit or version tag>'; a branch moves, and a bare package name "
-                       "could install somebody else's 'edgekit' from a registry.")
+    hint = (f"give '{DIST} @ git+https://…/edgekit@<commit or version tag>' or a wheel of {DIST} "
+            "(an https:// URL or an absolute path on the runner)")
+    if not spec or any(c.isspace() for c in spec.replace(" @ ", "", 1)) or '"' in spec:
+        raise EdgekitError(f"{spec!r} is not one pip requirement: {hint}.")
+    if " @ " in spec:
+        name, url = spec.split(" @ ", 1)
+        m = _NAME.fullmatch(name)
+        if m is None or re.sub(r"[-_.]+", "-", m.group(1).lower()) != DIST:
+            raise EdgekitError(f"{spec!r} names {name!r}, not {DIST}: {hint}.")
+    else:
+        url = spec
+    problem = _vcs_problem(url) if url.startswith("git+") else _wheel_problem(url, named=" @ " in spec)
+    if problem:
+        raise EdgekitError(f"{spec!r} {problem}: {hint}; a branch moves, and a bare name could install "
+                           "somebody else's 'edgekit' from a registry.")
+    return spec
+
+
+_NAME = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)(\[[A-Za-z0-9,_-]+\])?")
+_REV = re.compile(r"[0-9a-f]{40}|v?\d+(\.\d+)*")
+_WHEEL_HASH = re.compile(r"sha256=[0-9a-f]{64}")
+
+
+def _vcs_problem(url: str) -> str | None:
+    parts = urlsplit(url[len("git+"):])
+    if parts.scheme not in ("https", "ssh"):
+        return "is not a git+https or git+ssh URL"
+    if parts.query:
+        return "carries a query"
+    keys = {kv.split("=", 1)[0] for kv in parts.fragment.split("&") if kv}
+    if not keys <= {"egg", "subdirectory"}:
+        return "carries a fragment pip does not read as egg= or subdirectory="
+    path, at, rev = parts.path.rpartition("@")
+    if not at or not path or not _REV.fullmatch(rev):
+        return "is not pinned to a full commit or a version tag"
+    return None
+
+
+def _wheel_problem(url: str, named: bool) -> str | None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "file") and not (parts.scheme == "" and url.startswith("/")):
+        return "is neither a git URL nor a wheel at an https://, file: or absolute path"
+    if parts.query or (parts.fragment and not _WHEEL_HASH.fullmatch(parts.fragment)):
+        return "carries a query or a fragment other than #sha256=<hex>"
+    filename = parts.path.rsplit("/", 1)[-1]
+    if not filename.endswith(".whl"):
+        return "is not a wheel (.whl)"
+    if not named and not filename.lower().startswith(DIST.replace("-", "_") + "-"):
+        return f"is not a wheel of {DIST}"
+    return None
 
 
 def write_workflow(repo: Path, spec: str | None, force: bool = False) -> Written:

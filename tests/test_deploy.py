@@ -149,6 +149,22 @@ def test_changed_setting_new_release_and_rollback(boards, tmp_path: Path) -> Non
     assert st["current"] == st["serving"] == old and st["health"]["ok"]
 
 
+def test_a_pushed_release_survives_other_deploys_until_it_is_activated(boards, tmp_path: Path) -> None:
+    (board,) = boards(1, fresh=True)
+    deploy(board.name, "sim-tiny-mtp")
+    pushed_recipe = recipe_variant(tmp_path, "sim-tiny-mtp", "sim-tiny-mtp-pushed", draft_n_max=2)
+    res = edgekit("--json", "push", "--board", board.name, "--recipe", str(pushed_recipe))
+    assert res.returncode == 0, res.stderr[-2000:]
+    pushed = json.loads(res.stdout)
+    # Another release is deployed meanwhile: its prune drops blobs no release links, but not the pushed ones.
+    other = deploy(board.name, str(recipe_variant(tmp_path, "sim-tiny-mtp", "sim-tiny-mtp-other", draft_n_max=1)))
+    assert other["changed"] and other["release"] != pushed["release"]
+    assert (board.base / "pushed" / pushed["release"]).is_dir()
+    activated = deploy(board.name, str(pushed_recipe))
+    assert activated["release"] == pushed["release"] and activated["bytes_sent"] == 0
+    assert not (board.base / "pushed" / pushed["release"]).exists()  # the release links its blobs now
+
+
 def test_a_release_that_cannot_start_is_rolled_back(boards, tmp_path: Path) -> None:
     (board,) = boards(1, fresh=True)
     good = deploy(board.name, "sim-tiny-mtp")["release"]

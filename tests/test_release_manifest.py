@@ -60,9 +60,19 @@ def test_a_plan_activates_from_its_typed_manifest(tmp_path: Path) -> None:
     assert spec.candidate_port == 9001 and spec.serve.on_port(9001).port == 9001
 
 
-def test_the_health_fields_are_read_without_touching_the_rest() -> None:
-    # Inside Ansible a manifest's other lists hold lazy items that are not values yet (server_args here).
-    raw = json.loads(TODAY.read_text())
-    raw["server_args"] = [object()]
-    assert ReleaseManifest.serve_of(raw) == ReleaseManifest.of(json.loads(TODAY.read_text())).serve
-    assert ReleaseManifest.serve_of({}) == ServeSpec()
+def test_the_fleets_health_arguments_default_as_the_manifest_does() -> None:
+    """fleet.commands.Serve reads manifests without pydantic (it runs in every Ansible worker): same answers."""
+    today = json.loads(TODAY.read_text())
+    older = {k: v for k, v in today.items() if k not in ("engine", "gpu", "media", "chat", "candidate_port")}
+    for raw in (today, older, {"release": "r", "recipe": "x"}, {**today, "media": ["image", "audio"]}):
+        s = ReleaseManifest.of(raw).serve
+        assert Serve.of_manifest(raw) == Serve(s.port, s.drafter, s.engine, s.model, s.gpu, s.chat, ",".join(s.media))
+
+
+def test_a_missing_or_damaged_release_json_is_one_sentence() -> None:
+    from edgekit.errors import EdgekitError
+
+    with pytest.raises(EdgekitError, match=r"^The release.json of release r on board 'b' is missing or unreadable.$"):
+        ReleaseManifest.read({}, "release r on board 'b'")
+    with pytest.raises(EdgekitError, match=r"is damaged \(gpu: "):
+        ReleaseManifest.read({"release": "r", "recipe": "x", "gpu": "sometimes"}, "release r on board 'b'")

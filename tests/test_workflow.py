@@ -193,9 +193,34 @@ def test_ci_init_writes_a_pinned_workflow_that_lints(actionlint: Lint, tmp_path:
     assert _edgekit("ci", "init", "--spec", PIN, "--force", cwd=tmp_path).returncode == 0
 
 
-@pytest.mark.parametrize("spec", ["edgekit", "edgekit-jetson", "edgekit==0.1.1", "edgekit-jetson==0.1.0",
-                                  "edgekit @ git+https://github.com/acme/edgekit@v1.0",
-                                  "edgekit-jetson @ git+https://github.com/acme/edgekit@main", "dist/x.whl"])
+SHA = "0123456789abcdef0123456789abcdef01234567"
+REFUSED = [
+    "edgekit", "edgekit-jetson", "edgekit==0.1.1", "edgekit-jetson==0.1.0", "dist/x.whl",  # registry names, relative
+    "edgekit @ git+https://github.com/acme/edgekit@v1.0",  # somebody else's name
+    "edgekit-jetson @ git+https://github.com/acme/edgekit@main",  # a branch moves
+    "edgekit-jetson @ git+https://github.com/acme/edgekit@main#egg=x@1",  # pip reads the revision as main
+    "edgekit @ git+https://github.com/acme/edgekit@main#x.whl",  # a branch dressed as a wheel
+    "edgekit-jetson @ https://github.com/acme/edgekit/archive/main.zip#.whl",
+    "edgekit-jetson @ http://mirror.example/edgekit_jetson-0.1.0-py3-none-any.whl",  # not https
+    "https://mirror.example/other-1.0-py3-none-any.whl",  # a wheel of another project
+    f"edgekit-jetson @ git+https://github.com/acme/edgekit@{SHA}?ref=main",
+]
+ACCEPTED = [
+    f"edgekit-jetson[fleet] @ git+https://github.com/acme/edgekit@{SHA}",
+    "edgekit-jetson @ git+ssh://git@github.com/acme/edgekit@v0.1.0",
+    "https://dl.example/edgekit_jetson-0.1.0-py3-none-any.whl#sha256=" + "a" * 64,
+    "/opt/wheels/edgekit_jetson-0.1.0-py3-none-any.whl",
+]
+
+
+@pytest.mark.parametrize("spec", ACCEPTED)
+def test_ci_init_takes_a_pinned_spec(spec: str) -> None:
+    from edgekit.ci_init import check_spec
+
+    assert check_spec(spec) == spec
+
+
+@pytest.mark.parametrize("spec", REFUSED)
 def test_ci_init_refuses_a_spec_a_registry_would_resolve(spec: str, tmp_path: Path) -> None:
     res = _edgekit("ci", "init", "--spec", spec, cwd=tmp_path)
     assert res.returncode == 2, res.stdout

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from edgekit.agent import energy
 from edgekit.bench import boardfs, prompts, serverconf, workloads
 from edgekit.bench.benchunit import Board as BenchBoard
@@ -204,7 +206,7 @@ class Session:
         base = self.facts.base if self.facts else self.board.base
         for rid in reversed(releases.layout(self.runner, base).releases):
             manifest = releases.read_manifest(self.runner, base, rid)
-            if ReleaseManifest.of(manifest).engine == engine:
+            if _engine_of(manifest) == engine:
                 return BoardRelease(engine, rid, f"{base}/releases/{rid}", manifest)
         raise EdgekitError(f"Board {self.name!r} has no {engine} release to bench; deploy a recipe with "
                            f"`runtime.engine: {engine}` there first (the newest one of each engine is measured).")
@@ -438,3 +440,11 @@ def check_restored(session: Session) -> None:
 
 
 __all__ = ["BoardRelease", "Interrupted", "JobFailed", "Run", "Session", "SessionOptions", "check_restored"]
+
+
+def _engine_of(manifest: dict[str, Any]) -> str | None:
+    """A release's engine; None for one whose release.json is missing or damaged (bench passes it by)."""
+    try:
+        return ReleaseManifest.of(manifest).engine
+    except ValidationError:
+        return None

@@ -90,7 +90,8 @@ def status(app: App, board_name: str) -> None:
     with runner_for(board, board_name) as runner:
         facts = probe(runner, board.base)
         lay = releases.layout(runner, facts.base)
-        manifest = ReleaseManifest.of(releases.read_manifest(runner, facts.base, lay.current)) if lay.current else None
+        manifest = (ReleaseManifest.read(releases.read_manifest(runner, facts.base, lay.current),
+                                         f"release {lay.current} on board {board_name!r}") if lay.current else None)
         active = Service(runner, UNIT_NAME, facts.sudo != "root").is_active()
         health = None
         if manifest is not None and active:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import click
 
 from edgekit.cli import board_option, json_option
@@ -36,4 +38,11 @@ def push(app: App, board_name: str, recipe_name: str, src: str | None, wait_s: i
     with TransferProgress(console=app.console) as progress:
         outcome = run_push(board_name, board, recipe, DeployOptions(src=src, wait_s=wait_s, cuda=cuda), app.console,
                            progress=progress)
-    app.emit(outcome.to_dict(), lambda: app.out.print(outcome.headline()))
+    # The recipe as the user named it: a path's recipe may share its name with a built-in one.
+    activate = shlex.join(["edgekit", "deploy", "--board", board_name, "--recipe", recipe_name])
+
+    def human() -> None:
+        app.out.print(outcome.headline())
+        app.out.print(f"Activate it with: {activate}", markup=False, highlight=False)
+
+    app.emit(outcome.to_dict(), human)

@@ -179,7 +179,8 @@ def rollback(runner: Runner, base: str, need_sudo: bool, to: str | None = None,
         raise EdgekitError(f"Board {runner.name!r} has no earlier release to roll back to.")
     if target not in lay.releases:
         raise EdgekitError(f"Board {runner.name!r} has no release {target!r}.")
-    manifest = ReleaseManifest.of(releases.read_manifest(runner, base, target))
+    manifest = ReleaseManifest.read(releases.read_manifest(runner, base, target),
+                                    f"release {target} on board {runner.name!r}")
     paths = BoardPaths(base)
     main = Service(runner, UNIT_NAME, need_sudo)
     main.install(paths.unit_file(target))

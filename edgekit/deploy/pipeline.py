@@ -18,6 +18,7 @@ from edgekit.config.recipes import Recipe
 from edgekit.deploy import activate as act
 from edgekit.errors import EdgekitError
 from edgekit.release.plan import ReleasePlan
+from edgekit.remote import releases
 from edgekit.remote.lock import BoardLock
 from edgekit.remote.probe import BoardFacts, probe
 from edgekit.remote.runner import LocalRunner, SshRunner, runner_for
@@ -122,8 +123,7 @@ class PushOutcome:
 
     def headline(self) -> str:
         return (f"{self.board}: {self.release} pushed, not activated — sent {self.bytes_sent / 1e6:.1f} MB "
-                f"({self.blobs_sent} blobs, {self.blobs_skipped} already there) in {self.seconds:.1f} s; "
-                f"`edgekit deploy --board {self.board} --recipe {self.recipe}` activates it")
+                f"({self.blobs_sent} blobs, {self.blobs_skipped} already there) in {self.seconds:.1f} s")
 
 
 def _push_blobs(runner: Runner, base: str, plan: ReleasePlan, say: Any, progress: Any) -> PushReport:
@@ -175,7 +175,7 @@ def push(name: str, board: Board, recipe: Recipe, options: DeployOptions, consol
     activated, so what the board serves does not change."""
     start = time.monotonic()
     with _pushed(name, board, recipe, options, console, _say(name, console, on_step), progress) as done:
-        pass
+        releases.pin(done.runner, done.facts.base, done.made.plan.release_id, [b.sha256 for b in done.made.plan.blobs])
     return PushOutcome(
         board=name, recipe=recipe.name, release=done.made.plan.release_id, bytes_sent=done.report.sent_bytes,
         blobs_sent=done.report.sent_blobs, blobs_skipped=done.report.skipped_blobs,

@@ -96,9 +96,9 @@ def _code_fingerprint() -> str:
     """The code that turns sources into GGUFs: a change to it must not be answered from the memo."""
     root = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
-    for pkg in ("prepare", "convert", "align", "models"):
-        for f in sorted((root / pkg).glob("*.py")):
-            digest.update(f.name.encode() + b"\0" + f.read_bytes())
+    files = [f for pkg in ("prepare", "convert", "align", "models") for f in sorted((root / pkg).glob("*.py"))]
+    for f in [*files, root / "config" / "align_spec.py", root / "config" / "synthetic.py"]:
+        digest.update(f.name.encode() + b"\0" + f.read_bytes())
     return digest.hexdigest()[:16]
 
 

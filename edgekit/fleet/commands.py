@@ -41,10 +41,11 @@ class Serve:
     @classmethod
     def of_manifest(cls, m: Mapping[str, Any]) -> Serve:
         """A release.json read on the board; an older release may lack any field."""
-        from edgekit.release.manifest import ReleaseManifest  # pydantic: not in every Ansible worker's import
-
-        s = ReleaseManifest.serve_of(m)
-        return cls(s.port, s.drafter, s.engine, s.model, s.gpu, s.chat, ",".join(s.media))
+        # Standard library only: this runs in every Ansible worker (pydantic would cost each one ~150 ms), and a
+        # manifest's lists are lazy there. The defaults are ReleaseManifest's (tests/test_release_manifest.py).
+        return cls(int(m.get("port") or 8080), bool(m.get("drafter")), str(m.get("engine") or "llama.cpp"),
+                   str(m.get("recipe") or ""), str(m.get("gpu") or "none"), bool(m.get("chat")),
+                   ",".join(str(x) for x in m.get("media") or []))
 
     @classmethod
     def of_plan(cls, plan: Mapping[str, Any], port: int) -> Serve:

@@ -39,7 +39,7 @@ def ansible_dir() -> Path:
     path = ansible_collection_dir()
     if not (path / "playbooks").is_dir():
         raise EdgekitError(f"edgekit's Ansible playbooks are missing from {path}: this edgekit install is "
-                           "incomplete; reinstall it (pip install --force-reinstall edgekit-jetson wheel or checkout).")
+                           "incomplete; reinstall it from its checkout or wheel.")
     return path
 
 

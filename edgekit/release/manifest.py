@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from edgekit.errors import EdgekitError
 from edgekit.release.health import GpuPolicy
 
 
@@ -40,9 +41,6 @@ class ServeSpec(BaseModel):
         return self.model_copy(update={"port": port})
 
 
-_SERVE_KEYS = ("recipe", "port", "drafter", "engine", "gpu", "media", "chat")
-
-
 class ReleaseManifest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -64,11 +62,15 @@ class ReleaseManifest(BaseModel):
         return cls.model_validate(dict(data))
 
     @classmethod
-    def serve_of(cls, data: Mapping[str, Any]) -> ServeSpec:
-        """Only the health-check fields of a manifest, read item by item: inside Ansible a manifest's lists are
-        lazy containers whose raw items are not values yet, so the rest of it is never touched."""
-        plain = {k: ([str(x) for x in data[k]] if k == "media" else data[k]) for k in _SERVE_KEYS if k in data}
-        return cls.model_validate({"release": "", "recipe": "", **plain}).serve
+    def read(cls, data: Mapping[str, Any], where: str) -> ReleaseManifest:
+        """:meth:`of` for a release.json read from a board: one sentence when it is missing or damaged."""
+        try:
+            return cls.of(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first["loc"]) or "release.json"
+            what = "is missing or unreadable" if not data else f"is damaged ({field}: {first['msg']})"
+            raise EdgekitError(f"The release.json of {where} {what}.") from None
 
     @property
     def serve(self) -> ServeSpec:

@@ -124,9 +124,9 @@ def parse_l4t(line: str) -> str | None:
 
 
 def jetpack_for(l4t: str | None) -> str | None:
+    """'36.4.3' → '6.2' (a release the table lists), else the line of its L4T major ('39.0.0' → '7.2')."""
     if not l4t:
         return None
-    """'36.4.3' → '6.2' (a release the table lists), else the line of its L4T major ('39.0.0' → '7.2')."""
     parts = l4t.split(".")
     for n in (3, 2):
         if ".".join(parts[:n]) in L4T_RELEASES:

@@ -86,8 +86,26 @@ for id in $older; do
   rm -rf "$base/releases/$id"
   echo "$id"
 done
+# A pushed release's pins (edgekit push) are dropped once the release exists: its directory links the blobs now.
+for d in "$base"/pushed/*/; do
+  [ -d "$d" ] && [ -d "$base/releases/$(basename "$d")" ] && rm -rf "$d"
+done
 # find's default (emacs) regex has no {64}: name the dialect (an upload's <sha>.part never matches).
 find "$base/store" -maxdepth 1 -type f -links 1 -regextype posix-extended -regex '.*/[0-9a-f]{64}' -delete || true
+"""
+
+
+# "$1" base, "$2" release id, then its blobs' sha256: hard links under pushed/<id>, so the prune of a later
+# deploy (which drops store blobs no release links) keeps what `edgekit push` sent. One pushed release at a time:
+# a newer push replaces the pins of an older one.
+PIN_SH = r"""
+set -eu
+base="$1"; rid="$2"; shift 2
+rm -rf "$base/pushed.tmp"
+mkdir -p "$base/pushed.tmp/$rid"
+for sha in "$@"; do ln -f "$base/store/$sha" "$base/pushed.tmp/$rid/$sha"; done
+rm -rf "$base/pushed"
+mv "$base/pushed.tmp" "$base/pushed"
 """
 
 
@@ -123,6 +141,14 @@ def create(runner: Runner, base: str, release_id: str, files: Mapping[str, str])
         argv += [rel, sha]
     out = runner.run(argv, timeout=120).stdout.strip()
     return out.endswith("created")
+
+
+def pin(runner: Runner, base: str, release_id: str, shas: list[str]) -> None:
+    """Keep a pushed, not yet activated release's blobs through other deploys' prunes (PIN_SH)."""
+    bad = [s for s in shas if not _SHA.match(s)]
+    if bad:
+        raise EdgekitError(f"{bad[0]!r} is not a sha256.")
+    runner.run(["sh", "-c", PIN_SH, "edgekit-pin", base, check_id(release_id), *sorted(set(shas))], timeout=120)
 
 
 def switch(runner: Runner, base: str, release_id: str) -> None:

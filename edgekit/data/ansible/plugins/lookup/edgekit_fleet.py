@@ -45,6 +45,7 @@ class LookupModule(LookupBase):
         try:
             from edgekit.fleet.plan import fleet_vars  # imported here: only playbooks without edgekit's plan pay
         except ImportError as exc:
-            raise AnsibleError("The edgekit.fleet collection needs edgekit: install edgekit-jetson (never the "
-                               f"unrelated 'edgekit') into the Python ansible runs from ({exc}).") from exc
+            raise AnsibleError("The edgekit.fleet collection needs edgekit: install edgekit-jetson from edgekit's "
+                               "repository at a commit or from a wheel (never the unrelated 'edgekit' from a registry) "
+                               f"into the Python ansible runs from ({exc}).") from exc
         return [fleet_vars(float(self.get_option("health_timeout")))]
