@@ -35,8 +35,17 @@ SHIPPED = [  # what the CLI opens at run time, by path inside the wheel
     "edgekit/data/ansible/plugins/action/edgekit_blobs.py", "edgekit/data/ansible/plugins/callback/edgekit_report.py",
     "edgekit/data/ansible/plugins/filter/edgekit_commands.py", "edgekit/data/ansible/galaxy.yml",
     "edgekit/data/ci/nightly-bench.yml", "edgekit/data/ci/actionlint.yaml", "edgekit/data/results-schema.json",
-    "edgekit/agent/cli.py", "edgekit/sim/bin/systemctl",
+    "edgekit/agent/cli.py", "edgekit/sim/bin/systemctl", "edgekit/build/__init__.py", "edgekit/release/manifest.py",
 ]
+
+
+def _not_sources(folder: str, names: list[str]) -> set[str]:
+    """What a copy of the checkout leaves out: caches everywhere, and the venv and build outputs at its root
+    only (edgekit/build/ is a package)."""
+    skip = {n for n in names if n in ("__pycache__", ".pytest_cache", ".ruff_cache") or n.endswith(".egg-info")}
+    if Path(folder).resolve() == REPO:
+        skip |= {n for n in names if n in (".venv", ".git", "build", "dist")}
+    return skip
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +54,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # Built from a copy: setuptools writes build/ and *.egg-info beside the sources, and a stale build/lib of
     # the checkout would go into the wheel.
     src = tmp_path_factory.mktemp("src") / "edgekit"
-    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".venv", ".git", "build", "dist", "*.egg-info",
-                                                              "__pycache__", ".pytest_cache", ".ruff_cache"))
+    shutil.copytree(REPO, src, ignore=_not_sources)
     res = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(src)],
                          capture_output=True, text=True, timeout=600, check=False)
     assert res.returncode == 0, res.stderr[-3000:]
