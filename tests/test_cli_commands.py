@@ -22,8 +22,10 @@ def _edgekit(*args: str, env: dict[str, str] | None = None, cwd: Path | None = N
 
 
 def test_help_lists_every_command_of_the_table() -> None:
-    res = _edgekit("--help")
+    res = _edgekit("--help", env=dict(os.environ, COLUMNS="80"))
     assert res.returncode == 0, res.stderr
+    rows = [line for line in res.stdout.split("Commands:", 1)[1].splitlines() if line.strip()]
+    assert [row.split()[0] for row in rows] == list(COMMANDS)  # one line each: no wrapped text looks like a command
     listed = [line.split()[0] for line in res.stdout.split("Commands:", 1)[1].splitlines() if line.startswith("  ")
               and not line.startswith("    ")]
     assert listed == list(COMMANDS)

@@ -16,7 +16,8 @@ from edgekit import __version__
 from edgekit.cli.app import App
 from edgekit.errors import EdgekitError
 
-# The one table of commands: name → (module under edgekit.cli, the object there, the line `--help` shows).
+# The one table of commands: name → (module under edgekit.cli, the object there, the line `--help` shows:
+# short enough to stay one line in an 80-column terminal).
 # Nothing is imported to list them (hatch style); a command's module is imported when it runs.
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("demo", "demo", "Simulated board up → probe → deploy → a completion you can paste."),
@@ -26,14 +27,14 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "recipes": ("recipes", "recipes", "Recipes: where each comes from, validated; show one resolved."),
     "sim": ("sim", "sim", "Simulated Jetson boards on this machine (real sshd on 127.0.0.1)."),
     "build": ("build", "build", "Build llama.cpp for a board (cross, or on the board), cached."),
-    "convert": ("convert", "convert", "Convert a recipe's target and drafter to GGUF / LiteRT, into the store."),
+    "convert": ("convert", "convert", "A recipe's target and drafter to GGUF / LiteRT, in the store."),
     "repack": ("convert", "repack", "Exact Q4_0 repack of QAT weights (bit-identical)."),
     "verify": ("convert", "verify", "KL and top-1 agreement of a recipe's GGUF against its checkpoint."),
-    "push": ("push", "push", "Send a recipe's release to a board, verified, without activating it."),
-    "deploy": ("deploy", "deploy", "Build, convert, push and activate a recipe on a board; roll back if unhealthy."),
+    "push": ("push", "push", "A release onto a board, verified, not activated."),
+    "deploy": ("deploy", "deploy", "Build, convert, push, activate; roll back if unhealthy."),
     "status": ("deploy", "status", "A board's releases, what it serves, and its health."),
     "rollback": ("deploy", "rollback", "Switch a board back to its previous release."),
-    "bench": ("bench", "bench", "Measure a board's release with and without its drafter (tok/s, W, J/token)."),
+    "bench": ("bench", "bench", "tok/s, W and J per token with and without the drafter."),
     "tune": ("bench", "tune", "Sweep drafting settings on the board and deploy the best."),
     "drafter": ("drafter", "drafter", "MTP drafters: re-fit them to the deployed target."),
     "fleet": ("fleet", "fleet", "Roll releases out to groups of boards with Ansible."),
