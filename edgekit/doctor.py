@@ -61,11 +61,14 @@ def _python_module(module: str, blocks: str, install: str) -> Check:
 
 
 def _ansible() -> Check:
-    """ansible-playbook as `edgekit fleet` finds it: beside this Python first (a venv, pipx), then PATH."""
-    beside = Path(sys.executable).with_name("ansible-playbook")
-    found = str(beside) if beside.is_file() else shutil.which("ansible-playbook")
+    """ansible-playbook where `edgekit fleet` looks for it (beside this Python, then PATH)."""
+    from edgekit.errors import EdgekitError
+    from edgekit.fleet.playbook import playbook_command
+
     install = "reinstall edgekit with its [fleet] extra (ansible-core 2.19), from its checkout or wheel"
-    if not found:
+    try:
+        found = playbook_command()
+    except EdgekitError:
         return Check("ansible-playbook", False, "not found", "fleet", install)
     version = _version([found, "--version"], r"core ([\d.]+)")
     return Check("ansible-playbook", True, f"{version} ({found})", "fleet", install)

@@ -24,7 +24,7 @@ def test_todays_release_json_loads_with_every_field() -> None:
     assert m.serve == ServeSpec(port=raw["port"], drafter=True, engine="llama.cpp", model="sim-tiny-mtp",
                                 gpu="none", media=(), chat=True)
     assert m.candidate_port == raw["candidate_port"] and m.server_args == raw["server_args"]
-    assert m.file_shas == {rel: f["sha256"] for rel, f in raw["files"].items()}
+    assert {rel: f.sha256 for rel, f in m.files.items()} == {rel: f["sha256"] for rel, f in raw["files"].items()}
     # What the engine added of its own is kept, and dumps back unchanged.
     assert m.model_dump(mode="json")["build"] == raw["build"] and m.model_dump(mode="json")["guards"] == raw["guards"]
     # The fleet's health arguments read it the same way.

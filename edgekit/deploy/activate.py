@@ -21,7 +21,7 @@ from edgekit.deploy.service import Service, log_tail
 from edgekit.errors import EdgekitError
 from edgekit.release.health import Health
 from edgekit.release.manifest import ReleaseManifest, ServeSpec
-from edgekit.release.plan import ReleasePlan
+from edgekit.release.plan import ReleasePlan, service_ports
 from edgekit.release.units import CANDIDATE_UNIT, UNIT_NAME
 from edgekit.remote import releases
 from edgekit.remote.runner import LocalRunner, SshRunner
@@ -95,7 +95,7 @@ class ActivationSpec:
     def of_plan(cls, plan: ReleasePlan, keep: int, strategy: Strategy = "candidate",
                 timeout: float = 180.0) -> ActivationSpec:
         m = plan.typed
-        candidate = m.candidate_port if m.candidate_port is not None else m.port + 1
+        candidate = m.candidate_port if m.candidate_port is not None else service_ports(None, m.port)[1]
         return cls(plan.release_id, plan.file_shas(), m.serve, candidate, keep, strategy, timeout)
 
 

@@ -76,7 +76,3 @@ class ReleaseManifest(BaseModel):
     def serve(self) -> ServeSpec:
         return ServeSpec(port=self.port, drafter=self.drafter, engine=self.engine, model=self.recipe, gpu=self.gpu,
                          media=tuple(self.media), chat=self.chat)
-
-    @property
-    def file_shas(self) -> dict[str, str]:
-        return {rel: f.sha256 for rel, f in self.files.items()}
