@@ -11,6 +11,7 @@ import os
 import platform
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,7 +24,7 @@ from paramiko.hostkeys import HostKeys
 
 from edgekit.config.profiles import PROFILES, get_profile
 from edgekit.errors import EdgekitError
-from edgekit.sim import keys, power, rootfs, sshd
+from edgekit.sim import keys, power, procs, rootfs, sshd
 from edgekit.sim.state import BoardState
 
 SYSTEMCTL = Path(str(resources.files("edgekit.sim") / "bin" / "systemctl"))
@@ -261,3 +262,17 @@ def test_the_emulator_gives_aarch64_binaries_to_qemu_in_its_namespace_only(tmp_p
     assert inside.returncode == 0 and "--list" in inside.stdout, inside.stderr
     with pytest.raises(OSError):  # the host's exec table was not touched
         subprocess.run([loader, "--help"], capture_output=True, timeout=60, check=False)
+
+
+def test_port_kinds_never_share_a_port_and_a_service_port_brings_a_free_candidate():
+    # A service port's candidate (+1) is unbound between switches: an sshd port drawn then must
+    # never land on it, in this sim dir or another one that knows nothing of it.
+    ports = {kind: {procs.free_port(kind=kind) for _ in range(40)} for kind in procs.PORT_RESIDUE}
+    candidates = {p + 1 for p in ports["service"]}
+    assert not candidates & (ports["ssh"] | ports["other"] | ports["service"])
+    assert not ports["ssh"] & ports["other"]
+    with socket.socket() as held:
+        service = procs.free_port(kind="service")
+        held.bind(("127.0.0.1", service + 1))
+        for _ in range(30):
+            assert procs.free_port(kind="service") != service  # its candidate is taken

@@ -116,7 +116,7 @@ def _taken_names(st: SimState, targets: Targets) -> set[str]:
 
 
 def _ports_in_use(st: SimState) -> set[int]:
-    return {p for b in st.boards.values() for p in (b.port, b.service_port)}
+    return {p for b in st.boards.values() for p in (b.port, b.service_port, b.service_port + 1)}
 
 
 def _volatile_dir(token: str) -> str | None:
@@ -152,8 +152,8 @@ def _make_root(st: SimState, board: BoardState) -> None:
 def _create_board(st: SimState, name: str, profile: str, user: str, jetpack: str | None = None,
                   arch: str | None = None) -> BoardState:
     used = _ports_in_use(st)
-    port = procs.free_port(used)
-    service_port = procs.free_port(used | {port})
+    port = procs.free_port(used, kind="ssh")
+    service_port = procs.free_port(used | {port}, kind="service")
     bdir = st.path / name
     if bdir.exists():
         shutil.rmtree(bdir)  # left over from an earlier `up`: a new board starts clean

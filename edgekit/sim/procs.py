@@ -133,27 +133,41 @@ def _ephemeral_low() -> int:
         return 32768
 
 
-def free_port(avoid: Iterable[int] = ()) -> int:
+# Each kind of port lives in its own residue mod 4, so one kind never lands on another's port even
+# across sim dirs that do not know of each other: a service port's candidate (service + 1) is free
+# while no release is being switched, and an sshd or test server picked then would take it for good.
+PORT_RESIDUE = {"service": 0, "ssh": 2, "other": 3}  # 1: the candidate of service port 4k
+
+
+def free_port(avoid: Iterable[int] = (), kind: str = "other") -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now (the caller retries if it loses a race).
 
     Drawn from below the kernel's ephemeral range: a sim board's service port stays free while its
     server is stopped (bench, rollback), and a port from that range could meanwhile become the local
     end of any outgoing connection on this machine ("Address already in use" at the restart).
+    A ``service`` port comes with its candidate port (+1), which must be free too.
     """
     avoid = set(avoid)
+    residue = PORT_RESIDUE[kind]
     high = _ephemeral_low()
     low = max(1024, min(20000, high - 4096))
     for _ in range(200):
-        port = random.randrange(low, high)
-        if port in avoid:
+        port = random.randrange(low, high - 1)
+        port += (residue - port) % 4
+        wanted = (port, port + 1) if kind == "service" else (port,)
+        if port >= high - 1 or avoid.intersection(wanted) or not all(_bindable(p) for p in wanted):
             continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
         return port
     raise RuntimeError(f"no free TCP port found on 127.0.0.1 in {low}-{high - 1}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def wait_ssh_banner(port: int, pid: int, pidfile: Path, timeout: float = 10.0) -> bool:

@@ -97,7 +97,7 @@ def start(sshd: str, board: BoardState, tries: int = 3, avoid: set[int] | None =
             # Most likely someone took the port between our probe and sshd's bind.
             avoid.add(board.port)
             text = board.sshd_config.read_text()
-            board.port = procs.free_port(avoid)
+            board.port = procs.free_port(avoid, kind="ssh")
             board.sshd_config.write_text(_relisten(text, board.port))
     tail = board.sshd_log.read_text(errors="replace").strip().splitlines()[-1:] if board.sshd_log.exists() else []
     raise EdgekitError(f"sshd for {board.name} did not start on 127.0.0.1:{board.port}"
