@@ -41,6 +41,9 @@ class EngineRelease:
 
 class Engine(Protocol):
     name: str
+    # the HTTP dialect its server's health completion speaks: "llama" (llama-server's /completion with
+    # `timings`) or "openai" (/v1/completions, draft counts from /metrics)
+    health_api: str
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:
         """Build/convert what the board needs and compose the release (files, units, release.json)."""

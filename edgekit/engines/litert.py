@@ -95,6 +95,7 @@ def compose(ctx: ReleaseContext, python: str, bundle: dict[str, Any]) -> Release
 
 class Litert:
     name = "litert-lm"
+    health_api = "llama"  # the front speaks llama-server's /completion with `timings`
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:
         python = board_python(ctx.runner, ctx.name, python_of(ctx.board))

@@ -184,6 +184,7 @@ def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: s
 
 class LlamaCpp:
     name = "llama.cpp"
+    health_api = "llama"  # llama-server's /completion with `timings`
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:
         from edgekit.build import BuildOptions, build

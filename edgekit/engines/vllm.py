@@ -126,6 +126,7 @@ def _counters(runner: Runner, port: int) -> dict[str, float]:
 
 class Vllm:
     name = "vllm"
+    health_api = "openai"  # /v1/completions; drafts from /metrics
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:
         from edgekit.convert.text_only import needs_text_only, text_only
