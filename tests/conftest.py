@@ -29,6 +29,7 @@ from edgekit.config.profiles import get_profile
 from edgekit.sim import boards as sim
 from edgekit.sim import emulation
 from edgekit.sim.testing import SimBoard
+from edgekit.store import Store
 
 
 @dataclass
@@ -85,6 +86,14 @@ def sim_boards(sim_session: SimSession, monkeypatch: pytest.MonkeyPatch) -> Call
         monkeypatch.setenv(key, value)
     return sim_session.boards
 
+
+@pytest.fixture(scope="session")
+def deploy_store() -> Store:
+    """The store the sim boards' deploys convert into: edgekit's default one (``EDGEKIT_STORE``, else
+    ``~/.cache/edgekit/store``), as ``sim_session.env`` leaves it. A fixture that makes what a deploy makes too
+    (a recipe's aligned drafter, its GGUFs, its LiteRT-LM bundle) takes it from here, so a run makes it once:
+    alignment and exports are keyed on their inputs' content, so where it was made cannot change what it is."""
+    return Store()
 
 
 # In CI a skip is a failure: every test's needs are installed by .ci/install, so a test that skips there

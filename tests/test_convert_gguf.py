@@ -51,8 +51,9 @@ def _by_role(result: ConvertResult) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def f32_pair(store: Store) -> ConvertResult:
-    return convert_recipe(load_recipe("sim-tiny-mtp"), store, src=str(sdist_or_skip()))
+def f32_pair(deploy_store: Store) -> ConvertResult:
+    # The recipe the sim deploys serve, in their store: its E2B pair is aligned once per run, not once per store.
+    return convert_recipe(load_recipe("sim-tiny-mtp"), deploy_store, src=str(sdist_or_skip()))
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,7 @@ def exact_pair(store: Store) -> ConvertResult:
     return convert_recipe(recipe, store, src=str(sdist_or_skip()))
 
 
-def test_sim_recipe_converts_checks_and_stores(f32_pair: ConvertResult, store: Store) -> None:
+def test_sim_recipe_converts_checks_and_stores(f32_pair: ConvertResult, deploy_store: Store) -> None:
     models = {m.role: m.to_dict() for m in f32_pair.models}
     assert models["target"]["arch"] == "gemma4" and models["drafter"]["arch"] == "gemma4-assistant"
     # The published E2B structure: text GGUF without the towers (convert.mmproj: off in this recipe).
@@ -77,14 +78,14 @@ def test_sim_recipe_converts_checks_and_stores(f32_pair: ConvertResult, store: S
     assert all(len(f["sha256"]) == 64 for f in manifest["files"])
 
     start = time.monotonic()
-    again = convert_recipe(load_recipe("sim-tiny-mtp"), store, src=str(sdist_or_skip()))
+    again = convert_recipe(load_recipe("sim-tiny-mtp"), deploy_store, src=str(sdist_or_skip()))
     assert all(m.cached for m in again.models) and time.monotonic() - start < 5
     assert [m.artifact.key for m in again.models] == [m.artifact.key for m in f32_pair.models]
 
 
-def test_cli_convert_json_reports_the_cached_artifacts(f32_pair: ConvertResult, store: Store) -> None:
+def test_cli_convert_json_reports_the_cached_artifacts(f32_pair: ConvertResult, deploy_store: Store) -> None:
     res = CliRunner().invoke(cli, ["convert", "--recipe", "sim-tiny-mtp", "--src", str(sdist_or_skip()), "--json"],
-                             env={"EDGEKIT_STORE": str(store.root)})
+                             env={"EDGEKIT_STORE": str(deploy_store.root)})
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
     assert [(m["role"], m["cached"]) for m in data["models"]] == [("target", True), ("drafter", True)]

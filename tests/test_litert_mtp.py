@@ -36,13 +36,13 @@ def legacy_recipe() -> Recipe:
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[ConvertResult, Store]:
+def bundle(deploy_store: Store) -> tuple[ConvertResult, Store]:
     base = legacy_recipe()
     recipe = base.model_copy(update={"convert": base.convert.model_copy(update={
         "gguf": False, "litert": True, "litert_quant": "none", "litert_prefill_lengths": [8],
         "litert_cache_length": 128})})
-    store = Store(tmp_path_factory.getbasetemp() / "edgekit-store")
-    return convert_recipe(recipe, store), store
+    # The deploys' store: this pair is sim-tiny-mtp-vllm's, aligned there once per run.
+    return convert_recipe(recipe, deploy_store), deploy_store
 
 
 def test_bundle_carries_the_drafter_and_its_graph_equals_transformers(bundle: tuple[ConvertResult, Store]) -> None:
@@ -112,13 +112,14 @@ def test_a_bundle_without_a_drafter_is_refused_for_speculative_decoding(tmp_path
 
 
 @pytest.fixture(scope="module")
-def e2b_bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[ConvertResult, Store]:
-    """The published E2B structure: its assistant's ordered (centroid-masked) head, aligned, in the bundle."""
+def e2b_bundle(deploy_store: Store) -> tuple[ConvertResult, Store]:
+    """The published E2B structure: its assistant's ordered (centroid-masked) head, aligned, in the bundle.
+
+    The recipe's own export settings (prefill 32, cache 512), in the deploys' store: the very bundle that
+    sim-tiny-mtp-litert deploys (same pair, same settings, same key), exported once per run."""
     base = load_recipe("sim-e2b-mtp")
-    recipe = base.model_copy(update={"convert": base.convert.model_copy(update={
-        "gguf": False, "litert": True, "litert_prefill_lengths": [8], "litert_cache_length": 128})})
-    store = Store(tmp_path_factory.getbasetemp() / "edgekit-store")
-    return convert_recipe(recipe, store), store
+    recipe = base.model_copy(update={"convert": base.convert.model_copy(update={"gguf": False, "litert": True})})
+    return convert_recipe(recipe, deploy_store), deploy_store
 
 
 def test_ordered_head_drafter_computes_what_transformers_computes_and_drafts(
