@@ -15,7 +15,7 @@ import numpy as np
 import psutil
 import pytest
 
-from edgekit.bench import orchestrate, plots, report, results, roofline, serverconf, stats, workloads
+from edgekit.bench import orchestrate, plots, report, results, roofline, stats, workloads
 from edgekit.bench.benchunit import ServiceState
 from edgekit.bench.jobs import Job, JobFailed
 from edgekit.bench.plan import Overrides, make_plan
@@ -25,6 +25,7 @@ from edgekit.bench.workloads import Point
 from edgekit.config.boardfile import Board
 from edgekit.config.profiles import get_profile
 from edgekit.config.recipes import load_recipe
+from edgekit.engines import llamacpp_bench as serverconf
 from edgekit.remote.runner import LocalRunner
 
 RELEASE_ARGS = ["-m", "models/target.gguf", "-c", "512", "-ngl", "0", "-np", "1", "--host", "127.0.0.1", "--port",

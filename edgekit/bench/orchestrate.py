@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from edgekit import __version__
-from edgekit.bench import engines, litert_backend, plots, prompts, report, results, roofline, serverconf
+from edgekit.bench import engines, plots, prompts, report, results, roofline
 from edgekit.bench.plan import Overrides, Plan, make_plan
 from edgekit.bench.power import window_power
 from edgekit.bench.session import BoardRelease, Run, Session, SessionOptions, check_restored
 from edgekit.config.boardfile import Board
 from edgekit.config.profiles import get_profile
 from edgekit.config.recipes import Recipe
-from edgekit.engines import litert as litert_engine
-from edgekit.errors import EdgekitError
+from edgekit.engines import get_engine
+from edgekit.engines.benchconf import BenchSite, ServerConfig
 
 
 @dataclass
@@ -35,9 +35,9 @@ class BenchOptions:
     llama_bench: bool = True
     ignore_eos: bool = False
     plots: bool = True
-    backend: str = "release"  # or "litert-lm": the recipe's .litertlm bundle through LiteRT-LM, not a release
+    backend: str = "release"  # or an engine that benches_model (litert-lm: the recipe's .litertlm), not a release
     engines: list[str] | None = None  # the engines' releases to measure side by side (None: the deployed one)
-    litert_python: str | None = None  # the board's Python with litert_lm (default: see _litert_python)
+    litert_python: str | None = None  # the board's Python with litert_lm (default: litert_bench._python)
     litert_accelerator: str = "cpu"  # LiteRT-LM's backend on the board: cpu or gpu
 
 
@@ -61,25 +61,19 @@ def measure(name: str, board: Board, recipe: Recipe, opts: BenchOptions,
     plan = make_plan(recipe, opts.overrides, opts.quick, len(prompts.categories(prompt_set)))
     sopts = opts.session
     sopts.cooldown_temp_c = plan.cooldown_temp_c
-    litert = opts.backend == "litert-lm"
-    bundle = litert_engine.bundle_for(recipe, say=say) if litert else None  # on the host, before the board
-    if bundle is not None and not plan.fits(bundle["cache_length"]):
-        raise EdgekitError(f"The LiteRT-LM bundle's KV cache holds {bundle['cache_length']} tokens, fewer than the "
-                           f"bench's longest prompt + n_gen; raise convert.litert_cache_length in {recipe.name}.")
+    model_engine = get_engine(opts.backend) if opts.backend != "release" else None
+    model = model_engine.bench_model(recipe, plan.fits, say) if model_engine else None  # on the host, first
     sess = Session(name, board, recipe, sopts, say=say)
     with sess:
         rels: list[BoardRelease] = []
-        if bundle is not None:
-            python = litert_engine.board_python(sess.runner, name, _litert_python(board, opts), "--litert-python")
-            say(f"pushing the LiteRT-LM bundle ({Path(bundle['file']).stat().st_size / 1e6:.1f} MB) to {name}")
-            remote = litert_backend.push_bundle(sess.runner, sess.facts.base if sess.facts else board.base,
-                                                Path(bundle["file"]), sess.work)
-            configs = litert_backend.configs(python, sess.agent, remote, sess.bench_port, bundle["cache_length"],
-                                             bundle.get("draft_steps"), opts.litert_accelerator)
+        if model_engine is not None:
+            site = BenchSite(name, board, sess.runner, sess.facts.base if sess.facts else board.base, sess.work,
+                             sess.agent, sess.bench_port, say)
+            configs = model_engine.model_configs(site, model, opts.litert_python, opts.litert_accelerator)
         else:
             rels = [sess.release_for(e) for e in (opts.engines or [sess.engine])]
             configs = release_configs(rels, board, sess.bench_port, plan)
-        llama = next((r for r in rels if r.engine == "llama.cpp"), None)  # llama-bench, roofline: llama.cpp's
+        llama = _llama_bench_release(rels)  # llama-bench and the GGUF roofline: an engine that ships them
         power_on = sess.start_power()
         sess.take_board()
         idle = sess.idle(plan.idle_s) if power_on else None
@@ -87,23 +81,21 @@ def measure(name: str, board: Board, recipe: Recipe, opts: BenchOptions,
               if opts.llama_bench and llama else [])
         runs = sess.run_matrix([(c, plan.points) for c in configs], plan.repetitions, plan.n_gen, plan.warmup,
                                plan.requests, opts.ignore_eos, on_run=lambda r, n: say(_run_line(r, n)))
-        gguf = roofline.read_remote_header(sess.runner, f"{llama.dir}/models/target.gguf") if llama else None
+        gguf = (roofline.read_remote_header(sess.runner, f"{llama.dir}/{get_engine(llama.engine).target_gguf}")
+                if llama else None)
     check_restored(sess)
     doc = build_document(sess, plan, configs, runs, lb, idle, gguf, opts, rels)
-    if bundle is not None:
-        doc["litert"] = {k: bundle.get(k) for k in ("key", "model_types", "draft_steps", "cache_length")}
+    if model_engine is not None:
+        doc.update(model_engine.model_record(model))
     doc["_power_samples"] = sess.power_text  # written beside results.json, not into it
     return doc
 
 
-def release_configs(rels: list[BoardRelease], board: Board, port: int, plan: Plan) -> list[serverconf.ServerConfig]:
+def release_configs(rels: list[BoardRelease], board: Board, port: int, plan: Plan) -> list[ServerConfig]:
     """Every release's [drafter, baseline], named ``<engine>/<config>`` when several engines are measured."""
-    out: list[serverconf.ServerConfig] = []
+    out: list[ServerConfig] = []
     for rel in rels:
-        cache = (rel.manifest.get("litert") or {}).get("cache_length")
-        if cache and not plan.fits(int(cache)):
-            raise EdgekitError(f"The LiteRT-LM release {rel.id}'s KV cache holds {cache} tokens, fewer than the "
-                               "bench's longest prompt + n_gen; raise convert.litert_cache_length and deploy it again.")
+        get_engine(rel.engine).check_bench_fits(rel.manifest, rel.id, plan.fits)
         for cfg in engines.configs(rel, board, port, plan.parallel, plan.slot_ctx):
             if len(rels) > 1:
                 cfg.name = f"{rel.engine}/{cfg.name}"
@@ -111,18 +103,12 @@ def release_configs(rels: list[BoardRelease], board: Board, port: int, plan: Pla
     return out
 
 
-def _litert_python(board: Board, opts: BenchOptions) -> str:
-    """A simulated board runs on this machine: it has this machine's LiteRT-LM Python."""
-    if opts.litert_python:
-        return opts.litert_python
-    if board.sim:
-        from edgekit.convert.litert import litert_python
-
-        return litert_python()
-    return "python3"
+def _llama_bench_release(rels: list[BoardRelease]) -> BoardRelease | None:
+    """The first release whose engine ships llama-bench and a GGUF target (``target_gguf``)."""
+    return next((r for r in rels if get_engine(r.engine).target_gguf), None)
 
 
-def build_document(sess: Session, plan: Plan, configs: list[serverconf.ServerConfig], runs: list[Run],
+def build_document(sess: Session, plan: Plan, configs: list[ServerConfig], runs: list[Run],
                    llama_bench: list[dict[str, Any]], idle: tuple[float, float] | None,
                    gguf: roofline.GGUFInfo | None, opts: BenchOptions,
                    rels: list[BoardRelease] | None = None) -> dict[str, Any]:
@@ -164,7 +150,8 @@ def build_document(sess: Session, plan: Plan, configs: list[serverconf.ServerCon
     else:
         ups, table = results.speedups(run_docs), None
         head = results.headline(summary, ups, model)
-    pre = "llama.cpp/" if len(names) > 1 else ""  # the roofline is the GGUF's: llama.cpp's configurations
+    gguf_rel = _llama_bench_release(rels or [])  # the roofline is the GGUF's: that engine's configurations
+    pre = f"{gguf_rel.engine}/" if len(names) > 1 and gguf_rel else ""
     base_pt = next((p for p in summary if p["config"] == f"{pre}baseline"), None)
     spec_pt = next((p for p in summary if p["config"] == f"{pre}drafter"), None)
 

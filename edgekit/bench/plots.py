@@ -35,14 +35,15 @@ def _save(plt: Any, fig: Any, path: Path) -> None:
     plt.close(fig)
 
 
-ENGINE_COLORS = {"llama.cpp": "#1f77b4", "vllm": "#2ca02c", "litert-lm": "#d62728"}
-
-
 def _color(name: str, k: int) -> str:
-    """Several engines (``<engine>/<config>``): one colour per engine, the baseline told by its marker."""
+    """Several engines (``<engine>/<config>``): one colour per engine (its class's ``color``), the baseline
+    told by its marker."""
+    from edgekit.engines import find_engine
+
     engine, sep, _ = name.partition("/")
     if sep:
-        return ENGINE_COLORS.get(engine, f"C{k + 2}")
+        found = find_engine(engine)
+        return found.color if found else f"C{k + 2}"
     return COLORS.get(name, f"C{k + 2}")
 
 

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from edgekit.engines import find_engine
+from edgekit.release.manifest import ReleaseManifest
+
+DEFAULT_ENGINE = ReleaseManifest.model_fields["engine"].default  # releases before engines were pluggable
+
 
 def _e(e: dict[str, Any] | None, digits: int = 1, unit: str = "") -> str:
     if not e:
@@ -25,16 +30,25 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
             *("| " + " | ".join(r) + " |" for r in rows), ""]
 
 
+def _engine_of(doc: dict[str, Any]) -> str:
+    """The engine of a single-engine bench (a document made before engines were pluggable: the default's)."""
+    engines = doc.get("engines") or []
+    return engines[0]["engine"] if engines else DEFAULT_ENGINE
+
+
 def _what(doc: dict[str, Any], rel: dict[str, Any]) -> str:
-    """What ran: the pushed LiteRT-LM bundle, several engines' releases, or the deployed release."""
-    if doc.get("backend") == "litert-lm" and doc.get("litert"):
-        return f"LiteRT-LM (CPU), bundle `{doc['litert'].get('key', '?')[:12]}` with the MTP drafter · "
+    """What ran: an engine's model measured without a release, several engines' releases, or the deployed
+    release."""
+    model_engine = find_engine(doc.get("backend"))
+    what = model_engine.report_what(doc) if model_engine and model_engine.benches_model else None
+    if what:
+        return what
     engines = doc.get("engines") or []
     if len(engines) > 1:
         return "Releases " + ", ".join(f"`{e['release']}` ({e['engine']})" for e in engines) + " · "
-    engine = engines[0]["engine"] if engines else "llama.cpp"
-    ref = f"llama.cpp {doc['llama_cpp'].get('ref') or '?'}" if engine == "llama.cpp" else engine
-    return f"Release `{rel['id']}` · {ref} · "
+    engine = _engine_of(doc)
+    found = find_engine(engine)
+    return f"Release `{rel['id']}` · {found.report_ref(doc) if found else engine} · "
 
 
 def _engines(doc: dict[str, Any]) -> list[str]:
@@ -83,7 +97,7 @@ def render(doc: dict[str, Any]) -> str:
     if s["speedups"]:
         lines += ["## The drafter's speedup", ""]
         lines += _table(["engine", "concurrency", "context", "speedup (tok/s ratio)", "energy/token ratio"],
-                        [[u.get("engine") or (doc.get("engines") or [{}])[0].get("engine", "llama.cpp"),
+                        [[u.get("engine") or _engine_of(doc),
                           str(u["concurrency"]), str(u["context_length"] or "–"), _e(u["speedup"], 2, "×"),
                           _e(u["energy_ratio"], 2, "×")] for u in s["speedups"]])
     lines += ["## Throughput, latency, acceptance, energy", ""]

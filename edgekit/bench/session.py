@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from edgekit.agent import energy
-from edgekit.bench import boardfs, prompts, serverconf, workloads
+from edgekit.bench import boardfs, prompts, workloads
 from edgekit.bench.benchunit import Board as BenchBoard
 from edgekit.bench.benchunit import ServiceState
 from edgekit.bench.jobs import Job, JobFailed
@@ -33,6 +33,7 @@ from edgekit.bench.workloads import Point
 from edgekit.config.boardfile import Board
 from edgekit.config.profiles import get_profile
 from edgekit.config.recipes import Recipe
+from edgekit.engines.benchconf import ServerConfig
 from edgekit.errors import EdgekitError
 from edgekit.release.manifest import ReleaseManifest
 from edgekit.remote import releases
@@ -298,7 +299,7 @@ class Session:
 
     # ---------------------------------------------------------------------------------- the matrix
 
-    def run_matrix(self, matrix: list[tuple[serverconf.ServerConfig, list[Point]]], reps: int, n_gen: int,
+    def run_matrix(self, matrix: list[tuple[ServerConfig, list[Point]]], reps: int, n_gen: int,
                    warmup: int, requests: Callable[[Point], int], ignore_eos: bool,
                    on_run: Callable[[Run, int], None] | None = None) -> list[Run]:
         """Each repetition: every configuration in turn (A B A B …), each of its points on one warm server.
@@ -323,7 +324,7 @@ class Session:
                 self.svc.stop_server()
         return runs
 
-    def _probe_media(self, cfg: serverconf.ServerConfig, rep: int, n_gen: int) -> None:
+    def _probe_media(self, cfg: ServerConfig, rep: int, n_gen: int) -> None:
         """A warm server with an mmproj: one image and one second of audio, each through /v1/chat/completions."""
         from edgekit.deploy.health import media_completion
 
@@ -333,7 +334,7 @@ class Session:
             if not out["ok"]:
                 self.say(f"warning: {cfg.name}: {out['reason']}")
 
-    def _run(self, k: int, cfg: serverconf.ServerConfig, point: Point, rep: int, n_gen: int, warmup: int,
+    def _run(self, k: int, cfg: ServerConfig, point: Point, rep: int, n_gen: int, warmup: int,
              n_requests: int, ignore_eos: bool, ready: float | None) -> Run:
         cool = self.cooldown()
         label = f"{cfg.name} {point.label()} rep {rep + 1}"

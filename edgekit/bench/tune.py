@@ -21,13 +21,15 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from edgekit.bench import engines, prompts, serverconf
+from edgekit.bench import engines, prompts
 from edgekit.bench.power import window_power
 from edgekit.bench.session import BoardRelease, Run, Session, SessionOptions, check_restored
 from edgekit.bench.stats import Estimate, estimate
 from edgekit.bench.workloads import Point, requests_per_run
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import ModelSource, Recipe
+from edgekit.engines import get_engine
+from edgekit.engines.benchconf import BenchSite, ServerConfig
 from edgekit.errors import EdgekitError
 
 
@@ -65,7 +67,7 @@ def _pname(p: float | None) -> str:
 
 
 def configs(rel: BoardRelease, board: Board, port: int, grid: Grid, deployed_parallel: int,
-            slot_ctx: int) -> list[tuple[serverconf.ServerConfig, list[Point]]]:
+            slot_ctx: int) -> list[tuple[ServerConfig, list[Point]]]:
     """Every grid point in the release's engine's spelling, and the baseline beside them, per slot count."""
     out = []
     for slots in grid.parallel or [deployed_parallel]:
@@ -87,32 +89,16 @@ def configs(rel: BoardRelease, board: Board, port: int, grid: Grid, deployed_par
     return [(c, [Point(int(c.settings["parallel"]), None)]) for c in out]
 
 
-def litert_configs(sess: Session, board: Board, recipe: Recipe, grid: Grid,
-                   say: Callable[[str], None]) -> list[tuple[serverconf.ServerConfig, list[Point]]]:
-    """LiteRT-LM's draft length is fixed when the bundle is exported: one bundle per length (exported once,
-    then from the store), each pushed into the session's work dir; the release itself is the baseline."""
-    from edgekit.bench import litert_backend
-    from edgekit.engines.litert import bundle_for, python_of
-
-    if grid.parallel or any(p is not None for p in grid.p_min or []):
-        raise EdgekitError("LiteRT-LM serves one request at a time and its MTP drafter has no p-min: tune it with "
-                           "--draft-n alone.")
-    rel = sess.release_for("litert-lm")
+def export_configs(sess: Session, board: Board, recipe: Recipe, grid: Grid,
+                   say: Callable[[str], None]) -> list[tuple[ServerConfig, list[Point]]]:
+    """An engine whose draft length is fixed when its model is exported (``tunes_by_export``): one model per
+    length, each pushed into the session's work dir by the engine; the release itself is the baseline."""
+    rel = sess.release_for(sess.engine)
+    engine = get_engine(rel.engine)
+    site = BenchSite(sess.name, board, sess.runner, sess.facts.base if sess.facts else board.base, sess.work,
+                     sess.agent, sess.bench_port, say)
+    out = engine.tune_drafters(site, rel.manifest, recipe, grid.draft_n, grid.p_min, grid.parallel)
     (baseline,) = [c for c in engines.configs(rel, board, sess.bench_port, None, None) if not c.speculative]
-    lit = rel.manifest.get("litert") or {}
-    base = sess.facts.base if sess.facts else board.base
-    out = []
-    for n in grid.draft_n:
-        say(f"LiteRT-LM bundle drafting {n} (exported once per draft length)")
-        variant = recipe.model_copy(update={"runtime": recipe.runtime.model_copy(update={"draft_n_max": n})})
-        bundle = bundle_for(variant)
-        remote = litert_backend.push_bundle(sess.runner, base, Path(bundle["file"]), f"{sess.work}/n{n}")
-        (cfg,) = [c for c in litert_backend.configs(python_of(board), sess.agent, remote, sess.bench_port,
-                                                    int(lit.get("cache_length") or bundle["cache_length"]), n,
-                                                    recipe.runtime.litert.accelerator) if c.speculative]
-        cfg.name = f"n{n}-pdef"
-        cfg.settings.update(draft_p_min=None, parallel=1)
-        out.append(cfg)
     baseline.settings["parallel"] = 1
     return [(c, [Point(1, None)]) for c in [*out, baseline]]
 
@@ -123,7 +109,7 @@ def _line(run: Run, total: int) -> str:
             + (f", acceptance {acc:.0%}" if acc is not None else ""))
 
 
-def _row(cfg: serverconf.ServerConfig, runs: list[Run]) -> dict[str, Any]:
+def _row(cfg: ServerConfig, runs: list[Run]) -> dict[str, Any]:
     mine = [r for r in runs if r.config == cfg.name]
     tps = estimate([r.metrics["tokens_per_second"] for r in mine if r.metrics.get("tokens_per_second")])
     jpt = estimate([r.power["joules_per_token"] for r in mine if r.power and r.power.get("joules_per_token")])
@@ -167,10 +153,11 @@ def tune(name: str, board: Board, recipe: Recipe, grid: Grid, opts: TuneOptions,
     with sess:
         if not sess.manifest.get("drafter"):
             raise EdgekitError(f"Release {sess.release} on board {name!r} has no speculative decoding to tune.")
-        if grid.p_min is None:  # only llama-server has a p-min; a smoke test leaves it at the default
-            grid.p_min = [None] if opts.quick or sess.engine != "llama.cpp" else [None, 0.5, 0.8]
-        if sess.engine == "litert-lm":
-            matrix = litert_configs(sess, board, recipe, grid, say)
+        engine = get_engine(sess.engine)
+        if grid.p_min is None:  # the engine's p-min grid (where it has one); a smoke test leaves the default
+            grid.p_min = [None] if opts.quick else list(engine.tune_p_mins)
+        if engine.tunes_by_export:
+            matrix = export_configs(sess, board, recipe, grid, say)
         else:
             matrix = configs(sess.release_for(sess.engine), board, sess.bench_port, grid, recipe.runtime.parallel,
                              ctx + n_gen + 256)

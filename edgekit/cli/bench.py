@@ -9,6 +9,7 @@ import click
 
 from edgekit.cli import board_option, json_option
 from edgekit.cli.app import App
+from edgekit.config.engine_table import engine_names
 from edgekit.config.recipes import load_recipe
 
 
@@ -92,6 +93,17 @@ def _session_opts(kw: dict[str, Any]) -> Any:
                           lock_wait_s=kw["wait_s"], raw_prompts=kw["raw_prompts"])
 
 
+def _backend(backend: str) -> str:
+    """release, or an engine whose class can bench the recipe's model without a release (``benches_model``)."""
+    from edgekit.engines import get_engine
+
+    if backend != "release" and not get_engine(backend).benches_model:
+        raise click.BadParameter(f"{backend} has no bench without a release: deploy the recipe and leave out "
+                                 "--backend (the deployed release is measured whatever its engine).",
+                                 param_hint="--backend")
+    return backend
+
+
 def _engines(text: str | None, backend: str) -> list[str] | None:
     from edgekit.engines import ENGINES
 
@@ -121,11 +133,12 @@ def _engines(text: str | None, backend: str) -> list[str] | None:
 @click.option("--no-llama-bench", is_flag=True, help="Skip llama-bench (pp/tg of the target alone).")
 @click.option("--no-plots", is_flag=True, help="Write results.json and report.md only.")
 @click.option("--engines", "engines", metavar="E1,E2,…",
-              help="Measure several engines' releases side by side in one run (llama.cpp, vllm, litert-lm): the "
-                   "deployed one and the board's newest release of each other engine, alternated.")
-@click.option("--backend", type=click.Choice(["release", "litert-lm"]), default="release", show_default=True,
-              help="release: the deployed release (whatever its engine). litert-lm: the recipe's .litertlm "
-                   "(target + MTP drafter) pushed for the bench alone.")
+              help=f"Measure several engines' releases side by side in one run ({', '.join(engine_names())}): "
+                   "the deployed one and the board's newest release of each other engine, alternated.")
+@click.option("--backend", type=click.Choice(["release", *engine_names()]), default="release", show_default=True,
+              help="release: the deployed release (whatever its engine). An engine: the recipe's model through "
+                   "it, pushed for the bench alone, where the engine can (LiteRT-LM: its .litertlm, target + "
+                   "MTP drafter).")
 @click.option("--litert-python", metavar="PATH",
               help="The board's Python with litert_lm (default: python3; a simulated board: this machine's).")
 @click.option("--litert-accelerator", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True,
@@ -152,7 +165,7 @@ def bench(app: App, board_name: str, recipe_name: str, out_dir: Path | None, con
                    slots=slots, idle_s=idle_s)
     opts = orchestrate.BenchOptions(out_dir=out_dir, quick=kw["quick"], overrides=ov, session=_session_opts(kw),
                                     llama_bench=not no_llama_bench, ignore_eos=kw["ignore_eos"], plots=not no_plots,
-                                    backend=backend, engines=_engines(engines, backend),
+                                    backend=_backend(backend), engines=_engines(engines, backend),
                                     litert_python=litert_python,
                                     litert_accelerator=litert_accelerator)
     # Ctrl-C inside: the session puts the board back and raises Interrupted (exit 130).

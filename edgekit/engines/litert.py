@@ -14,17 +14,21 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
 from edgekit.engines.base import EngineRelease, ReleaseContext
+from edgekit.engines.capabilities import EngineBase
 from edgekit.engines.llamacpp import llama_completion
 from edgekit.errors import EdgekitError
 from edgekit.release.health import Health
 from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service_ports, service_units
 from edgekit.remote.runner import LocalRunner, SshRunner
 from edgekit.store import Store
+
+if TYPE_CHECKING:
+    from edgekit.engines.benchconf import BenchSite, ServerConfig
 
 Runner = SshRunner | LocalRunner
 BUNDLE = "models/model.litertlm"
@@ -93,9 +97,50 @@ def compose(ctx: ReleaseContext, python: str, bundle: dict[str, Any]) -> Release
     return plan_release(recipe.name, {BUNDLE: Path(bundle["file"]), **agent_files()}, describe, render)
 
 
-class Litert:
+class Litert(EngineBase):
     name = "litert-lm"
     health_api = "llama"  # the front speaks llama-server's /completion with `timings`
+    color = "#d62728"
+    tunes_by_export = True  # the drafter's verify step is fixed in the bundle: one bundle per draft length
+    benches_model = True  # `bench --backend litert-lm`: the recipe's bundle without a release
+
+    def bench_configs(self, manifest: dict[str, Any], release_dir: str, board: Board, port: int,
+                      parallel: int | None, slot_ctx: int | None) -> list[ServerConfig]:
+        from edgekit.engines import litert_bench
+
+        return litert_bench.release_configs(manifest, release_dir, python_of(board), port)
+
+    def check_bench_fits(self, manifest: dict[str, Any], release_id: str, fits: Callable[[int], bool]) -> None:
+        from edgekit.engines import litert_bench
+
+        litert_bench.check_fits(manifest, release_id, fits)
+
+    def tune_drafters(self, site: BenchSite, manifest: dict[str, Any], recipe: Recipe, draft_n: list[int],
+                      p_mins: list[float | None] | None, parallel: list[int] | None) -> list[ServerConfig]:
+        from edgekit.engines import litert_bench
+
+        return litert_bench.tune_drafters(site, manifest, recipe, draft_n, p_mins, parallel)
+
+    def bench_model(self, recipe: Recipe, fits: Callable[[int], bool], say: Callable[[str], None]) -> Any:
+        from edgekit.engines import litert_bench
+
+        return litert_bench.bench_model(recipe, fits, say)
+
+    def model_configs(self, site: BenchSite, model: Any, python: str | None,
+                      accelerator: str) -> list[ServerConfig]:
+        from edgekit.engines import litert_bench
+
+        return litert_bench.model_configs(site, model, python, accelerator)
+
+    def model_record(self, model: Any) -> dict[str, Any]:
+        from edgekit.engines import litert_bench
+
+        return litert_bench.model_record(model)
+
+    def report_what(self, doc: dict[str, Any]) -> str | None:
+        from edgekit.engines import litert_bench
+
+        return litert_bench.report_what(doc)
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:
         python = board_python(ctx.runner, ctx.name, python_of(ctx.board))

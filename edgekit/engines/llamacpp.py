@@ -10,16 +10,17 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgekit.build import BuildResult
 from edgekit.build.source import LLAMA_CPP_SHORT
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
 from edgekit.engines.base import EngineRelease, ReleaseContext
+from edgekit.engines.capabilities import EngineBase, FleetBoard, FleetReleases
 from edgekit.engines.llamacpp_args import server_args
 from edgekit.engines.llamacpp_quirks import Applied, apply_guards
 from edgekit.errors import EdgekitError
@@ -30,6 +31,11 @@ from edgekit.release.probes import answer_text, completion_request
 from edgekit.remote.http import request
 from edgekit.remote.probe import BoardFacts
 from edgekit.remote.runner import LocalRunner, SshRunner
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from edgekit.engines.benchconf import ServerConfig
 
 
 def build_target(board: Board, facts: BoardFacts) -> str:
@@ -182,9 +188,33 @@ def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: s
     return plan_release(recipe.name, release_files(bin_dir, models), describe, render)
 
 
-class LlamaCpp:
+class LlamaCpp(EngineBase):
     name = "llama.cpp"
     health_api = "llama"  # llama-server's /completion with `timings`
+    color = "#1f77b4"
+    tune_p_mins = (None, 0.5, 0.8)  # llama-server's --spec-draft-p-min: its default, and two thresholds
+    target_gguf = "models/target.gguf"  # llama-bench and the GGUF roofline
+
+    def bench_configs(self, manifest: dict[str, Any], release_dir: str, board: Board, port: int,
+                      parallel: int | None, slot_ctx: int | None) -> list[ServerConfig]:
+        from edgekit.engines import llamacpp_bench
+
+        return llamacpp_bench.configs(manifest, port, parallel, slot_ctx)
+
+    def tune_point(self, drafter: ServerConfig, n: int, p_min: float | None) -> ServerConfig:
+        from edgekit.engines import llamacpp_bench
+
+        return llamacpp_bench.tune_point(drafter, n, p_min)
+
+    def report_ref(self, doc: dict[str, Any]) -> str:
+        return f"llama.cpp {(doc.get('llama_cpp') or {}).get('ref') or '?'}"
+
+    def fleet_releases(self, recipe: Recipe, targets: Mapping[str, FleetBoard], src: str | None, cuda: str,
+                       console: Console) -> FleetReleases:
+        """One build per board kind, the models once, one release per (build, base, service port)."""
+        from edgekit.engines import llamacpp_fleet
+
+        return llamacpp_fleet.fleet_releases(recipe, targets, src, cuda, console)
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:
         from edgekit.build import BuildOptions, build

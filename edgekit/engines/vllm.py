@@ -17,10 +17,12 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
 from edgekit.engines.base import EngineRelease, ReleaseContext
+from edgekit.engines.capabilities import EngineBase
 from edgekit.engines.vllm_container import default_image, docker_prefix, resolve, version_in, wants_container
 from edgekit.errors import EdgekitError
 from edgekit.release.health import Health
@@ -28,6 +30,9 @@ from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service
 from edgekit.release.probes import answer_text, openai_request
 from edgekit.remote.http import request
 from edgekit.remote.runner import LocalRunner, SshRunner
+
+if TYPE_CHECKING:
+    from edgekit.engines.benchconf import ServerConfig
 
 Runner = SshRunner | LocalRunner
 MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
@@ -124,9 +129,21 @@ def _counters(runner: Runner, port: int) -> dict[str, float]:
     return out
 
 
-class Vllm:
+class Vllm(EngineBase):
     name = "vllm"
     health_api = "openai"  # /v1/completions; drafts from /metrics
+    color = "#2ca02c"
+
+    def bench_configs(self, manifest: dict[str, Any], release_dir: str, board: Board, port: int,
+                      parallel: int | None, slot_ctx: int | None) -> list[ServerConfig]:
+        from edgekit.engines import vllm_bench
+
+        return vllm_bench.configs(manifest, release_dir, board_python(board), port, parallel, slot_ctx)
+
+    def tune_point(self, drafter: ServerConfig, n: int, p_min: float | None) -> ServerConfig:
+        from edgekit.engines import vllm_bench
+
+        return vllm_bench.tune_point(drafter, n, p_min)
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:
         from edgekit.convert.text_only import needs_text_only, text_only

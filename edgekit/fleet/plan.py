@@ -1,23 +1,22 @@
 """The fleet's release plans, computed once on the workstation and handed to the playbook.
 
-llama.cpp is built once per build target (the boards' profile, or "host" for simulated boards),
-the models are converted once per recipe, and `edgekit deploy`'s own `compose()` makes the
-release for each distinct (build, base directory, service port): boards that share those share
-one release id and one plan. The result is the playbook's extra vars: the blobs (local paths),
-each board's release (files, ports, drafter, strategy) and edgekit's board-side scripts.
+The recipe's engine makes every board's release (its class's ``fleet_releases``: llama.cpp builds once
+per build target and converts the models once per recipe, then `edgekit deploy`'s own `compose()` makes
+the release for each distinct (build, base directory, service port), so boards that share those share one
+release id and one plan; another engine makes each board's release as deploy does). The result is the
+playbook's extra vars: the blobs (local paths), each board's release (files, ports, drafter, strategy)
+and edgekit's board-side scripts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from edgekit.config.recipes import Recipe
 from edgekit.deploy.pipeline import DeployOptions, choose_strategy
-from edgekit.engines.llamacpp import check_glibc, choose_build, compose, llama_src, server_help
 from edgekit.fleet.connect import Target
 from edgekit.fleet.scripts import scripts
 from edgekit.release.health import HEALTH_PROMPT
@@ -80,59 +79,15 @@ def fleet_vars(health_timeout: float) -> dict[str, Any]:
 
 
 def plan_fleet(recipe: Recipe, targets: dict[str, Target], options: DeployOptions, console: Console) -> FleetPlan:
-    """Build, convert and compose once per distinct board kind; one BoardPlan per target."""
-    from edgekit.build import BuildOptions, build
-    from edgekit.engines.llamacpp_models import resolve_models
+    """Each board's release, as the recipe's engine makes them for a fleet (``fleet_releases``: llama.cpp
+    builds once per distinct board kind and converts once); one BoardPlan per target."""
+    from edgekit.engines import get_engine
 
-    if recipe.runtime.engine != "llama.cpp":
-        return plan_engine_fleet(recipe, targets, options, console)
-    src = llama_src(options.src)
-    result = FleetPlan(recipe.name)
-    built: dict[str, tuple[Path, str, str]] = {}  # build target → (bin dir, key, --help)
-    manifests: dict[str, dict[str, Any]] = {}
-    composed: dict[tuple[str, str, int | None], ReleasePlan] = {}
-    models: dict[str, Path] | None = None
+    made = get_engine(recipe.runtime.engine).fleet_releases(recipe, targets, options.src, options.cuda, console)
+    result = FleetPlan(recipe.name, builds=dict(made.builds))
     for name, t in targets.items():
-        # One build per board kind and JetPack line: an Orin on JetPack 6 and one on 7.2 get different builds,
-        # an emulated Orin (no GPU driver) the CPU build of its profile.
-        choice = choose_build(t.board, t.facts, options.cuda)
-        target = choice.target
-        kind_key = target if target == "host" else f"{target}@{'cpu' if choice.cpu_only else t.facts.cuda}"
-        if kind_key not in built:
-            console.print(f"[dim]fleet: build llama.cpp for {kind_key}[/dim]")
-            art = build(BuildOptions(target=target, cpu_only=choice.cpu_only, src=src, board_cuda=t.facts.cuda,
-                                     board_jetpack=t.facts.jetpack), console=console, runner=t.runner)
-            built[kind_key] = (art.bin_dir, art.artifact.key, server_help(art))
-            result.builds[kind_key] = art.artifact.key
-            manifests[kind_key] = art.artifact.manifest
-        check_glibc(manifests[kind_key], t.facts)
-        if models is None:
-            console.print("[dim]fleet: models[/dim]")
-            models = resolve_models(recipe, console, src)
-        bin_dir, key, help_text = built[kind_key]
-        kind = (kind_key, t.facts.base, t.board.service_port)
-        if kind not in composed:
-            composed[kind] = compose(recipe, t.board, t.facts.base, bin_dir, key, help_text, models, target,
-                                     choice.gpu)
-        plan = composed[kind]
+        plan = made.plans[name]
         result.boards[name] = BoardPlan(name, t.facts.base, plan, choose_strategy(options, t.facts, plan),
-                                        options.keep or recipe.keep_releases)
-    return result
-
-
-def plan_engine_fleet(recipe: Recipe, targets: dict[str, Target], options: DeployOptions,
-                      console: Console) -> FleetPlan:
-    """Any other engine: its own release per board (models made once, then from the store), as deploy makes it;
-    the engine checks each board for its runtime first, before anything is sent."""
-    from edgekit.engines import ReleaseContext, get_engine
-
-    engine = get_engine(recipe.runtime.engine)
-    result = FleetPlan(recipe.name)
-    for name, t in targets.items():
-        made = engine.release(ReleaseContext(name, t.board, t.facts, recipe, t.runner, console,
-                                             lambda m, n=name: console.print(f"[dim]fleet: {n}: {m}[/dim]"),
-                                             options.src, options.cuda))
-        result.boards[name] = BoardPlan(name, t.facts.base, made.plan, choose_strategy(options, t.facts, made.plan),
                                         options.keep or recipe.keep_releases)
     return result
 

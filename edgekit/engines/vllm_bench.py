@@ -1,4 +1,4 @@
-"""`edgekit bench` of a vLLM release (engine: vllm): the same bench, vLLM's server and dialect.
+"""vLLM's bench and tune configurations (engine: vllm): the same bench, vLLM's server and dialect.
 
 The deployed release's own server arguments (``release.json``), moved to the bench port, with
 enough sequences for the highest concurrency and a context for the longest prompt: with its MTP
@@ -9,12 +9,14 @@ the GGUF roofline are llama.cpp's, so they are left out.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from edgekit.bench.serverconf import ServerConfig
-from edgekit.engines.vllm import ENVIRONMENT, board_python
+from edgekit.engines.benchconf import ServerConfig
+from edgekit.engines.vllm import ENVIRONMENT
+from edgekit.errors import EdgekitError
 
-__all__ = ["board_python", "configs", "set_flag"]
+__all__ = ["configs", "set_flag", "tune_point"]
 SPEC = "--speculative-config"
 
 
@@ -61,3 +63,16 @@ def configs(manifest: dict[str, Any], release_dir: str, python: str, port: int, 
         out.append(ServerConfig("drafter", args, True, settings(True), exe, ENVIRONMENT, "openai", model))
     out.append(ServerConfig("baseline", base, False, settings(False), exe, ENVIRONMENT, "openai", model))
     return out
+
+
+def tune_point(drafter: ServerConfig, n: int, p_min: float | None) -> ServerConfig:
+    """The drafter configuration with ``num_speculative_tokens`` n (vLLM's MTP drafter has no p-min)."""
+    if p_min is not None:
+        raise EdgekitError("vLLM's MTP drafter has no p-min: tune it with --draft-n (num_speculative_tokens) "
+                           "and --p-min default.")
+    args = list(drafter.args)
+    i = args.index(SPEC)
+    args[i + 1] = json.dumps({**json.loads(args[i + 1]), "num_speculative_tokens": n}, separators=(",", ":"))
+    settings = {**drafter.settings, "draft_n_max": n, "draft_p_min": p_min}
+    return ServerConfig(drafter.name, args, True, settings, drafter.exe, drafter.env, drafter.api, drafter.model,
+                        drafter.release_dir)

@@ -1,4 +1,4 @@
-"""Server configurations for a bench, derived from the release's own llama-server arguments.
+"""llama.cpp's bench and tune configurations, derived from the release's own llama-server arguments.
 
 The release manifest (``release.json``) carries the exact ``server_args`` the service runs. The
 bench serves the same release twice: as deployed (with its drafter / speculative settings) and
@@ -8,9 +8,9 @@ for the highest concurrency. Tune changes only the speculative values.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from edgekit.engines.benchconf import ServerConfig
 from edgekit.engines.llamacpp_args import FLAG_SPELLINGS
 
 # Flags that take no value (everything else in FLAG_SPELLINGS takes one).
@@ -84,28 +84,6 @@ def is_speculative(args: list[str]) -> bool:
     return (spec is not None and spec != "none") or get(args, "draft_model") is not None
 
 
-@dataclass
-class ServerConfig:
-    """One way to run the release's llama-server during a bench."""
-
-    name: str  # "drafter" | "baseline" | a tune point like "n4-p0.5"
-    args: list[str]
-    speculative: bool
-    settings: dict[str, Any] = field(default_factory=dict)
-    exe: list[str] | None = None  # the server command before ``args``; None: the release's llama-server
-    env: dict[str, str] = field(default_factory=dict)  # the bench unit's environment
-    api: str = "llama"  # the dialect the load speaks: llama (llama-server, LiteRT-LM front) | openai (vLLM)
-    model: str = ""  # api openai: the served model name
-    release_dir: str | None = None  # the release it runs from (None: the deployed one)
-    media: list[str] = field(default_factory=list)  # kinds its mmproj takes ("image", "audio"): probed too
-
-    def to_json(self) -> dict[str, Any]:
-        exe = {"server_command": self.exe} if self.exe else {}
-        media = {"media": self.media} if self.media else {}
-        return {"name": self.name, "server_args": self.args, "speculative": self.speculative, **exe, **self.settings,
-                **media}
-
-
 def for_bench(args: list[str], port: int, parallel: int | None, slot_ctx: int | None) -> list[str]:
     """Move to the bench port; with ``parallel``, that many slots of at least ``slot_ctx`` tokens each."""
     out = put(args, "port", port)
@@ -142,3 +120,23 @@ def pair(release_args: list[str], port: int, parallel: int | None, slot_ctx: int
         configs.append(ServerConfig("drafter", spec, True, describe(spec)))
     configs.append(ServerConfig("baseline", base, False, describe(base)))
     return configs
+
+
+def configs(manifest: dict[str, Any], port: int, parallel: int | None, slot_ctx: int | None) -> list[ServerConfig]:
+    """[drafter, baseline] of a llama.cpp release on the bench port."""
+    return pair(list(manifest.get("server_args") or []), port, parallel, slot_ctx)
+
+
+def tune_point(drafter: ServerConfig, n: int, p_min: float | None) -> ServerConfig:
+    """The drafter configuration with ``--spec-draft-n-max n`` (and ``--spec-draft-p-min``; None: the server's)."""
+    args = put(list(drafter.args), "draft_n_max", n)
+    args = drop(args, "draft_p_min") if p_min is None else put(args, "draft_p_min", p_min)
+    if int(get(args, "draft_n_min") or 0) > n:
+        args = put(args, "draft_n_min", n)
+    settings = {**drafter.settings, **describe(args), "draft_n_max": n, "draft_p_min": p_min}
+    return ServerConfig(drafter.name, args, True, settings, drafter.exe, drafter.env, drafter.api, drafter.model,
+                        drafter.release_dir)
+
+
+__all__ = ["ServerConfig", "baseline_args", "configs", "describe", "drop", "for_bench", "get", "is_speculative",
+           "pair", "put", "tune_point"]

@@ -1,0 +1,122 @@
+"""What an engine can do, declared on its class (the shape of vLLM's model registry: the table names the
+class, the class says what it supports). bench, tune, report, plots and fleet ask the engine's class and
+branch on no engine name.
+
+``EngineBase`` holds the defaults: an engine that drafts by server flags, one request shape, no model of its
+own to bench without a release, its releases made board by board for a fleet. An engine overrides what
+differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from edgekit.errors import EdgekitError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from edgekit.config.boardfile import Board
+    from edgekit.config.recipes import Recipe
+    from edgekit.engines.base import EngineRelease, ReleaseContext
+    from edgekit.engines.benchconf import BenchSite, ServerConfig
+    from edgekit.release.plan import ReleasePlan
+    from edgekit.remote.probe import BoardFacts
+    from edgekit.remote.runner import LocalRunner, SshRunner
+
+
+class FleetBoard(Protocol):
+    """A board of a fleet run, probed and connected (``fleet.connect.Target``)."""
+
+    board: Board
+    facts: BoardFacts
+    runner: SshRunner | LocalRunner
+
+
+@dataclass
+class FleetReleases:
+    plans: dict[str, ReleasePlan] = field(default_factory=dict)  # board name → its release
+    builds: dict[str, str] = field(default_factory=dict)  # what was built once for several boards → artifact key
+
+
+class EngineBase:
+    name: ClassVar[str]
+    # the HTTP dialect its server's health completion speaks: "llama" | "openai" (see base.Engine)
+    health_api: ClassVar[str]
+    color: ClassVar[str] = "#7f7f7f"  # its line in the bench's plots when several engines are measured
+    # the p-min values `tune` sweeps when none are given (None: the server's own default); one None: it has none
+    tune_p_mins: ClassVar[tuple[float | None, ...]] = (None,)
+    # its draft length is fixed when its model is exported: `tune` exports one model per length
+    # (``tune_drafters``) instead of changing server flags (``tune_point``)
+    tunes_by_export: ClassVar[bool] = False
+    # its release ships llama-bench and a GGUF target at this path: the bench runs llama-bench pp / tg and
+    # draws the GGUF's roofline (None: neither)
+    target_gguf: ClassVar[str | None] = None
+    # `bench --backend <name>`: the recipe's model measured through the engine without a release
+    # (``bench_model``, ``model_configs``, ``model_record``, ``report_what``)
+    benches_model: ClassVar[bool] = False
+
+    def release(self, ctx: ReleaseContext) -> EngineRelease:
+        raise NotImplementedError
+
+    # --- bench and tune -------------------------------------------------------------------------------------
+
+    def bench_configs(self, manifest: dict[str, Any], release_dir: str, board: Board, port: int,
+                      parallel: int | None, slot_ctx: int | None) -> list[ServerConfig]:
+        """[drafter, baseline] of a release (``release.json``: ``manifest``) moved to the bench port with
+        ``parallel`` slots of ``slot_ctx`` tokens (only the baseline when it does not draft)."""
+        raise NotImplementedError
+
+    def check_bench_fits(self, manifest: dict[str, Any], release_id: str, fits: Callable[[int], bool]) -> None:
+        """Refuse, in one sentence, a release whose fixed context cannot hold the bench's longest request."""
+
+    def tune_point(self, drafter: ServerConfig, n: int, p_min: float | None) -> ServerConfig:
+        """The drafter configuration with draft length ``n`` (and p-min) in this engine's spelling."""
+        raise EdgekitError(f"{self.name}'s draft length is fixed when its model is exported: tune sweeps it "
+                           "with one model per length (tune_drafters), not by server flags.")
+
+    def tune_drafters(self, site: BenchSite, manifest: dict[str, Any], recipe: Recipe, draft_n: list[int],
+                      p_mins: list[float | None] | None, parallel: list[int] | None) -> list[ServerConfig]:
+        """``tunes_by_export``: one drafter configuration per draft length, each with its own exported model."""
+        raise EdgekitError(f"{self.name} is tuned by server flags (tune_point), not by exports.")
+
+    def bench_model(self, recipe: Recipe, fits: Callable[[int], bool], say: Callable[[str], None]) -> Any:
+        """``benches_model``: the recipe's model made on the host, before the board is touched."""
+        raise EdgekitError(f"{self.name} has no bench without a release: deploy the recipe and bench the release.")
+
+    def model_configs(self, site: BenchSite, model: Any, python: str | None,
+                      accelerator: str) -> list[ServerConfig]:
+        """``benches_model``: [drafter, baseline] of that model, put on the board in the bench's work dir."""
+        raise EdgekitError(f"{self.name} has no bench without a release: deploy the recipe and bench the release.")
+
+    def model_record(self, model: Any) -> dict[str, Any]:
+        """``benches_model``: what the results document keeps of the model (top-level keys)."""
+        return {}
+
+    # --- report ---------------------------------------------------------------------------------------------
+
+    def report_ref(self, doc: dict[str, Any]) -> str:
+        """How the report names what served a single-engine bench (its version where the document has it)."""
+        return self.name
+
+    def report_what(self, doc: dict[str, Any]) -> str | None:
+        """``benches_model``: the report's line of what ran, for a model measured without a release."""
+        return None
+
+    # --- fleet ----------------------------------------------------------------------------------------------
+
+    def fleet_releases(self, recipe: Recipe, targets: Mapping[str, FleetBoard], src: str | None, cuda: str,
+                       console: Console) -> FleetReleases:
+        """Every board's release for a fleet run; by default each as deploy makes it (its models made once,
+        then from the store). The engine checks each board for its runtime first, before anything is sent."""
+        from edgekit.engines.base import ReleaseContext
+
+        out = FleetReleases()
+        for name, t in targets.items():
+            made = self.release(ReleaseContext(name, t.board, t.facts, recipe, t.runner, console,
+                                               lambda m, n=name: console.print(f"[dim]fleet: {n}: {m}[/dim]"),
+                                               src, cuda))
+            out.plans[name] = made.plan
+        return out
