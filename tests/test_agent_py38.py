@@ -104,3 +104,14 @@ def test_agent_runs_under_python_3_8(tmp_path: Path) -> None:
                          timeout=60, check=False)
     assert res.returncode == 0, res.stderr
     assert set(json.loads(res.stdout)) == {"monotonic", "wall"}
+
+
+def test_the_health_check_is_one_self_contained_file() -> None:
+    # deploy and the fleet send agent/health.py's text as `python3 -c`: it may import nothing of its package.
+    tree = ast.parse((AGENT_DIR / "health.py").read_text())
+    relative = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level > 0]
+    assert not relative
+    from edgekit.fleet.scripts import scripts
+    from edgekit.release.health import health_program
+
+    assert scripts()["health"] == health_program() == (AGENT_DIR / "health.py").read_text()

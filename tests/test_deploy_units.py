@@ -162,7 +162,7 @@ def test_each_board_gets_the_build_its_hardware_can_run() -> None:
 
 
 def test_gpu_use_comes_from_the_last_server_start_in_the_log() -> None:
-    from edgekit.release.health import Health, apply_gpu_policy, gpu_use
+    from edgekit.agent.health import gpu_policy, gpu_use
 
     found = "ggml_cuda_init: found 1 CUDA devices:\n  Device 0: Orin, compute capability 8.7\n"
     failed = "ggml_cuda_init: failed to initialize CUDA: CUDA driver version is insufficient for CUDA runtime version\n"
@@ -170,11 +170,12 @@ def test_gpu_use_comes_from_the_last_server_start_in_the_log() -> None:
     used, why = gpu_use(found + failed)  # the log is appended to: the last start counts
     assert not used and why.startswith("not used: CUDA driver version is insufficient")
     assert not gpu_use("")[0]
-    healthy = Health(True, "healthy", tokens=8)
-    assert apply_gpu_policy(Health(True, "healthy", tokens=8), "optional", failed).ok
-    required = apply_gpu_policy(healthy, "required", failed)
-    assert not required.ok and required.reason.startswith("the GPU was not used")
-    assert apply_gpu_policy(Health(True, "healthy"), "none", failed).gpu is None
+    said, failure = gpu_policy("optional", failed)  # reported, not failed
+    assert said.startswith("not used: CUDA driver") and failure == ""
+    said, failure = gpu_policy("required", failed)
+    assert failure.startswith("the GPU was not used")
+    assert gpu_policy("none", failed) == (None, "")
+    assert gpu_policy("required", found) == ("used (1 CUDA device)", "")
 
 
 def test_binaries_newer_than_the_boards_glibc_are_refused() -> None:

@@ -261,11 +261,13 @@ def test_rollout_commands_quote_every_value_and_follow_the_plan(tmp_path: Path) 
 
 @pytest.mark.parametrize("chunked", [False, True])
 def test_board_health_check_reads_fixed_length_and_chunked_answers(chunked: bool) -> None:
-    """HEALTH_PY speaks HTTP itself (no http.client): a completion answered in chunks or with a
-    Content-Length reads the same, /health is polled until it answers 200, and a server that answers
-    an error is reported with its status."""
+    """The board's health check (agent/health.py, sent as `python3 -c`) speaks HTTP itself (no http.client): a
+    completion answered in chunks or with a Content-Length reads the same, /health is polled until it answers
+    200, and a server that answers an error is reported with its status."""
     import http.server
     import threading
+
+    from edgekit.agent.health import command_args
 
     seen: list[str] = []
 
@@ -308,8 +310,10 @@ def test_board_health_check_reads_fixed_length_and_chunked_answers(chunked: bool
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         def check(prompt: str) -> dict:
-            argv = [sys.executable, "-c", scripts()["health"], str(server.server_address[1]), "1", "10", "5", prompt,
-                    "edgekit-test.service", "llama.cpp", "", "none", "", "0", ""]
+            args = command_args(server.server_address[1], drafter=True, timeout=10, n_predict=5, prompt=prompt,
+                                unit="edgekit-test.service", api="llama", model="", gpu="none", log="", chat=False,
+                                media=[])
+            argv = [sys.executable, "-c", scripts()["health"], *args]
             return json.loads(subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60).stdout)
 
         good = check("hi")

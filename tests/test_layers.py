@@ -18,6 +18,8 @@ REPO = Path(__file__).resolve().parents[1]
 def _lint(root: Path) -> subprocess.CompletedProcess[str]:
     exe = Path(sys.executable).with_name("lint-imports")
     if not exe.is_file():
+        # CI's environment is .ci/install's, which installs it: there a missing linter is a broken install.
+        assert not os.environ.get("CI"), f"{exe} is missing: .ci/install installs the test extra"
         pytest.skip("import-linter is not installed (pip install import-linter; .ci/install does it)")
     env = dict(os.environ, PYTHONPATH=str(root))
     return subprocess.run([str(exe), str(root / "pyproject.toml"), "--no-cache"], cwd=root,

@@ -37,6 +37,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from .health import SPEC_COUNTER
+
 _FINAL = re.compile(rb'"stop":\s*true|"error"')  # the last chunk (or an error): only these are parsed
 
 
@@ -148,8 +150,7 @@ class OpenAIServer(Server):
         return out
 
 
-_SPEC_COUNTER = re.compile(r"^vllm:spec_decode_num_(draft|accepted)_tokens(?:_total)?(?:\{[^}]*\})?\s+(\S+)$",
-                           re.MULTILINE)
+_SPEC_COUNTER = SPEC_COUNTER  # vLLM's draft counters, spelled once in the health check
 
 
 def load_prompts(path: str) -> tuple[list[str], dict[str, list[str]], str]:

@@ -109,7 +109,7 @@ def activate(runner: Runner, base: str, spec: ActivationSpec, need_sudo: bool,
 
     def check(svc: Service, p: int) -> Health:
         log = paths.candidate_log() if svc.unit == CANDIDATE_UNIT else paths.log
-        return health_mod.check(runner, spec.serve.on_port(p), timeout=spec.timeout, alive=svc.is_active, log_file=log)
+        return health_mod.check(runner, spec.serve.on_port(p), timeout=spec.timeout, unit=svc.unit, log_file=log)
 
     if lay.current == release_id and lay.serving == release_id and serves:
         recorded = health_mod.quick(runner, port, lay.health, expect_drafts) if lay.health else None
@@ -185,7 +185,7 @@ def rollback(runner: Runner, base: str, need_sudo: bool, to: str | None = None,
     main = Service(runner, UNIT_NAME, need_sudo)
     main.install(paths.unit_file(target))
     main.restart()
-    h = health_mod.check_release(runner, manifest, paths.log, timeout=timeout, alive=main.is_active)
+    h = health_mod.check_release(runner, manifest, paths.log, timeout=timeout, unit=main.unit)
     if not h.ok:
         logs = log_tail(runner, paths.log)
         _restore(runner, main, paths, lay.current, lambda _m: None)

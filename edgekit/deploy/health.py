@@ -1,14 +1,16 @@
-"""Is a release's server healthy? /health answers, then one real completion through its engine shows tokens
-(and drafts), and a CUDA build's log shows the GPU in use."""
+"""Is a release's server healthy? The host's side of edgekit's one health check, which runs on the board
+(edgekit/agent/health.py); and the waits and media requests the bench makes through the SSH connection."""
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-from edgekit.release.health import HEALTH_PROMPT, Health, apply_gpu_policy
+from edgekit.agent import health as board_health
+from edgekit.agent.health import chat_payload, media_outcome
+from edgekit.release.health import HEALTH_PROMPT, Health, health_program
 from edgekit.release.manifest import ReleaseManifest, ServeSpec
-from edgekit.release.probes import chat_payload, media_outcome
 from edgekit.remote.http import request
 from edgekit.remote.runner import LocalRunner, SshRunner
 
@@ -36,65 +38,47 @@ def wait_ready(
     raise TimeoutError(f"not ready after {timeout:.0f} s ({last})")
 
 
-def check(runner: SshRunner | LocalRunner, spec: ServeSpec, timeout: float = 120.0,
-          alive: Callable[[], bool] | None = None, n_predict: int = 24, log_file: str = "") -> Health:
-    """/health answers, then one greedy completion through ``spec.engine``'s API shows tokens (and drafts, when
-    ``spec.drafter``), and a CUDA build's server log (``log_file``) shows whether it used the GPU, as
-    ``spec.gpu`` demands; a release with an mmproj answers each of ``spec.media`` too."""
-    from edgekit.deploy.service import log_tail
+def check(runner: SshRunner | LocalRunner, spec: ServeSpec, timeout: float = 120.0, unit: str = "",
+          n_predict: int = 24, log_file: str = "") -> Health:
+    """edgekit's health check, run on the board (edgekit/agent/health.py): /health answers, then one greedy
+    completion through ``spec.engine``'s API shows tokens (and drafts, when ``spec.drafter``), a CUDA build's
+    server log (``log_file``) shows whether it used the GPU, as ``spec.gpu`` demands, and a release with an
+    mmproj answers each of ``spec.media`` too. ``unit``: the unit serving it, so a server that died fails fast."""
     from edgekit.engines import get_engine
 
+    args = board_health.command_args(
+        spec.port, drafter=spec.drafter, timeout=timeout, n_predict=n_predict, prompt=HEALTH_PROMPT, unit=unit,
+        api=get_engine(spec.engine).health_api, model=spec.model, gpu=spec.gpu, log=log_file, chat=spec.chat,
+        media=list(spec.media))
+    # Its own timeouts end it; this one only guards against a board that stops answering altogether.
+    res = runner.run(["python3", "-c", health_program(), *args], check=False,
+                     timeout=timeout * (2 + len(spec.media)) + 60)
+    last = res.stdout.strip().splitlines()[-1:] if res.stdout else []
     try:
-        ready = wait_ready(runner, spec.port, timeout, alive)
-    except TimeoutError as exc:
-        return Health(False, str(exc))
-    health = get_engine(spec.engine).completion(runner, spec.port, spec.model, HEALTH_PROMPT, n_predict, timeout,
-                                                spec.chat)
-    health.seconds_to_ready = round(ready, 2)
-    if not health.ok:
-        return health
-    if health.tokens <= 0:
-        health.ok, health.reason = False, "the completion generated no tokens"
-    elif spec.drafter and not health.draft_n:
-        health.ok, health.reason = False, "a drafter is configured but the server drafted no tokens (draft_n = 0)"
-    elif spec.gpu != "none":
-        health = apply_gpu_policy(health, spec.gpu, log_tail(runner, log_file, 400))
-    if health.ok and spec.media:
-        health = media_checks(runner, spec.port, health, spec.media, timeout)
-    return health
+        return Health.of_dict(json.loads(last[0]))
+    except (IndexError, ValueError, TypeError):
+        why = (res.stderr.strip().splitlines() or [f"exit status {res.exit_code}"])[-1]
+        return Health(False, f"the board's health check did not run: {why}")
 
 
 def check_release(runner: SshRunner | LocalRunner, manifest: ReleaseManifest, log_file: str, timeout: float = 120.0,
-                  alive: Callable[[], bool] | None = None) -> Health:
+                  unit: str = "") -> Health:
     """:func:`check` with what a release's ``release.json`` says about how to check it."""
-    return check(runner, manifest.serve, timeout=timeout, alive=alive, log_file=log_file)
+    return check(runner, manifest.serve, timeout=timeout, unit=unit, log_file=log_file)
 
 
 def media_completion(runner: SshRunner | LocalRunner, port: int, kind: str, n_predict: int,
                      timeout: float) -> dict:
-    """One greedy ``/v1/chat/completions`` with an image or a second of audio: llama-server's timings give the
-    time to the first token (the media encoded and the prompt read) and the decode rate after it."""
+    """One greedy ``/v1/chat/completions`` with an image or a second of audio (the bench's; the health check
+    sends the same): llama-server's timings give the time to the first token (the media encoded and the prompt
+    read) and the decode rate after it."""
     try:
         resp = request(runner, port, "POST", "/v1/chat/completions", chat_payload(kind, n_predict), timeout=timeout)
     except ConnectionError as exc:
         return {"ok": False, "reason": f"the {kind} request failed: {exc}"}
     if resp.status != 200:
         return {"ok": False, "reason": f"the {kind} request answered {resp.status}: {resp.body[:200]!r}"}
-    data = resp.json()
-    out = media_outcome(kind, data)
-    message = ((data.get("choices") or [{}])[0].get("message") or {})
-    out["text"] = str(message.get("content") or "")[:80]
-    return out
-
-
-def media_checks(runner: SshRunner | LocalRunner, port: int, health: Health, kinds: Sequence[str],
-                 timeout: float, n_predict: int = 16) -> Health:
-    """The release serves an mmproj: each of its kinds must be answered too."""
-    health.media = {kind: media_completion(runner, port, kind, n_predict, timeout) for kind in kinds}
-    failed = [m["reason"] for m in health.media.values() if not m["ok"]]
-    if failed:
-        health.ok, health.reason = False, failed[0]
-    return health
+    return media_outcome(kind, resp.json())
 
 
 def quick(runner: SshRunner | LocalRunner, port: int, recorded: dict, expect_drafts: bool) -> Health | None:

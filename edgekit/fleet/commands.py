@@ -16,9 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from edgekit.agent.health import command_args
+
 LOG_MAIN = "llama-server.log"
 LOG_CANDIDATE = "llama-server-candidate.log"
-PASSED = "'{\"ok\": true,'*"  # a case pattern: HEALTH_PY prints "ok" first
+PASSED = "'{\"ok\": true,'*"  # a case pattern: the health check prints "ok" first
 
 
 def q(argv: Sequence[str]) -> str:
@@ -95,13 +97,15 @@ class Board:
         return q(["tail", "-n", str(lines), self.log(unit)])
 
     def health(self, unit: str, serve: Serve) -> str:
-        """health.check, run on the board (HEALTH_PY): prints the Health as JSON, exits 0. In the dialect of
-        the release's engine, with its GPU policy read from the unit's own log; through its chat template and
-        with an image and a second of audio where it serves an mmproj."""
+        """edgekit's health check (edgekit/agent/health.py, as deploy runs it): prints the Health as JSON, exits 0.
+        In the dialect of the release's engine, with its GPU policy read from the unit's own log; through its chat
+        template and with an image and a second of audio where it serves an mmproj."""
         h = self.health_settings
-        return q(["python3", "-c", self.scripts["health"], str(serve.port), "1" if serve.drafter else "0",
-                  str(h["timeout"]), str(h["n_predict"]), h["prompt"], unit, serve.engine, serve.model, serve.gpu,
-                  self.log(unit), "1" if serve.chat else "0", serve.media])
+        args = command_args(serve.port, drafter=serve.drafter, timeout=float(h["timeout"]),
+                            n_predict=int(h["n_predict"]), prompt=str(h["prompt"]), unit=unit,
+                            api=str(h["apis"].get(serve.engine, "llama")), model=serve.model, gpu=serve.gpu,
+                            log=self.log(unit), chat=serve.chat, media=[k for k in serve.media.split(",") if k])
+        return q(["python3", "-c", self.scripts["health"], *args])
 
     def start_check(self, unit: str, release: str, serve: Serve) -> str:
         """Start a unit and health-check it in one round trip: prints the Health JSON (nothing when the

@@ -1,18 +1,18 @@
-"""The health result every engine's check returns, and what a CUDA build's server log says about the GPU."""
+"""The health result of a release's server, as the board-side check (edgekit/agent/health.py) prints it."""
 
 from __future__ import annotations
 
-import re
-from dataclasses import asdict, dataclass
-from typing import Literal
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Literal
 
-HEALTH_PROMPT = "The three primary colours are"
+from edgekit.agent import health as board_health
+from edgekit.agent.health import HEALTH_PROMPT
+
 # What the server must do with the GPU: "none" (a CPU build), "required" (a CUDA build on a board with
 # a GPU driver: a CPU fallback is a failed deploy), "optional" (a CUDA build on a board without one, an
-# emulated board: the fallback is reported, plainly).
+# emulated board: the fallback is reported, plainly). The board-side check applies it (agent/health.py).
 GpuPolicy = Literal["none", "required", "optional"]
-# ggml-cuda's first words at start-up (the last start's line wins; the log is appended to).
-CUDA_INIT = re.compile(r"ggml_cuda_init: (found (\d+) CUDA devices?|failed to initialize CUDA: [^\n]*)")
 
 
 @dataclass
@@ -42,22 +42,17 @@ class Health:
         data["acceptance"] = self.acceptance
         return data
 
-
-def gpu_use(log_text: str) -> tuple[bool, str]:
-    """Did the (last) server start find a CUDA device? From ggml-cuda's start-up line in its log."""
-    found = CUDA_INIT.findall(log_text)
-    if not found:
-        return False, "not used: the server log has no CUDA start-up line"
-    line, count = found[-1]
-    if count and int(count) > 0:
-        return True, f"used ({count} CUDA device{'s' if int(count) > 1 else ''})"
-    return False, f"not used: {line.removeprefix('failed to initialize CUDA: ') or line}; the server runs on the CPU"
+    @classmethod
+    def of_dict(cls, data: dict[str, Any]) -> Health:
+        """A Health as printed by the board's check (or recorded beside a release): unknown fields are dropped."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
 
 
-def apply_gpu_policy(health: Health, policy: GpuPolicy, log_text: str) -> Health:
-    if policy == "none" or not health.ok:
-        return health
-    used, health.gpu = gpu_use(log_text)
-    if not used and policy == "required":
-        health.ok, health.reason = False, f"the GPU was {health.gpu}"
-    return health
+def health_program() -> str:
+    """The board-side check's source, sent as ``python3 -c`` by deploy and the fleet's roles alike: any release
+    on a board, even one an older edgekit made, is checked by this edgekit's program."""
+    return Path(board_health.__file__).read_text(encoding="utf-8")
+
+
+__all__ = ["HEALTH_PROMPT", "GpuPolicy", "Health", "health_program"]
