@@ -18,7 +18,7 @@ from rich.console import Console
 from edgekit.config.recipes import Recipe
 from edgekit.deploy.pipeline import DeployOptions, choose_strategy
 from edgekit.fleet.connect import Target
-from edgekit.fleet.scripts import scripts
+from edgekit.fleet.scripts import health_apis, scripts
 from edgekit.release.health import HEALTH_PROMPT
 from edgekit.release.plan import ReleasePlan
 from edgekit.release.units import CANDIDATE_UNIT, UNIT_NAME
@@ -74,7 +74,8 @@ def fleet_vars(health_timeout: float) -> dict[str, Any]:
     return {
         "scripts": scripts(),
         "units": {"main": UNIT_NAME, "candidate": CANDIDATE_UNIT},
-        "health": {"timeout": health_timeout, "n_predict": HEALTH_N_PREDICT, "prompt": HEALTH_PROMPT},
+        "health": {"timeout": health_timeout, "n_predict": HEALTH_N_PREDICT, "prompt": HEALTH_PROMPT,
+                   "apis": health_apis()},
     }
 
 
