@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from edgekit.config.align_spec import AlignSpec
-from edgekit.config.engine_table import ENGINE_CLASSES
+from edgekit.config.engine_table import engine_names
 from edgekit.config.names import check_name
 from edgekit.config.recipe_lookup import find_recipe
 from edgekit.config.synthetic import SYNTHETIC_MODELS
@@ -172,8 +172,9 @@ class Runtime(BaseModel):
     @field_validator("engine")
     @classmethod
     def _engine(cls, v: str) -> str:
-        if v not in ENGINE_CLASSES:
-            raise ValueError(f"engine must be one of {', '.join(ENGINE_CLASSES)}, not {v!r}")
+        names = engine_names()
+        if v not in names:
+            raise ValueError(f"engine must be one of {', '.join(names)}, not {v!r}")
         return v
 
 
