@@ -276,25 +276,29 @@ class Session:
         return res
 
     def llama_bench(self, pp: int, tg: int, reps: int, release: BoardRelease) -> list[dict[str, Any]]:
-        """llama-bench pp / tg of a llama.cpp release's target, with the settings that release serves with."""
+        """pp / tg of the release's target alone (its engine's ``target_bench_argv``: llama.cpp's llama-bench),
+        with the settings that release serves with."""
+        from edgekit.engines import get_engine
+
+        engine = get_engine(release.engine)
         rdir, rt = release.dir, release.manifest.get("runtime") or {}
         out = []
         for test, (p, n) in (("pp", (pp, 0)), ("tg", (0, tg))):
             self.cooldown()
-            argv = workloads.llama_bench_argv(rdir, PYTHON, p, n, reps, int(rt.get("n_gpu_layers", 99)),
-                                              rt.get("threads"))
+            argv = workloads.bracketed(PYTHON, engine.target_bench_argv(rdir, rt, p, n, reps))
             job = self._job(f"llama-bench-{test}", argv, "llama-bench")
             rc = job.wait(self.opts.run_timeout_s)
-            t0, t1, recs = workloads.parse_llama_bench(job.read())
+            t0, t1, lines = workloads.parse_bracketed(job.read())
+            recs = engine.target_bench_records(lines)
             if rc != 0 or not recs:
                 self.say(f"warning: llama-bench {test} failed (exit {rc}): {job.tail()}")
                 out.append({"test": test, "error": job.tail(), "exit_code": rc})
                 continue
             for rec in recs:
-                out.append({**workloads.llama_bench_summary(rec), "window": {"start": t0, "end": t1}})
+                out.append({**rec, "window": {"start": t0, "end": t1}})
             if t0 is not None and t1 is not None:
                 self.phases.append(Phase(f"llama-bench {test}", t0, t1))
-            self.say(f"llama-bench {test}{p or n}: {recs[0].get('avg_ts', 0):.1f} tok/s")
+            self.say(f"llama-bench {test}{p or n}: {recs[0].get('avg_ts') or 0:.1f} tok/s")
         return out
 
     # ---------------------------------------------------------------------------------- the matrix

@@ -2,13 +2,13 @@
 
 * ``load``: the agent's streaming load against the bench server (see edgekit/agent/load.py);
   a run is one (configuration, concurrency, context length, repetition).
-* ``llama-bench``: the release's own ``bin/llama-bench`` (``-o jsonl``), prompt processing and
-  generation separately, each inside a window marked on the board's monotonic clock.
+* the engine's own benchmark of the target alone (llama.cpp's ``bin/llama-bench``, see
+  ``engines/llamacpp_bench.py``), prompt processing and generation separately, each inside a window
+  marked on the board's monotonic clock (``bracketed``).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,7 +16,7 @@ from typing import Any
 
 from edgekit.bench.stats import percentile
 
-# Prints the board's monotonic time; brackets llama-bench so its window is exact on the board.
+# Prints the board's monotonic time; brackets a command so its window is exact on the board.
 _MARK = "import time; print('MARK', repr(time.monotonic()))"
 
 
@@ -101,40 +101,21 @@ def load_metrics(out: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def llama_bench_argv(release_dir: str, python: str, pp: int, tg: int, reps: int, ngl: int,
-                     threads: int | None) -> list[str]:
-    """llama-bench for one test (pp: -p N -n 0, tg: -p 0 -n N), bracketed by monotonic marks."""
-    lib = f"{release_dir}/bin:{release_dir}/lib"
-    bench = ["env", f"LD_LIBRARY_PATH={lib}", f"{release_dir}/bin/llama-bench", "-m",
-             f"{release_dir}/models/target.gguf", "-p", str(pp), "-n", str(tg), "-r", str(reps), "-o", "jsonl",
-             "-ngl", str(ngl)]
-    if threads:
-        bench += ["-t", str(threads)]
+def bracketed(python: str, argv: list[str]) -> list[str]:
+    """``argv`` bracketed by two monotonic marks on the board (its exit status kept): its exact window."""
     script = 'python3 -c "$0"; "$@"; rc=$?; python3 -c "$0"; exit $rc'
-    return ["sh", "-c", script.replace("python3", python), _MARK, *bench]
+    return ["sh", "-c", script.replace("python3", python), _MARK, *argv]
 
 
-def parse_llama_bench(stdout: str) -> tuple[float | None, float | None, list[dict[str, Any]]]:
-    """(window start, window end, jsonl records) from a bracketed llama-bench run."""
+def parse_bracketed(stdout: str) -> tuple[float | None, float | None, list[str]]:
+    """(window start, window end, the command's own lines) from a bracketed run."""
     marks: list[float] = []
-    recs: list[dict[str, Any]] = []
+    lines: list[str] = []
     for line in stdout.splitlines():
         if line.startswith("MARK "):
             marks.append(float(line.split()[1]))
-        elif line.startswith("{"):
-            try:
-                recs.append(json.loads(line))
-            except ValueError:
-                continue
+        else:
+            lines.append(line)
     t0 = marks[0] if marks else None
     t1 = marks[1] if len(marks) > 1 else None
-    return t0, t1, recs
-
-
-def llama_bench_summary(rec: dict[str, Any]) -> dict[str, Any]:
-    keys = ("n_prompt", "n_gen", "n_depth", "avg_ts", "stddev_ts", "avg_ns", "samples_ts", "n_threads",
-            "n_gpu_layers", "model_type", "model_size", "model_n_params", "backends", "build_commit",
-            "build_number", "gpu_info", "cpu_info")
-    out = {k: rec.get(k) for k in keys}
-    out["test"] = "pp" if rec.get("n_gen", 0) == 0 else "tg"
-    return out
+    return t0, t1, lines

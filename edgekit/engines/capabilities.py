@@ -51,8 +51,8 @@ class EngineBase:
     # its draft length is fixed when its model is exported: `tune` exports one model per length
     # (``tune_drafters``) instead of changing server flags (``tune_point``)
     tunes_by_export: ClassVar[bool] = False
-    # its release ships llama-bench and a GGUF target at this path: the bench runs llama-bench pp / tg and
-    # draws the GGUF's roofline (None: neither)
+    # its release ships a benchmark of the target alone (``target_bench_argv``: llama-bench) and a GGUF target
+    # at this path: the bench runs that benchmark's pp / tg and draws the GGUF's roofline (None: neither)
     target_gguf: ClassVar[str | None] = None
     # `bench --backend <name>`: the recipe's model measured through the engine without a release
     # (``bench_model``, ``model_configs``, ``model_record``, ``report_what``)
@@ -81,6 +81,17 @@ class EngineBase:
                       p_mins: list[float | None] | None, parallel: list[int] | None) -> list[ServerConfig]:
         """``tunes_by_export``: one drafter configuration per draft length, each with its own exported model."""
         raise EdgekitError(f"{self.name} is tuned by server flags (tune_point), not by exports.")
+
+    def target_bench_argv(self, release_dir: str, runtime: dict[str, Any], pp: int, tg: int,
+                          reps: int) -> list[str]:
+        """``target_gguf``: the benchmark of the release's target alone, one test (pp: pp prompt tokens,
+        tg: tg generated tokens) with the settings the release serves with (``runtime``)."""
+        raise EdgekitError(f"{self.name} has no benchmark of its target alone.")
+
+    def target_bench_records(self, lines: list[str]) -> list[dict[str, Any]]:
+        """``target_gguf``: that benchmark's records from its output, as the results document keeps them
+        (``llama_bench``: test, avg_ts, …)."""
+        return []
 
     def bench_model(self, recipe: Recipe, fits: Callable[[int], bool], say: Callable[[str], None]) -> Any:
         """``benches_model``: the recipe's model made on the host, before the board is touched."""

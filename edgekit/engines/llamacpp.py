@@ -206,6 +206,17 @@ class LlamaCpp(EngineBase):
 
         return llamacpp_bench.tune_point(drafter, n, p_min)
 
+    def target_bench_argv(self, release_dir: str, runtime: dict[str, Any], pp: int, tg: int,
+                          reps: int) -> list[str]:
+        from edgekit.engines import llamacpp_bench
+
+        return llamacpp_bench.llama_bench_argv(release_dir, runtime, pp, tg, reps)
+
+    def target_bench_records(self, lines: list[str]) -> list[dict[str, Any]]:
+        from edgekit.engines import llamacpp_bench
+
+        return llamacpp_bench.llama_bench_records(lines)
+
     def report_ref(self, doc: dict[str, Any]) -> str:
         return f"llama.cpp {(doc.get('llama_cpp') or {}).get('ref') or '?'}"
 

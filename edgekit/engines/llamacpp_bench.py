@@ -8,6 +8,7 @@ for the highest concurrency. Tune changes only the speculative values.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from edgekit.engines.benchconf import ServerConfig
@@ -138,5 +139,39 @@ def tune_point(drafter: ServerConfig, n: int, p_min: float | None) -> ServerConf
                         drafter.release_dir)
 
 
+def llama_bench_argv(release_dir: str, runtime: dict[str, Any], pp: int, tg: int, reps: int) -> list[str]:
+    """llama-bench for one test (pp: -p N -n 0, tg: -p 0 -n N) of the release's target, with the settings the
+    release serves with."""
+    lib = f"{release_dir}/bin:{release_dir}/lib"
+    argv = ["env", f"LD_LIBRARY_PATH={lib}", f"{release_dir}/bin/llama-bench", "-m",
+            f"{release_dir}/models/target.gguf", "-p", str(pp), "-n", str(tg), "-r", str(reps), "-o", "jsonl",
+            "-ngl", str(int(runtime.get("n_gpu_layers", 99)))]
+    threads = runtime.get("threads")
+    if threads:
+        argv += ["-t", str(threads)]
+    return argv
+
+
+def llama_bench_records(lines: list[str]) -> list[dict[str, Any]]:
+    """llama-bench's jsonl records, each summarized as the results document keeps it."""
+    out = []
+    for line in lines:
+        if line.startswith("{"):
+            try:
+                out.append(llama_bench_summary(json.loads(line)))
+            except ValueError:
+                continue
+    return out
+
+
+def llama_bench_summary(rec: dict[str, Any]) -> dict[str, Any]:
+    keys = ("n_prompt", "n_gen", "n_depth", "avg_ts", "stddev_ts", "avg_ns", "samples_ts", "n_threads",
+            "n_gpu_layers", "model_type", "model_size", "model_n_params", "backends", "build_commit",
+            "build_number", "gpu_info", "cpu_info")
+    out = {k: rec.get(k) for k in keys}
+    out["test"] = "pp" if rec.get("n_gen", 0) == 0 else "tg"
+    return out
+
+
 __all__ = ["ServerConfig", "baseline_args", "configs", "describe", "drop", "for_bench", "get", "is_speculative",
-           "pair", "put", "tune_point"]
+           "llama_bench_argv", "llama_bench_records", "llama_bench_summary", "pair", "put", "tune_point"]
