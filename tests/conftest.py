@@ -14,6 +14,11 @@ session's temp dir, so `edgekit` commands (CliRunner or subprocess) see these bo
 board file and known_hosts, and nothing touches the user's own files. A module- or
 session-scoped fixture of your own can use ``sim_session`` instead: ``sim_session.boards(...)``
 (same signature) and ``sim_session.env`` (set those variables yourself).
+
+Artifacts: deploys convert into edgekit's default store (content-addressed: llama.cpp builds, aligned
+drafters, GGUFs, LiteRT-LM bundles). A fixture that makes what a deploy makes too converts into
+``deploy_store`` (that store), so a run aligns and exports it once; the other convert tests share
+``<basetemp>/edgekit-store``.
 """
 
 from __future__ import annotations
