@@ -1,0 +1,131 @@
+"""A fourth serving engine, defined here and nowhere else, registered with one line in the environment:
+
+    EDGEKIT_ENGINES="plain=engine_for_tests:Plain"   (this directory on PYTHONPATH)
+
+``plain`` serves the recipe's target alone (no drafter) with llama-server from the host build edgekit makes for
+simulated boards (``host_build_for_tests``), with argv of its own (long flags, no speculative ones) and a
+release layout of its own (``bin/llama-server``, its libraries under ``lib/``, ``models/model.gguf``), composed
+with ``edgekit.release.plan`` like the built-in engines' releases. It is built on ``EngineBase`` from scratch
+(no built-in engine's class or helpers): what deploy, status, rollback, bench and fleet need of an engine is
+what this module declares. Simulated (x86_64) boards only.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from edgekit.config.boardfile import Board
+from edgekit.config.recipes import Recipe
+from edgekit.engines import EngineBase, EngineRelease, ReleaseContext
+from edgekit.engines.benchconf import ServerConfig
+from edgekit.errors import EdgekitError
+from edgekit.release.health import Health
+from edgekit.release.plan import agent_files, plan_release, service_ports, service_units
+from edgekit.release.probes import answer_text, completion_request
+from edgekit.remote.http import request
+from edgekit.remote.runner import LocalRunner, SshRunner
+
+NAME = "plain"
+MODEL = "models/model.gguf"
+SERVER = "bin/llama-server"
+
+
+def server_argv(runtime: dict[str, Any], port: int, parallel: int | None = None, ctx: int | None = None) -> list[str]:
+    """llama-server's arguments (relative to the release dir, its units' working directory): the target alone."""
+    return ["--model", MODEL, "--host", str(runtime.get("host") or "127.0.0.1"), "--port", str(port),
+            "--ctx-size", str(ctx or runtime["ctx_size"]), "--parallel", str(parallel or runtime["parallel"]),
+            "--threads", str(runtime.get("threads") or 1), "--n-gpu-layers", "0", "--no-webui",
+            *runtime.get("extra_args", [])]
+
+
+def target_gguf(recipe: Recipe, src: str | None, say: Any) -> Path:
+    """The recipe's target as GGUF, from the store (converted once, by whichever deploy came first)."""
+    if recipe.drafter is not None or recipe.runtime.spec_type != "none":
+        raise EdgekitError(f"Engine {NAME} serves the target alone; recipe {recipe.name} asks for speculative "
+                           "decoding.")
+    from edgekit.prepare.pipeline import convert_recipe
+
+    result = convert_recipe(recipe, src=src, say=lambda m: say(f"convert: {m}"))
+    found = [m.file for m in result.models if m.role == "target"]
+    if not found:
+        raise EdgekitError(f"Engine {NAME} needs a target it can convert to GGUF; recipe {recipe.name} has none.")
+    return Path(found[0])
+
+
+def has_chat_template(gguf: Path) -> bool:
+    from edgekit.convert.gguf_io import GGUFFile
+
+    return "tokenizer.chat_template" in GGUFFile(gguf).kv_raw
+
+
+class Plain(EngineBase):
+    name = NAME
+    health_api = "llama"  # llama-server's /completion with `timings`
+    color = "#9467bd"
+
+    def release(self, ctx: ReleaseContext) -> EngineRelease:
+        if ctx.facts.arch not in ("x86_64", "amd64"):
+            raise EdgekitError(f"Engine {NAME} runs the host build: board {ctx.name!r} ({ctx.facts.arch}) is not a "
+                               "simulated x86_64 board.")
+        from edgekit.build import host_build_for_tests
+
+        stages: dict[str, float] = {}
+        t = time.monotonic()
+        ctx.say("llama-server: the host build")
+        built = host_build_for_tests()
+        stages["build"] = time.monotonic() - t
+        t = time.monotonic()
+        ctx.say("model: the target alone")
+        model = target_gguf(ctx.recipe, ctx.src, ctx.say)
+        stages["models"] = time.monotonic() - t
+
+        # the libraries llama-server links (the other tools' *-impl.so stay behind), found through lib/
+        libs = sorted(p for p in built.bin_dir.iterdir() if p.is_file() and ".so" in p.name
+                      and (not p.name.endswith("-impl.so") or p.name == "libllama-server-impl.so"))
+        files = {SERVER: built.bin_dir / "llama-server", MODEL: model, **{f"lib/{p.name}": p for p in libs},
+                 **agent_files()}
+        rt = ctx.recipe.runtime.model_dump(mode="json")
+        ports = service_ports(ctx.board.service_port, ctx.recipe.runtime.port)
+        describe = {
+            "engine": NAME, "recipe": ctx.recipe.name, "sources": ctx.recipe.sources,
+            "server_args": server_argv(rt, ports[0]), "port": ports[0], "candidate_port": ports[1],
+            "drafter": False, "spec_type": "none", "gpu": "none", "media": [], "chat": has_chat_template(model),
+            "build": {"key": built.artifact.key, "target": "host"}, "runtime": rt,
+        }
+
+        def render(rid: str) -> dict[str, str]:
+            return service_units(ctx.facts.base, rid, lambda rdir, port: [f"{rdir}/{SERVER}", *server_argv(rt, port)],
+                                 ports, "llama-server (plain)", ctx.recipe.name, ctx.recipe.runtime.env)
+
+        return EngineRelease(plan_release(ctx.recipe.name, files, describe, render), built.to_dict(), stages)
+
+    def completion(self, runner: SshRunner | LocalRunner, port: int, model: str, prompt: str, n_predict: int,
+                   timeout: float, chat: bool = False) -> Health:
+        path, payload = completion_request(prompt, n_predict, chat)
+        try:
+            resp = request(runner, port, "POST", path, payload, timeout=timeout)
+        except ConnectionError as exc:
+            return Health(False, f"the completion request failed: {exc}")
+        if resp.status != 200:
+            return Health(False, f"the completion request answered {resp.status}")
+        data = resp.json()
+        timings = data.get("timings") or {}
+        return Health(True, "healthy", tokens=int(timings.get("predicted_n") or 0),
+                      tokens_per_second=timings.get("predicted_per_second"), text=answer_text(data, chat),
+                      method="chat completion" if chat else "completion")
+
+    # --- bench: the release's server on the bench port; no drafter, so the baseline alone -------------------
+
+    def bench_configs(self, manifest: dict[str, Any], release_dir: str, board: Board, port: int,
+                      parallel: int | None, slot_ctx: int | None) -> list[ServerConfig]:
+        rt = manifest["runtime"]
+        slots = parallel or int(rt["parallel"])
+        ctx = max(int(rt["ctx_size"]), (slot_ctx or 0) * slots)
+        settings = {"spec_type": "none", "draft_n_max": None, "draft_p_min": None, "parallel": slots, "ctx_size": ctx}
+        return [ServerConfig("baseline", server_argv(rt, port, slots, ctx), False, settings,
+                             exe=[f"{release_dir}/{SERVER}"], api="llama")]
+
+    def tune_point(self, drafter: ServerConfig, n: int, p_min: float | None) -> ServerConfig:
+        raise EdgekitError(f"Engine {NAME} serves without a drafter: it has no draft length to tune.")
