@@ -21,11 +21,7 @@ from edgekit.config.recipes import Recipe
 from edgekit.engines import EngineBase, EngineRelease, ReleaseContext
 from edgekit.engines.benchconf import ServerConfig
 from edgekit.errors import EdgekitError
-from edgekit.release.health import Health
 from edgekit.release.plan import agent_files, plan_release, service_ports, service_units
-from edgekit.release.probes import answer_text, completion_request
-from edgekit.remote.http import request
-from edgekit.remote.runner import LocalRunner, SshRunner
 
 NAME = "plain"
 MODEL = "models/model.gguf"
@@ -100,21 +96,6 @@ class Plain(EngineBase):
                                  ports, "llama-server (plain)", ctx.recipe.name, ctx.recipe.runtime.env)
 
         return EngineRelease(plan_release(ctx.recipe.name, files, describe, render), built.to_dict(), stages)
-
-    def completion(self, runner: SshRunner | LocalRunner, port: int, model: str, prompt: str, n_predict: int,
-                   timeout: float, chat: bool = False) -> Health:
-        path, payload = completion_request(prompt, n_predict, chat)
-        try:
-            resp = request(runner, port, "POST", path, payload, timeout=timeout)
-        except ConnectionError as exc:
-            return Health(False, f"the completion request failed: {exc}")
-        if resp.status != 200:
-            return Health(False, f"the completion request answered {resp.status}")
-        data = resp.json()
-        timings = data.get("timings") or {}
-        return Health(True, "healthy", tokens=int(timings.get("predicted_n") or 0),
-                      tokens_per_second=timings.get("predicted_per_second"), text=answer_text(data, chat),
-                      method="chat completion" if chat else "completion")
 
     # --- bench: the release's server on the bench port; no drafter, so the baseline alone -------------------
 

@@ -49,11 +49,13 @@ def env(sim_session) -> dict[str, str]:
     return {**os.environ, **sim_session.env, "EDGEKIT_ENGINES": REGISTER, "PYTHONPATH": path}
 
 
-def test_an_engine_of_ones_own_deploys_rolls_back_benches_and_rolls_out(sim_session, env, tmp_path: Path) -> None:
-    from engine_for_tests import Plain
-
-    from edgekit.release.health import HEALTH_PROMPT
+def test_an_engine_of_ones_own_deploys_rolls_back_benches_and_rolls_out(sim_session, env, tmp_path: Path,
+                                                                         monkeypatch) -> None:
+    from edgekit.deploy.health import check
+    from edgekit.release.manifest import ReleaseManifest
     from edgekit.remote.runner import LocalRunner
+
+    monkeypatch.setenv("EDGEKIT_ENGINES", REGISTER)  # this process asks the table too
 
     (board,) = sim_session.boards(1, fresh=True)
 
@@ -73,9 +75,10 @@ def test_an_engine_of_ones_own_deploys_rolls_back_benches_and_rolls_out(sim_sess
     unit = (rdir / "edgekit-llama.service").read_text().splitlines()
     exec_start = next(x for x in unit if x.startswith("ExecStart="))
     assert exec_start.startswith(f"ExecStart={rdir}/bin/llama-server --model models/model.gguf"), exec_start
-    # The engine's own completion, against the board's server (a sim board's ports are this machine's).
-    own = Plain().completion(LocalRunner(board.name), board.service_port, RECIPE, HEALTH_PROMPT, 8, 60.0, chat=True)
-    assert own.ok and own.tokens > 0 and own.text, own
+    # The board-side check in the dialect the engine's class declares, through its chat template (a sim board's
+    # ports are this machine's).
+    own = check(LocalRunner(board.name), ReleaseManifest.of(manifest).serve, timeout=60, n_predict=8)
+    assert own.ok and own.tokens > 0 and own.text and own.method == "chat completion", own
 
     st = ok_json(edgekit(env, "--json", "status", "--board", board.name))
     assert st["engine"] == "plain" and st["current"] == st["serving"] == first and st["service_active"]

@@ -11,7 +11,6 @@ if TYPE_CHECKING:
 
     from edgekit.config.boardfile import Board
     from edgekit.config.recipes import Recipe
-    from edgekit.release.health import Health
     from edgekit.release.plan import ReleasePlan
     from edgekit.remote.probe import BoardFacts
     from edgekit.remote.runner import LocalRunner, SshRunner
@@ -47,11 +46,4 @@ class Engine(Protocol):
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:
         """Build/convert what the board needs and compose the release (files, units, release.json)."""
-        ...
-
-    def completion(self, runner: SshRunner | LocalRunner, port: int, model: str, prompt: str,
-                   n_predict: int, timeout: float, chat: bool = False) -> Health:
-        """One greedy completion on a ready server (``model``: the name it serves the model under): tokens,
-        tok/s, and draft counts where it drafts. ``chat``: the model is used through its chat template
-        (an engine that can apply it sends the prompt as a user turn)."""
         ...

@@ -20,9 +20,7 @@ from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
 from edgekit.engines.base import EngineRelease, ReleaseContext
 from edgekit.engines.capabilities import EngineBase
-from edgekit.engines.llamacpp import llama_completion
 from edgekit.errors import EdgekitError
-from edgekit.release.health import Health
 from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service_ports, service_units
 from edgekit.remote.runner import LocalRunner, SshRunner
 from edgekit.store import Store
@@ -150,7 +148,3 @@ class Litert(EngineBase):
         bundle = bundle_for(ctx.recipe, say=lambda m: ctx.console.print(f"[dim]models: {m}[/dim]"))
         stages = {"models": time.monotonic() - t}
         return EngineRelease(compose(ctx, python, bundle), {"engine": "litert-lm", "bundle": bundle["key"]}, stages)
-
-    def completion(self, runner: Runner, port: int, model: str, prompt: str, n_predict: int,
-                   timeout: float, chat: bool = False) -> Health:
-        return llama_completion(runner, port, prompt, n_predict, timeout, chat)  # the front speaks llama-server's

@@ -25,12 +25,9 @@ from edgekit.engines.llamacpp_args import server_args
 from edgekit.engines.llamacpp_quirks import Applied, apply_guards
 from edgekit.errors import EdgekitError
 from edgekit.paths import cache_dir
-from edgekit.release.health import GpuPolicy, Health
+from edgekit.release.health import GpuPolicy
 from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service_ports, service_units
-from edgekit.release.probes import answer_text, completion_request
-from edgekit.remote.http import request
 from edgekit.remote.probe import BoardFacts
-from edgekit.remote.runner import LocalRunner, SshRunner
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -252,32 +249,3 @@ class LlamaCpp(EngineBase):
         for guard in plan.manifest["guards"]:
             ctx.say(Applied(**guard).line())
         return EngineRelease(plan, built.to_dict(), stages)
-
-    def completion(self, runner: SshRunner | LocalRunner, port: int, model: str, prompt: str, n_predict: int,
-                   timeout: float, chat: bool = False) -> Health:
-        return llama_completion(runner, port, prompt, n_predict, timeout, chat)
-
-
-def llama_completion(runner: SshRunner | LocalRunner, port: int, prompt: str, n_predict: int,
-                     timeout: float, chat: bool = False) -> Health:
-    """llama-server's /completion, or with ``chat`` its /v1/chat/completions (the model's chat template
-    applied by the server): their `timings` carry tokens, tok/s and the draft counts."""
-    path, payload = completion_request(prompt, n_predict, chat)
-    try:
-        resp = request(runner, port, "POST", path, payload, timeout=timeout)
-    except ConnectionError as exc:
-        return Health(False, f"the completion request failed: {exc}")
-    if resp.status != 200:
-        return Health(False, f"the completion request answered {resp.status}: {resp.body[:200]!r}")
-    data = resp.json()
-    timings = data.get("timings") or {}
-    return Health(
-        ok=True,
-        reason="healthy",
-        tokens=int(timings.get("predicted_n") or data.get("tokens_predicted") or 0),
-        tokens_per_second=timings.get("predicted_per_second"),
-        draft_n=timings.get("draft_n"),
-        draft_n_accepted=timings.get("draft_n_accepted"),
-        text=answer_text(data, chat),
-        method="chat completion" if chat else "completion",
-    )

@@ -25,10 +25,7 @@ from edgekit.engines.base import EngineRelease, ReleaseContext
 from edgekit.engines.capabilities import EngineBase
 from edgekit.engines.vllm_container import default_image, docker_prefix, resolve, version_in, wants_container
 from edgekit.errors import EdgekitError
-from edgekit.release.health import Health
 from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service_ports, service_units
-from edgekit.release.probes import answer_text, openai_request
-from edgekit.remote.http import request
 from edgekit.remote.runner import LocalRunner, SshRunner
 
 if TYPE_CHECKING:
@@ -119,16 +116,6 @@ def compose(ctx: ReleaseContext, python: str, version: str, models: dict[str, Pa
     return plan_release(recipe.name, {**models, **agent_files()}, describe, render)
 
 
-def _counters(runner: Runner, port: int) -> dict[str, float]:
-    resp = request(runner, port, "GET", "/metrics", timeout=30)
-    if resp.status != 200:
-        return {}
-    out: dict[str, float] = {}
-    for name, value in _COUNTER.findall(resp.body.decode(errors="replace")):
-        out[name] = out.get(name, 0.0) + float(value)  # one series per engine index: sum them
-    return out
-
-
 class Vllm(EngineBase):
     name = "vllm"
     health_api = "openai"  # /v1/completions; drafts from /metrics
@@ -181,27 +168,3 @@ class Vllm(EngineBase):
         chat = any(info.chat_template for model, info, _ in ready if model.role == "target")
         return EngineRelease(compose(ctx, python, version, models, image, chat),
                              {"engine": "vllm", "vllm": version, "image": image}, stages)
-
-    def completion(self, runner: Runner, port: int, model: str, prompt: str, n_predict: int,
-                   timeout: float, chat: bool = False) -> Health:
-        """/v1/completions (``chat``: /v1/chat/completions), greedy; tok/s over the whole request (vLLM reports
-        no decode timing per request)."""
-        path, payload = openai_request(model, prompt, n_predict, chat)
-        try:
-            before = _counters(runner, port)
-            start = time.monotonic()
-            resp = request(runner, port, "POST", path, payload, timeout=timeout)
-            seconds = time.monotonic() - start
-            after = _counters(runner, port) if resp.status == 200 else {}
-        except ConnectionError as exc:
-            return Health(False, f"the completion request failed: {exc}")
-        if resp.status != 200:
-            return Health(False, f"the completion request answered {resp.status}: {resp.body[:200]!r}")
-        data = resp.json()
-        tokens = int((data.get("usage") or {}).get("completion_tokens") or 0)
-        drafted = after.get("vllm:spec_decode_num_draft_tokens", 0) - before.get("vllm:spec_decode_num_draft_tokens", 0)
-        accepted = (after.get("vllm:spec_decode_num_accepted_tokens", 0)
-                    - before.get("vllm:spec_decode_num_accepted_tokens", 0))
-        return Health(True, "healthy", tokens=tokens, tokens_per_second=round(tokens / seconds, 2) if seconds else None,
-                      draft_n=int(drafted) or None, draft_n_accepted=int(accepted) if drafted else None,
-                      text=answer_text(data, chat, openai=True), method="chat completion" if chat else "completion")
