@@ -4,14 +4,20 @@ scores text exactly like transformers. Needs litert-torch 0.10.0 + tensorflow-cp
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
+from click.testing import CliRunner
+from rich.console import Console
 
-from edgekit.config.recipes import Recipe
+from edgekit.cli import cli
+from edgekit.config.recipes import Recipe, load_recipe
 from edgekit.convert import litert, litert_run
-from edgekit.prepare.pipeline import convert_recipe
+from edgekit.engines.llamacpp_models import resolve_models
+from edgekit.prepare.pipeline import convert_recipe, prepare_inputs
 from edgekit.store import Store
 from edgekit.tinymodels.legacy import ensure_tiny_pair
 
@@ -63,3 +69,34 @@ def test_litert_scores_match_transformers(exported: dict, prompt: str,
     target, _ = ensure_tiny_pair(tmp_path_factory.getbasetemp() / "edgekit-tiny")
     # Unquantized, LiteRT-LM computes transformers' float32 function: measured ≤ 3e-5 nats per token.
     np.testing.assert_allclose(scores, hf_token_logprobs(target, prompt, CONTINUATION), atol=1e-3)
+
+
+def test_llamacpp_asks_for_the_ggufs_alone_and_convert_for_every_format(
+        deploy_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sim-e2b-mtp lists ``convert.litert: true``. llama.cpp's models (what its release and a fleet rollout serve,
+    converted for real into a fresh store) are the GGUFs and no LiteRT-LM bundle; ``edgekit convert`` of the same
+    recipe still makes every format it lists."""
+    doc = yaml.safe_load((Path(__file__).resolve().parents[1] / "edgekit/data/recipes/sim-e2b-mtp.yaml").read_text())
+    assert doc["convert"]["litert"] is True
+    doc["convert"]["mmproj"] = "off"  # the projector is not what this is about: two GGUFs convert faster than three
+    path = tmp_path / "sim-e2b-mtp.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    recipe = load_recipe(str(path))
+    prepare_inputs(recipe, store=deploy_store)  # the aligned drafter: trained once per run, in the shared store
+    fresh = tmp_path / "store"
+    fresh.mkdir()
+    (fresh / "drafter-aligned").symlink_to(deploy_store.root / "drafter-aligned")
+    monkeypatch.setenv("EDGEKIT_STORE", str(fresh))  # also a memo key of its own: nothing recalled from elsewhere
+    models = resolve_models(recipe, Console(quiet=True))
+    assert sorted(models) == ["models/drafter.gguf", "models/target.gguf"]
+    assert all(p.is_relative_to(fresh) for p in models.values())
+    store = Store(fresh)
+    assert len(store.list("gguf")) == 2 and store.list("litertlm") == []
+
+    res = CliRunner().invoke(cli, ["--json", "convert", "--recipe", str(path)],
+                             env={"EDGEKIT_STORE": str(deploy_store.root)})
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert [m["role"] for m in data["models"]] == ["target", "drafter"]
+    (bundle,) = data["litert"]  # exported once per run (the LiteRT-LM deploys of the same pair share its key)
+    assert bundle["role"] == "target+drafter" and deploy_store.get("litertlm", bundle["key"]) is not None

@@ -426,16 +426,12 @@ def test_ansible_rolls_out_litert_lm_and_vllm_releases_health_checks_them_and_ro
 
 
 def test_ansible_health_checks_the_published_structure_through_its_template_with_an_image_and_audio(
-        sim_session, tmp_path: Path) -> None:
+        sim_session) -> None:
     """The board-side health check (HEALTH_PY) speaks what the host's does: a chat-templated completion and,
     for a release with an mmproj, one image and one second of audio, each answered."""
     (board,) = sim_session.boards(1, fresh=True)
     env = {**os.environ, **sim_session.env}
-    data = yaml.safe_load((REPO / "edgekit" / "data" / "recipes" / "sim-e2b-mtp.yaml").read_text())
-    data["convert"]["litert"] = False
-    recipe = tmp_path / "sim-e2b-mtp.yaml"
-    recipe.write_text(yaml.safe_dump(data))
-    out = rollout(env, "--recipe", str(recipe), "--group", board.name)
+    out = rollout(env, "--recipe", "sim-e2b-mtp", "--group", board.name)  # llama.cpp: its GGUFs, not the bundle
     health = out["succeeded"][board.name]["health"]
     assert health["ok"] and health["draft_n"] > 0 and health["method"] == "chat completion", health
     assert set(health["media"]) == {"image", "audio"}

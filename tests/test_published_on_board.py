@@ -22,12 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def recipe(tmp_path: Path) -> Path:
-    doc = yaml.safe_load((ROOT / "edgekit" / "data" / "recipes" / "sim-e2b-mtp.yaml").read_text())
-    doc["convert"]["litert"] = False  # llama.cpp only here; test_litert_mtp exports the bundle
-    path = tmp_path / "sim-e2b-mtp.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+def recipe() -> Path:
+    # As built in (convert.litert: true): llama.cpp converts only the GGUFs it serves, no LiteRT-LM bundle.
+    return ROOT / "edgekit" / "data" / "recipes" / "sim-e2b-mtp.yaml"
 
 
 def test_image_and_audio_are_answered_by_health_and_bench(sim_session, recipe: Path, tmp_path: Path) -> None:

@@ -40,8 +40,7 @@ def bundle_for(recipe: Recipe, store: Store | None = None,
     if recipe.drafter is not None and recipe.runtime.spec_type != "draft-mtp":
         raise EdgekitError(f"Recipe {recipe.name} drafts with {recipe.runtime.spec_type}; LiteRT-LM drafts with "
                            "an MTP drafter only (spec_type draft-mtp).")
-    spec = recipe.convert.model_copy(update={"litert": True, "gguf": False})
-    result = convert_recipe(recipe.model_copy(update={"convert": spec}), store, say=say)
+    result = convert_recipe(recipe, store, say=say, formats=("litertlm",))
     if not result.litert:
         raise EdgekitError(f"Recipe {recipe.name}'s target is not converted by edgekit (a package): "
                            "there is no LiteRT-LM bundle to serve.")

@@ -21,7 +21,7 @@ from edgekit import __version__
 from edgekit.config.recipes import ModelSource, Recipe
 from edgekit.engines.packaged_gguf import packaged_gguf
 from edgekit.errors import EdgekitError
-from edgekit.paths import cache_dir
+from edgekit.paths import cache_dir, store_dir
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
@@ -41,7 +41,9 @@ def resolve_models(recipe: Recipe, console: Console, src: str | None = None) -> 
             raise EdgekitError(f"Recipe {recipe.name} turns GGUF conversion off, but llama-server needs GGUF files.")
         from edgekit.prepare.pipeline import convert_recipe
 
-        result = convert_recipe(recipe, src=src, say=lambda m: console.print(f"[dim]convert: {m}[/dim]"))
+        # The GGUFs alone: a LiteRT-LM bundle the recipe also lists (convert.litert) is not llama-server's.
+        result = convert_recipe(recipe, src=src, say=lambda m: console.print(f"[dim]convert: {m}[/dim]"),
+                                formats=("gguf",))
         for conv in result.models:
             out[f"models/{conv.role}.gguf"] = conv.file
     if key is not None:
@@ -87,7 +89,9 @@ def memo_key(recipe: Recipe, src: str | None) -> str | None:
         llama = _file_identity(Path(src))
     else:
         return None  # a source dir would need a walk of the tree: not cheap, so not remembered
+    # The store too: the memo names files in it, and a deploy with another EDGEKIT_STORE converts into that one.
     doc = {"edgekit": __version__, "code": _code_fingerprint(), "idents": idents, "llama": llama,
+           "store": str(store_dir().resolve()),
            "sources": [s.model_dump(mode="json") for s in sources], "convert": recipe.convert.model_dump(mode="json")}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:24]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,15 +75,30 @@ def prepare_inputs(recipe: Recipe, say: Callable[[str], None] = lambda _m: None,
     return ready, skipped
 
 
+FORMATS = ("gguf", "litertlm")  # the GGUFs (with the mmproj) for llama.cpp; the .litertlm bundle for LiteRT-LM
+
+
+def recipe_formats(recipe: Recipe) -> tuple[str, ...]:
+    """The formats the recipe's ``convert`` section lists: what ``edgekit convert`` makes."""
+    return tuple(f for f, on in zip(FORMATS, (recipe.convert.gguf, recipe.convert.litert), strict=True) if on)
+
+
 def convert_recipe(recipe: Recipe, store: Store | None = None, src: str | None = None,
                    bin_dir: str | None = None, force: bool = False,
-                   say: Callable[[str], None] = lambda _m: None) -> ConvertResult:
+                   say: Callable[[str], None] = lambda _m: None,
+                   formats: Collection[str] | None = None) -> ConvertResult:
+    """The recipe's models in ``formats`` (some of ``FORMATS``), or, by default, every format its ``convert``
+    section lists. An engine asks for what it serves (llama.cpp the GGUFs, LiteRT-LM the bundle), whatever
+    else the recipe lists; the recipe's flags do not veto a format asked for by name."""
+    wanted = recipe_formats(recipe) if formats is None else tuple(formats)
+    if unknown := sorted(set(wanted) - set(FORMATS)):
+        raise ValueError(f"Unknown conversion format(s) {unknown}; known: {list(FORMATS)}.")
     store = store or Store()
     result = ConvertResult(recipe.name)
     ready, result.skipped = prepare_inputs(recipe, say, store)
-    if recipe.convert.litert:
+    if "litertlm" in wanted:
         _convert_litert(recipe, ready, store, force, say, result)
-    if not recipe.convert.gguf:
+    if "gguf" not in wanted:
         return result
     need_tools = any(s.quant in QUANTIZE_TYPES for _, _, s in ready)
     llama: LlamaCpp = find_llamacpp(src, bin_dir, need_tools=need_tools)
@@ -218,7 +233,7 @@ def verify_recipe(recipe: Recipe, store: Store | None = None, src: str | None = 
     from edgekit.convert.verify import FAITHFUL, score, write_base
 
     store = store or Store()
-    converted = convert_recipe(recipe, store, src, bin_dir, say=say)
+    converted = convert_recipe(recipe, store, src, bin_dir, say=say, formats=("gguf",))  # the GGUFs are verified
     target = next((m for m in converted.models if m.role == "target"), None)
     if target is None:
         raise EdgekitError(f"Recipe {recipe.name}'s target is not converted by edgekit; nothing to verify.")
