@@ -15,10 +15,11 @@ import pytest
 import yaml
 from cli_helpers import edgekit, ok_json
 
+from edgekit.agent.health import SPEC_COUNTER
 from edgekit.bench import results
 from edgekit.config.boardfile import Boards
 from edgekit.convert.text_only import text_only
-from edgekit.engines.vllm import _COUNTER, server_argv
+from edgekit.engines.vllm import server_argv
 from edgekit.models.safetensors import SafetensorsFile
 from edgekit.store import Store
 
@@ -142,8 +143,7 @@ def test_vllm_argv_and_metrics_parsing() -> None:
     text = ('vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 12.0\n'
             'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 7.0\n'
             "vllm:spec_decode_num_drafts_total 4.0\n")
-    assert dict(_COUNTER.findall(text)) == {"vllm:spec_decode_num_draft_tokens": "12.0",
-                                            "vllm:spec_decode_num_accepted_tokens": "7.0"}
+    assert dict(SPEC_COUNTER.findall(text)) == {"draft": "12.0", "accepted": "7.0"}
 
 
 # ------------------------------------------------------------------ vLLM in a container (Jetson)

@@ -145,12 +145,10 @@ class OpenAIServer(Server):
         finally:
             conn.close()
         out = {"draft_n": 0, "draft_n_accepted": 0}
-        for name, value in _SPEC_COUNTER.findall(text):
+        for name, value in SPEC_COUNTER.findall(text):
             out["draft_n" if name == "draft" else "draft_n_accepted"] += int(float(value))
         return out
 
-
-_SPEC_COUNTER = SPEC_COUNTER  # vLLM's draft counters, spelled once in the health check
 
 
 def load_prompts(path: str) -> tuple[list[str], dict[str, list[str]], str]:

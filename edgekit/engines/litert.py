@@ -18,55 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
+from edgekit.engines import litert_bench
 from edgekit.engines.base import EngineRelease, ReleaseContext
 from edgekit.engines.capabilities import EngineBase
-from edgekit.errors import EdgekitError
+from edgekit.engines.litert_front import BUNDLE, board_python, bundle_for, front_argv, python_of
 from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service_ports, service_units
-from edgekit.remote.runner import LocalRunner, SshRunner
-from edgekit.store import Store
 
 if TYPE_CHECKING:
     from edgekit.engines.benchconf import BenchSite, ServerConfig
-
-Runner = SshRunner | LocalRunner
-BUNDLE = "models/model.litertlm"
-
-
-def bundle_for(recipe: Recipe, store: Store | None = None,
-               say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
-    """The recipe's LiteRT-LM bundle (exported once, then from the store), whatever its ``convert.litert``."""
-    from edgekit.prepare.pipeline import convert_recipe
-
-    if recipe.drafter is not None and recipe.runtime.spec_type != "draft-mtp":
-        raise EdgekitError(f"Recipe {recipe.name} drafts with {recipe.runtime.spec_type}; LiteRT-LM drafts with "
-                           "an MTP drafter only (spec_type draft-mtp).")
-    result = convert_recipe(recipe, store, say=say, formats=("litertlm",))
-    if not result.litert:
-        raise EdgekitError(f"Recipe {recipe.name}'s target is not converted by edgekit (a package): "
-                           "there is no LiteRT-LM bundle to serve.")
-    return result.litert[0]
-
-
-def board_python(runner: Runner, board_name: str, python: str, flag: str = "`litert_python` in the board file") -> str:
-    """``python`` if it can import ``litert_lm`` on the board, else one clear sentence."""
-    res = runner.run([python, "-c", "import litert_lm"], check=False, timeout=120)
-    if not res.ok:
-        raise EdgekitError(f"Board {board_name!r}: {python} cannot import litert_lm; install litert-lm-api==0.18.1 "
-                           f"there (pip) or name a Python that has it with {flag}.")
-    return python
-
-
-def python_of(board: Board) -> str:
-    return board.litert_python or "python3"
-
-
-def front_argv(python: str, rdir: str, bundle: str, host: str, port: int, cache_length: int,
-               draft_steps: int | None, accelerator: str, cache_dir: str) -> list[str]:
-    """The front on ``port``: the bundle with its MTP drafter when ``draft_steps``, else the target alone."""
-    argv = [python, f"{rdir}/agent/litert_server.py", "--model", bundle, "--host", host, "--port", str(port),
-            "--ctx", str(cache_length), "--cache-dir", cache_dir, "--accelerator", accelerator]
-    return [*argv, "--speculative", "--draft-steps", str(draft_steps)] if draft_steps else argv
-
 
 def compose(ctx: ReleaseContext, python: str, bundle: dict[str, Any]) -> ReleasePlan:
     recipe, rt = ctx.recipe, ctx.recipe.runtime
@@ -103,40 +62,26 @@ class Litert(EngineBase):
 
     def bench_configs(self, manifest: dict[str, Any], release_dir: str, board: Board, port: int,
                       parallel: int | None, slot_ctx: int | None) -> list[ServerConfig]:
-        from edgekit.engines import litert_bench
-
         return litert_bench.release_configs(manifest, release_dir, python_of(board), port)
 
     def check_bench_fits(self, manifest: dict[str, Any], release_id: str, fits: Callable[[int], bool]) -> None:
-        from edgekit.engines import litert_bench
-
         litert_bench.check_fits(manifest, release_id, fits)
 
     def tune_drafters(self, site: BenchSite, manifest: dict[str, Any], recipe: Recipe, draft_n: list[int],
                       p_mins: list[float | None] | None, parallel: list[int] | None) -> list[ServerConfig]:
-        from edgekit.engines import litert_bench
-
         return litert_bench.tune_drafters(site, manifest, recipe, draft_n, p_mins, parallel)
 
     def bench_model(self, recipe: Recipe, fits: Callable[[int], bool], say: Callable[[str], None]) -> Any:
-        from edgekit.engines import litert_bench
-
         return litert_bench.bench_model(recipe, fits, say)
 
     def model_configs(self, site: BenchSite, model: Any, python: str | None,
                       accelerator: str) -> list[ServerConfig]:
-        from edgekit.engines import litert_bench
-
         return litert_bench.model_configs(site, model, python, accelerator)
 
     def model_record(self, model: Any) -> dict[str, Any]:
-        from edgekit.engines import litert_bench
-
         return litert_bench.model_record(model)
 
     def report_what(self, doc: dict[str, Any]) -> str | None:
-        from edgekit.engines import litert_bench
-
         return litert_bench.report_what(doc)
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:

@@ -14,16 +14,23 @@ makes), else `python3`; or, on a Jetson, NVIDIA's vLLM container pinned by diges
 from __future__ import annotations
 
 import json
-import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
+from edgekit.engines import vllm_bench
 from edgekit.engines.base import EngineRelease, ReleaseContext
 from edgekit.engines.capabilities import EngineBase
-from edgekit.engines.vllm_container import default_image, docker_prefix, resolve, version_in, wants_container
+from edgekit.engines.vllm_container import (
+    ENVIRONMENT,
+    default_image,
+    docker_prefix,
+    resolve,
+    version_in,
+    wants_container,
+)
 from edgekit.errors import EdgekitError
 from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service_ports, service_units
 from edgekit.remote.runner import LocalRunner, SshRunner
@@ -34,10 +41,6 @@ if TYPE_CHECKING:
 Runner = SshRunner | LocalRunner
 MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                "special_tokens_map.json", "chat_template.jinja", "tokenizer.model")
-_COUNTER = re.compile(r"^(vllm:spec_decode_num_(?:draft|accepted)_tokens)(?:_total)?(?:\{[^}]*\})?\s+([0-9.eE+]+)$",
-                      re.MULTILINE)
-# vLLM phones home and looks up the hub unless told not to; a board may have no internet at all.
-ENVIRONMENT = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
 def board_vllm(runner: Runner, board_name: str, python: str) -> str:
@@ -123,13 +126,9 @@ class Vllm(EngineBase):
 
     def bench_configs(self, manifest: dict[str, Any], release_dir: str, board: Board, port: int,
                       parallel: int | None, slot_ctx: int | None) -> list[ServerConfig]:
-        from edgekit.engines import vllm_bench
-
         return vllm_bench.configs(manifest, release_dir, board_python(board), port, parallel, slot_ctx)
 
     def tune_point(self, drafter: ServerConfig, n: int, p_min: float | None) -> ServerConfig:
-        from edgekit.engines import vllm_bench
-
         return vllm_bench.tune_point(drafter, n, p_min)
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:

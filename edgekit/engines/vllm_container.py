@@ -19,6 +19,11 @@ from edgekit.remote.runner import LocalRunner, SshRunner
 
 Runner = SshRunner | LocalRunner
 
+# vLLM phones home and looks up the hub unless told not to; a board may have no internet at all. Every vLLM
+# server edgekit starts gets it, in a container or not (the release's units and the bench's servers).
+ENVIRONMENT = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
 
 def default_image(profile: str, jetpack: str | None) -> str:
     """The image for the profile's family on the board's JetPack (config/jetpack.py's vllm_images), looked up by

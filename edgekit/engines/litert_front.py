@@ -1,0 +1,52 @@
+"""LiteRT-LM's bundle and the front that serves it: what the release and the bench of that engine share
+(where the bundle lives in a release, how the front starts, which Python on the board runs it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from edgekit.config.boardfile import Board
+from edgekit.config.recipes import Recipe
+from edgekit.errors import EdgekitError
+from edgekit.remote.runner import LocalRunner, SshRunner
+from edgekit.store import Store
+
+Runner = SshRunner | LocalRunner
+BUNDLE = "models/model.litertlm"
+
+
+def bundle_for(recipe: Recipe, store: Store | None = None,
+               say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+    """The recipe's LiteRT-LM bundle (exported once, then from the store), whatever its ``convert.litert``."""
+    from edgekit.prepare.pipeline import convert_recipe
+
+    if recipe.drafter is not None and recipe.runtime.spec_type != "draft-mtp":
+        raise EdgekitError(f"Recipe {recipe.name} drafts with {recipe.runtime.spec_type}; LiteRT-LM drafts with "
+                           "an MTP drafter only (spec_type draft-mtp).")
+    result = convert_recipe(recipe, store, say=say, formats=("litertlm",))
+    if not result.litert:
+        raise EdgekitError(f"Recipe {recipe.name}'s target is not converted by edgekit (a package): "
+                           "there is no LiteRT-LM bundle to serve.")
+    return result.litert[0]
+
+
+def board_python(runner: Runner, board_name: str, python: str, flag: str = "`litert_python` in the board file") -> str:
+    """``python`` if it can import ``litert_lm`` on the board, else one clear sentence."""
+    res = runner.run([python, "-c", "import litert_lm"], check=False, timeout=120)
+    if not res.ok:
+        raise EdgekitError(f"Board {board_name!r}: {python} cannot import litert_lm; install litert-lm-api==0.18.1 "
+                           f"there (pip) or name a Python that has it with {flag}.")
+    return python
+
+
+def python_of(board: Board) -> str:
+    return board.litert_python or "python3"
+
+
+def front_argv(python: str, rdir: str, bundle: str, host: str, port: int, cache_length: int,
+               draft_steps: int | None, accelerator: str, cache_dir: str) -> list[str]:
+    """The front on ``port``: the bundle with its MTP drafter when ``draft_steps``, else the target alone."""
+    argv = [python, f"{rdir}/agent/litert_server.py", "--model", bundle, "--host", host, "--port", str(port),
+            "--ctx", str(cache_length), "--cache-dir", cache_dir, "--accelerator", accelerator]
+    return [*argv, "--speculative", "--draft-steps", str(draft_steps)] if draft_steps else argv
