@@ -324,3 +324,13 @@ def test_board_health_check_reads_fixed_length_and_chunked_answers(chunked: bool
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_release_of_an_engine_this_edgekit_does_not_know_is_one_sentence_not_a_guessed_dialect() -> None:
+    from edgekit.fleet import commands
+    from edgekit.fleet.plan import fleet_vars
+
+    board = commands.Board(fleet_vars(30.0), "/opt/edgekit")
+    assert "--api openai" in board.health("edgekit-llama.service", commands.Serve(8080, engine="vllm"))
+    with pytest.raises(ValueError, match=r"engine 'plain' is not one this edgekit knows .*EDGEKIT_ENGINES"):
+        board.health("edgekit-llama.service", commands.Serve(8080, engine="plain"))

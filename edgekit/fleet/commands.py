@@ -101,9 +101,12 @@ class Board:
         In the dialect of the release's engine, with its GPU policy read from the unit's own log; through its chat
         template and with an image and a second of audio where it serves an mmproj."""
         h = self.health_settings
+        if serve.engine not in h["apis"]:  # a release of an engine this edgekit was not given (EDGEKIT_ENGINES)
+            raise ValueError(f"the release's engine {serve.engine!r} is not one this edgekit knows "
+                             f"({', '.join(h['apis'])}); register it with EDGEKIT_ENGINES")
         args = command_args(serve.port, drafter=serve.drafter, timeout=float(h["timeout"]),
                             n_predict=int(h["n_predict"]), prompt=str(h["prompt"]), unit=unit,
-                            api=str(h["apis"].get(serve.engine, "llama")), model=serve.model, gpu=serve.gpu,
+                            api=str(h["apis"][serve.engine]), model=serve.model, gpu=serve.gpu,
                             log=self.log(unit), chat=serve.chat, media=[k for k in serve.media.split(",") if k])
         return q(["python3", "-c", self.scripts["health"], *args])
 
