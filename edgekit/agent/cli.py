@@ -7,6 +7,8 @@
     wait-cool --below C --timeout S [--zone NAME]   exit 0 once below C, 1 on timeout
     clock                                           this board's monotonic and wall clocks
     load      --port P --prompts FILE ...           streaming load against llama-server (see load.py)
+    activate  --base B --release ID --port P ...    make a release the one the board serves (see activate.py)
+    rollback  --base B --release ID --port P ...    an earlier release back in service, checked first
 
 Every subcommand prints one JSON object on stdout. Errors: one sentence on stderr, exit 2.
 """
@@ -22,6 +24,7 @@ import sys
 import time
 from typing import Any, Iterator
 
+from . import activate as activate_cmd
 from . import energy, extras, sources
 from . import load as load_cmd
 from .sampler import Sampler
@@ -216,7 +219,23 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("clock", help="this board's monotonic and wall clocks")
     p.set_defaults(fn=cmd_clock)
     load_cmd.add_parser(sub)
+    p = sub.add_parser("activate", help="make a release the one the board serves (candidate, restart, check)")
+    activate_cmd.add_arguments(p)
+    p.set_defaults(fn=cmd_activate)
+    p = sub.add_parser("rollback", help="restart an earlier release, check it, and only then make it current")
+    activate_cmd.add_arguments(p, rollback_only=True)
+    p.set_defaults(fn=cmd_rollback)
     return ap
+
+
+def cmd_activate(args: argparse.Namespace) -> int:
+    activate_cmd.say("result", activate_cmd.activate(args, activate_cmd.Units()))
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    activate_cmd.say("result", activate_cmd.rollback(args, activate_cmd.Units()))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -360,21 +360,26 @@ def command_args(port: int, *, drafter: bool, timeout: float, n_predict: int, pr
     return argv + (["--drafter"] if drafter else []) + (["--chat"] if chat else [])
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="health", description="edgekit's health check of a release's server.")
-    p.add_argument("--port", type=int, required=True)
+def add_check_arguments(p: argparse.ArgumentParser) -> None:
+    """The check's options other than where (--port, --unit, --log): the activation program takes them too."""
     p.add_argument("--drafter", action="store_true", help="a drafter is configured: the completion must draft")
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--n-predict", type=int, default=24)
     p.add_argument("--prompt", default=HEALTH_PROMPT)
-    p.add_argument("--unit", default="", help="the systemd unit serving it: fail fast once it stops")
     p.add_argument("--api", choices=sorted(COMPLETIONS), default="llama")
     p.add_argument("--model", default="", help="the name the server serves the model under (--api openai)")
     p.add_argument("--gpu", choices=["none", "required", "optional"], default="none")
-    p.add_argument("--log", default="", help="the server's log (for --gpu)")
     p.add_argument("--chat", action="store_true")
     p.add_argument("--media", type=lambda s: [k for k in s.split(",") if k], default=[],
                    help="comma-separated kinds its mmproj takes: image, audio")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="health", description="edgekit's health check of a release's server.")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--unit", default="", help="the systemd unit serving it: fail fast once it stops")
+    p.add_argument("--log", default="", help="the server's log (for --gpu)")
+    add_check_arguments(p)
     args = p.parse_args(argv)
     unknown = [k for k in args.media if k not in MEDIA_PROMPT]
     if unknown:

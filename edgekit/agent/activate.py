@@ -1,0 +1,182 @@
+"""`activate` / `rollback`: make a release the one the board serves, on the board, in one program — what
+`edgekit deploy` and the fleet's roles both run (the release being activated carries it under agent/):
+
+    python3 <base>/releases/<id>/agent/edgekit_agent.py activate --base B --release ID --port P
+        [--candidate-port C] [--strategy candidate|in-place] [--keep K] [--check-first]
+        --unit U --candidate-unit CU --log L --candidate-log CL   + the health check's options
+    python3 <base>/releases/<current>/agent/edgekit_agent.py rollback --base B --release ID --port P ...
+
+Never leaves the board serving nothing: with strategy "candidate" (and a service running) the release
+starts as a second unit on the spare port and is checked while the old one serves; only then is the
+service restarted on it and checked again, and only then are its check recorded, `current` and `serving`
+switched and old releases pruned. A failed check puts the previous release back (or stops the service when
+there was none). Prints ``begin STEP`` as a step starts a unit and ``STEP {Health}`` as it is checked
+(steps: current, candidate, main), then ``result {…}``; exit 0 once it printed its result, 2 on bad input.
+Standard library only (Python 3.8).
+
+WIP: not yet used by deploy or the fleet (see the branch's notes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+from typing import Any, Callable
+
+from . import health
+from .board_releases import Layout
+
+
+class Units:
+    """The board's systemd units, privileged through ``sudo -n`` when not root. The unit directory is read under
+    ``$EDGEKIT_BOARD_ROOT`` (a simulated board's root; empty on a real one)."""
+
+    def __init__(self) -> None:
+        self.sudo = [] if os.getuid() == 0 else ["sudo", "-n"]
+        self.dir = os.environ.get("EDGEKIT_BOARD_ROOT", "") + "/etc/systemd/system"
+
+    def _run(self, *argv: str, check: bool = True) -> int:
+        rc = subprocess.call([*self.sudo, *argv], stdout=subprocess.DEVNULL)
+        if check and rc != 0:
+            raise RuntimeError(f"`{' '.join(argv)}` failed (exit {rc})")
+        return rc
+
+    def install(self, unit: str, src: str) -> None:
+        """The unit file ``src`` into the unit directory under ``unit``, replaced with one rename; daemon-reload."""
+        tmp = f"{self.dir}/.{unit}.new"
+        self._run("mkdir", "-p", self.dir)
+        self._run("install", "-m", "0644", src, tmp)
+        self._run("mv", "-f", tmp, f"{self.dir}/{unit}")
+        self._run("systemctl", "daemon-reload")
+
+    def restart(self, unit: str) -> None:
+        self._run("systemctl", "enable", unit, check=False)
+        self._run("systemctl", "restart", unit)
+
+    def stop(self, unit: str) -> None:
+        self._run("systemctl", "stop", unit, check=False)
+
+    def remove(self, unit: str) -> None:
+        self.stop(unit)
+        self._run("systemctl", "disable", unit, check=False)
+        self._run("rm", "-f", f"{self.dir}/{unit}", check=False)
+
+    def active(self, unit: str) -> bool:
+        return subprocess.call(["systemctl", "is-active", "--quiet", unit], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL) == 0
+
+
+def say(step: str, data: Any = None) -> None:
+    print(step if data is None else f"{step} {json.dumps(data, sort_keys=True)}", flush=True)
+
+
+def _check(args: argparse.Namespace, port: int, unit: str, log: str) -> dict[str, Any]:
+    ns = argparse.Namespace(**{**vars(args), "port": port, "unit": unit, "log": log})
+    return health.check(ns)
+
+
+def _recorded(lay: Layout, rid: str, args: argparse.Namespace) -> dict[str, Any] | None:
+    """The release's recorded full check, when it passed (with drafts where a drafter is configured) and
+    /health answers now."""
+    rec = lay.health(rid)
+    if not rec or not rec.get("ok") or (args.drafter and not rec.get("draft_n")):
+        return None
+    try:
+        if health.Server(args.port).request("GET", "/health", None, 5)[0] != 200:
+            return None
+    except ConnectionError:
+        return None
+    return dict(rec, reason="healthy (/health answered; tokens and drafts as recorded at activation)",
+                method="recorded")
+
+
+def activate(args: argparse.Namespace, units: Units, say: Callable[..., None] = say) -> dict[str, Any]:
+    lay, rid = Layout(args.base), args.release
+    if rid not in lay.releases():
+        raise ValueError(f"no release {rid} under {args.base}/releases")
+    previous, serves = lay.current, units.active(args.unit)
+    out: dict[str, Any] = {"release": rid, "previous": previous, "changed": False, "strategy": args.strategy,
+                           "pruned": [], "ok": False}
+    if args.check_first and lay.current == rid and lay.serving == rid and serves:
+        h = _recorded(lay, rid, args) or _check(args, args.port, args.unit, args.log)
+        say("current", h)
+        if h["ok"]:
+            if h.get("method") != "recorded":
+                lay.record_health(rid, h)
+            return dict(out, ok=True)
+    strategy = args.strategy if serves else "in-place"  # with nothing serving, the service's start is the check
+    out["strategy"] = strategy
+    unit_file = f"{args.base}/releases/{rid}/{args.unit}"
+    if strategy == "candidate":
+        say("begin candidate")
+        units.install(args.candidate_unit, f"{args.base}/releases/{rid}/{args.candidate_unit}")
+        units.restart(args.candidate_unit)
+        h = _check(args, args.candidate_port, args.candidate_unit, args.candidate_log)
+        units.remove(args.candidate_unit)
+        say("candidate", h)
+        if not h["ok"]:
+            return out
+    say("begin main")
+    units.install(args.unit, unit_file)
+    units.restart(args.unit)
+    h = _check(args, args.port, args.unit, args.log)
+    say("main", h)
+    if not h["ok"]:
+        out["restored"] = _restore(lay, units, args.unit, previous)
+        return out
+    lay.record_health(rid, h)
+    lay.switch(rid)
+    lay.mark_serving(rid)
+    out["pruned"] = lay.prune(args.keep, [rid, previous or ""])
+    return dict(out, changed=True, ok=True)
+
+
+def _restore(lay: Layout, units: Units, unit: str, previous: str | None) -> str | None:
+    """The previous release back in service and `current` (or the service stopped when there was none)."""
+    if previous is None:
+        units.stop(unit)
+        return None
+    units.install(unit, lay.path("releases", previous, unit))
+    units.restart(unit)
+    lay.switch(previous)
+    lay.mark_serving(previous)
+    return previous
+
+
+def rollback(args: argparse.Namespace, units: Units, say: Callable[..., None] = say) -> dict[str, Any]:
+    """``args.release`` (an earlier release) restarted in place and checked; `current` switches only if it is
+    healthy, else the release it had is put back."""
+    lay, rid = Layout(args.base), args.release
+    if rid not in lay.releases():
+        raise ValueError(f"no release {rid} under {args.base}/releases")
+    had = lay.current
+    say("begin main")
+    units.install(args.unit, lay.path("releases", rid, args.unit))
+    units.restart(args.unit)
+    h = _check(args, args.port, args.unit, args.log)
+    say("main", h)
+    out = {"release": rid, "previous": had, "changed": False, "strategy": "rollback", "pruned": [], "ok": h["ok"]}
+    if not h["ok"]:
+        out["restored"] = _restore(lay, units, args.unit, had)
+        return out
+    lay.switch(rid)
+    lay.mark_serving(rid)
+    return dict(out, changed=True)
+
+
+def add_arguments(p: argparse.ArgumentParser, rollback_only: bool = False) -> None:
+    p.add_argument("--base", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--release", required=True)
+    p.add_argument("--unit", required=True)
+    p.add_argument("--log", required=True)
+    if not rollback_only:
+        p.add_argument("--candidate-unit", default="")
+        p.add_argument("--candidate-log", default="")
+        p.add_argument("--candidate-port", type=int, default=0)
+        p.add_argument("--strategy", choices=["candidate", "in-place"], default="candidate")
+        p.add_argument("--keep", type=int, default=3)
+        p.add_argument("--check-first", action="store_true")
+    health.add_check_arguments(p)
