@@ -11,6 +11,7 @@ the last good release, and the error carries the server's last log lines.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -99,80 +100,85 @@ class ActivationSpec:
         return cls(plan.release_id, plan.file_shas(), m.serve, candidate, keep, strategy, timeout)
 
 
+def program(base: str, rid: str) -> str:
+    """The board-side activation program a release carries (edgekit/agent/activate.py)."""
+    return f"{base}/releases/{rid}/agent/edgekit_agent.py"
+
+
+def check_options(serve: ServeSpec, timeout: float) -> list[str]:
+    """The health check's options for the activation program (it adds --port, --unit and --log per step)."""
+    from edgekit.engines import get_engine
+
+    args = ["--timeout", f"{timeout:g}", "--n-predict", "24", "--api", get_engine(serve.engine).health_api,
+            "--gpu", serve.gpu]
+    args += ["--model", serve.model] if serve.model else []
+    args += ["--media", ",".join(serve.media)] if serve.media else []
+    return args + (["--drafter"] if serve.drafter else []) + (["--chat"] if serve.chat else [])
+
+
+def _steps(stdout: str) -> dict[str, object]:
+    """What the program printed: each step's Health, the steps begun, and its result."""
+    out: dict[str, object] = {"begun": []}
+    for line in stdout.splitlines():
+        step, _, rest = line.strip().partition(" ")
+        if step == "begin":
+            out["begun"].append(rest)  # type: ignore[union-attr]
+        elif step in ("current", "candidate", "main", "result") and rest.startswith("{"):
+            out[step] = json.loads(rest)
+    return out
+
+
+def _run_program(runner: Runner, argv: list[str], timeout: float, on_step: Callable[[str], None]) -> dict:
+    res = runner.run(argv, check=False, timeout=timeout)
+    steps = _steps(res.stdout)
+    for begun in steps["begun"]:  # type: ignore[union-attr]
+        on_step("starting the new release as a candidate" if begun == "candidate" else "restarting the service")
+    if "result" not in steps:
+        tail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [f"exit {res.exit_code}"]
+        raise EdgekitError(f"The activation program failed on board {runner.name!r}: {tail[0]}")
+    return steps
+
+
 def activate(runner: Runner, base: str, spec: ActivationSpec, need_sudo: bool,
              on_step: Callable[[str], None] = lambda _msg: None) -> Activation:
-    release_id, port, strategy, expect_drafts = spec.release_id, spec.serve.port, spec.strategy, spec.serve.drafter
+    """The board's own activation program (agent/activate.py, carried by the release) does the switch; the host
+    makes the release directory it runs from and answers a redeploy that changes nothing from the record."""
+    release_id, port = spec.release_id, spec.serve.port
     paths = BoardPaths(base)
-    main = Service(runner, UNIT_NAME, need_sudo)
     lay, serves = board_state(runner, base, need_sudo)
-    previous = lay.current
-
-    def check(svc: Service, p: int) -> Health:
-        log = paths.candidate_log() if svc.unit == CANDIDATE_UNIT else paths.log
-        return health_mod.check(runner, spec.serve.on_port(p), timeout=spec.timeout, unit=svc.unit, log_file=log)
-
-    if lay.current == release_id and lay.serving == release_id and serves:
-        recorded = health_mod.quick(runner, port, lay.health, expect_drafts) if lay.health else None
+    if lay.current == release_id and lay.serving == release_id and serves and lay.health:
+        recorded = health_mod.quick(runner, port, lay.health, spec.serve.drafter)
         if recorded is not None:
             on_step("release already current and /health answers")
-            return Activation(release_id, False, previous, recorded, strategy)
-        on_step("release already current: checking health")
-        h = check(main, port)
-        if h.ok:
-            releases.record_health(runner, base, release_id, h.to_dict())
-            return Activation(release_id, False, previous, h, strategy)
+            return Activation(release_id, False, lay.current, recorded, spec.strategy)
     on_step(f"creating release {release_id}")
     releases.create(runner, base, release_id, spec.file_shas)
-
-    if strategy == "candidate" and not serves:
-        # A candidate protects what serves; with nothing serving, the service's own start is the check.
-        on_step("nothing serves yet: starting the release as the service itself")
-        strategy = "in-place"
-    if strategy == "candidate":
-        cand = Service(runner, CANDIDATE_UNIT, need_sudo)
-        on_step(f"starting the new release as a candidate on port {spec.candidate_port}")
-        cand.install(paths.unit_file(release_id, CANDIDATE_UNIT))
-        cand.restart()
-        h = check(cand, spec.candidate_port)
-        cand.remove()
-        if not h.ok:
-            logs = log_tail(runner, paths.candidate_log())
-            raise HealthCheckFailed(
-                f"Release {release_id} failed its health check on board {runner.name!r} ({h.reason}); "
-                f"the board still serves {previous or 'nothing new'}.", logs)
-
-    on_step("restarting the service on the new release")
-    main.install(paths.unit_file(release_id))
-    main.restart()
-    h = check(main, port)
-    if not h.ok:
-        logs = log_tail(runner, paths.log)
-        _restore(runner, main, paths, previous, on_step)
+    argv = ["python3", program(base, release_id), "activate", "--base", base, "--release", release_id,
+            "--port", str(port), "--unit", UNIT_NAME, "--log", paths.log, "--candidate-unit", CANDIDATE_UNIT,
+            "--candidate-log", paths.candidate_log(), "--candidate-port", str(spec.candidate_port),
+            "--strategy", spec.strategy, "--keep", str(spec.keep), "--check-first",
+            *check_options(spec.serve, spec.timeout)]
+    steps = _run_program(runner, argv, spec.timeout * 3 + 120, on_step)
+    result: dict = steps["result"]  # type: ignore[assignment]
+    previous = result.get("previous")
+    if result.get("ok"):
+        h = steps.get("main") or steps.get("current")
+        return Activation(release_id, bool(result["changed"]), previous, Health.of_dict(h),  # type: ignore[arg-type]
+                          str(result["strategy"]), list(result.get("pruned") or []))
+    cand, main = steps.get("candidate"), steps.get("main")
+    if main is None and cand is not None:
         raise HealthCheckFailed(
-            f"Release {release_id} failed its health check on board {runner.name!r} ({h.reason}); "
-            f"rolled back to {previous or 'no release (service stopped)'}.", logs)
-    releases.record_health(runner, base, release_id, h.to_dict())
-    releases.switch(runner, base, release_id)
-    releases.mark_serving(runner, base, release_id)
-    pruned = releases.prune(runner, base, spec.keep, protect={release_id, previous or ""})
-    return Activation(release_id, True, previous, h, strategy, pruned)
-
-
-def _restore(runner: Runner, main: Service, paths: BoardPaths, previous: str | None,
-             on_step: Callable[[str], None]) -> None:
-    if previous is None:
-        main.stop()
-        return
-    on_step(f"rolling back to {previous}")
-    main.install(paths.unit_file(previous))
-    main.restart()
-    releases.switch(runner, paths.base, previous)
-    releases.mark_serving(runner, paths.base, previous)
+            f"Release {release_id} failed its health check on board {runner.name!r} ({cand['reason']}); "  # type: ignore[index]
+            f"the board still serves {previous or 'nothing new'}.", log_tail(runner, paths.candidate_log()))
+    reason = (main or steps.get("current") or {}).get("reason", "no check")  # type: ignore[union-attr]
+    raise HealthCheckFailed(
+        f"Release {release_id} failed its health check on board {runner.name!r} ({reason}); "
+        f"rolled back to {previous or 'no release (service stopped)'}.", log_tail(runner, paths.log))
 
 
 def rollback(runner: Runner, base: str, need_sudo: bool, to: str | None = None,
              timeout: float = 180.0) -> Activation:
-    """Switch back to the release before `current` (or ``to``), restart and check it."""
+    """Switch back to the release before `current` (or ``to``), restart and check it (the board's program)."""
     lay = releases.layout(runner, base)
     target = to or lay.previous()
     if target is None:
@@ -181,16 +187,18 @@ def rollback(runner: Runner, base: str, need_sudo: bool, to: str | None = None,
         raise EdgekitError(f"Board {runner.name!r} has no release {target!r}.")
     manifest = ReleaseManifest.read(releases.read_manifest(runner, base, target),
                                     f"release {target} on board {runner.name!r}")
+    # The program of the release serving now (this edgekit's, once it deployed here), else the target's own.
+    prog = next((program(base, rid) for rid in (lay.current, target) if rid and runner.run(
+        ["test", "-f", f"{base}/releases/{rid}/agent/activate.py"], check=False, timeout=30).ok), None)
+    if prog is None:
+        raise EdgekitError(f"Board {runner.name!r}: neither release {lay.current} nor {target} carries edgekit's "
+                           "activation program (both predate it); deploy once with this edgekit, then roll back.")
     paths = BoardPaths(base)
-    main = Service(runner, UNIT_NAME, need_sudo)
-    main.install(paths.unit_file(target))
-    main.restart()
-    h = health_mod.check_release(runner, manifest, paths.log, timeout=timeout, unit=main.unit)
-    if not h.ok:
-        logs = log_tail(runner, paths.log)
-        _restore(runner, main, paths, lay.current, lambda _m: None)
+    argv = ["python3", prog, "rollback", "--base", base, "--release", target, "--port", str(manifest.port),
+            "--unit", UNIT_NAME, "--log", paths.log, *check_options(manifest.serve, timeout)]
+    steps = _run_program(runner, argv, timeout * 2 + 120, lambda _m: None)
+    h = Health.of_dict(steps.get("main") or {"ok": False, "reason": "no check"})  # type: ignore[arg-type]
+    if not steps["result"].get("ok"):  # type: ignore[union-attr]
         raise HealthCheckFailed(f"Release {target} is not healthy on board {runner.name!r} ({h.reason}); "
-                                f"kept {lay.current}.", logs)
-    releases.switch(runner, base, target)
-    releases.mark_serving(runner, base, target)
+                                f"kept {lay.current}.", log_tail(runner, paths.log))
     return Activation(target, True, lay.current, h, "rollback")
