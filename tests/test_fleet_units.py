@@ -245,18 +245,24 @@ def test_rollout_commands_quote_every_value_and_follow_the_plan(tmp_path: Path) 
             "chat": False, "media": "",
             "state": {"current": "r1", "serving": "r1", "active": True, "serves": False, "sudo": ["sudo", "-n"]}}
     line = commands.rollout(plan, fleet, "activate")
-    assert "begin candidate" in line and "current %s" not in line
+    argv = shlex.split(line)  # the board's own activation program, every value one argument
+    assert argv[:3] == ["python3", f"{base}/releases/r2/agent/edgekit_agent.py", "activate"]
+    opts = dict(zip(argv[3::2], argv[4::2], strict=False))
+    assert (opts["--base"], opts["--release"], opts["--strategy"], opts["--candidate-port"]) == (
+        base, "r2", "candidate", "8081")
+    assert "--check-first" not in argv and "--drafter" in argv
     assert subprocess.run(["sh", "-n", "-c", line], check=False).returncode == 0
     words = shlex.split(commands.rollout(plan, fleet, "restore_switch"))
     assert words[-2:] == [base, "r1"] and words[:2] == ["sh", "-c"]
     restore = shlex.split(commands.rollout(plan, fleet, "restore").split(" && ")[0])
     assert restore[:2] == ["sudo", "-n"] and restore[-2] == f"{base}/releases/r1/edgekit-llama.service"
     serving = {**plan, "state": {**plan["state"], "current": "r2", "serving": "r2", "serves": True}}
-    again = commands.rollout(serving, fleet, "activate")
-    assert again.startswith("h=$(") and "printf 'current %s" in again and "begin candidate" in again
+    again = shlex.split(commands.rollout(serving, fleet, "activate"))
+    assert "--check-first" in again and again[again.index("--strategy") + 1] == "candidate"
     assert "begin" not in commands.rollout(serving, fleet, "check")
     fresh = {**plan, "state": {"current": None, "serving": None, "active": False, "serves": False, "sudo": []}}
-    assert "begin candidate" not in commands.rollout(fresh, fleet, "activate")
+    first = shlex.split(commands.rollout(fresh, fleet, "activate"))
+    assert first[first.index("--strategy") + 1] == "in-place" and first[first.index("--candidate-port") + 1] == "0"
 
 
 @pytest.mark.parametrize("chunked", [False, True])

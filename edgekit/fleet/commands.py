@@ -128,23 +128,30 @@ class Board:
 
     def activate(self, release: str, serve: Serve, keep: int, previous: str | None, *, check_first: bool = False,
                  candidate: Serve | None = None) -> str:
-        """edgekit.deploy.activate in one round trip. A board that serves the release already is checked first,
-        and left alone when healthy (``check_first``). With ``candidate``, the release starts on the spare port
-        beside the serving one, is checked and removed; only if it passed is the service restarted on it and
-        checked; then record the check beside the release (a missing record only costs a re-run a full check,
-        so its failure is ignored), switch `current` and `serving`, prune old releases and unlinked blobs.
-        Stdout: ``begin STEP`` as a step starts a unit and ``STEP HEALTH-JSON`` as it is checked (see
-        ``activation``); a step that fails ends the command, with status 0 once it printed its check."""
-        main = self.units["main"]
-        steps = [self.check_current(serve)] if check_first else []
-        if candidate is not None:
-            steps.append("echo 'begin candidate'; " + _step("candidate", self.try_candidate(release, candidate)))
-        record = q(["sh", "-c", self.scripts["record_health"], "edgekit-health", self.base, release]) + ' "$h"'
-        prune = q(["sh", "-c", self.scripts["prune"], "edgekit-prune", self.base, str(keep), release,
-                   *([previous] if previous else [])])
-        steps.append(f"echo 'begin main'; {_step('main', self.start_check(main, release, serve))}; "
-                     f"{{ {record} || true; }} >/dev/null 2>&1 && {self.switch(release)} && {prune} >/dev/null")
-        return "; ".join(steps)
+        """edgekit's activation, by the board-side program the release carries (agent/activate.py, what
+        `edgekit deploy` runs too), one round trip. A board that serves the release already is checked first and
+        left alone when healthy (``check_first``). With ``candidate``, the release starts on the spare port beside
+        the serving one, is checked and removed; only if it passed is the service restarted on it and checked;
+        then the check is recorded, `current` and `serving` switch and old releases are pruned; a failed check
+        puts ``previous`` back. Stdout: ``begin STEP`` and ``STEP HEALTH-JSON`` lines (see ``activation``), then
+        ``result {…}``."""
+        main, cand = self.units["main"], self.units["candidate"]
+        h = self.health_settings
+        if serve.engine not in h["apis"]:
+            raise ValueError(f"the release's engine {serve.engine!r} is not one this edgekit knows "
+                             f"({', '.join(h['apis'])}); register it with EDGEKIT_ENGINES")
+        argv = ["python3", f"{self.base}/releases/{release}/agent/edgekit_agent.py", "activate", "--base", self.base,
+                "--release", release, "--port", str(serve.port), "--unit", main, "--log", self.log(main),
+                "--candidate-unit", cand, "--candidate-log", self.log(cand),
+                "--candidate-port", str(candidate.port if candidate else 0),
+                "--strategy", "candidate" if candidate is not None else "in-place", "--keep", str(keep),
+                "--timeout", str(float(h["timeout"])), "--n-predict", str(int(h["n_predict"])),
+                "--prompt", str(h["prompt"]), "--api", str(h["apis"][serve.engine]), "--gpu", serve.gpu]
+        argv += ["--model", serve.model] if serve.model else []
+        argv += ["--media", serve.media] if serve.media else []
+        argv += (["--drafter"] if serve.drafter else []) + (["--chat"] if serve.chat else [])
+        argv += ["--check-first"] if check_first else []
+        return q(argv)
 
 
 STEPS = ("current", "candidate", "main")
