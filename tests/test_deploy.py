@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -203,6 +204,21 @@ def _popen_deploy(board: str, recipe: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def _activation_ends(lock: Path, within_s: float) -> bool:
+    """Whether the board's activation lock is free (or never made) within ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if not lock.exists():
+            return True
+        with lock.open("a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                time.sleep(0.2)
+    return False
+
+
 def test_sigkill_during_upload_and_switch_then_redeploy(boards) -> None:
     (board,) = boards(1, fresh=True)
     old = deploy(board.name, "sim-tiny-mtp")["release"]
@@ -215,6 +231,10 @@ def test_sigkill_during_upload_and_switch_then_redeploy(boards) -> None:
         cand = board.root / "etc/systemd/system/edgekit-llama-candidate.service"
         proc = _popen_deploy(board.name, "sim-gemma3-270m")
         _kill_when(proc, cand.exists)
+        assert status(board.name)["current"] == old
+        # The board's activation program saw its host go (stdin closed) and abandoned before the service
+        # restart: once it has let go of the activation lock, old is still current.
+        assert _activation_ends(board.base / ".activate.lock", 120)
         assert status(board.name)["current"] == old
     assert watch.ok > 0 and not watch.failed, watch.failed[:3]
     report = deploy(board.name, "sim-gemma3-270m")  # the lock died with the killed deploys

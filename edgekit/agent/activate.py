@@ -14,16 +14,23 @@ there was none). Prints ``begin STEP`` as a step starts a unit and ``STEP {Healt
 (steps: current, candidate, main), then ``result {…}``; exit 0 once it printed its result, 2 on bad input.
 Standard library only (Python 3.8).
 
-WIP: not yet used by deploy or the fleet (see the branch's notes).
+One activation at a time per board: the program holds ``<base>/.activate.lock`` (flock) while it works, so
+an activation left running by a host that died is finished before the next one reads the board. With
+``--host-holds-stdin`` (edgekit deploy keeps the session's stdin open) a host that dies before the service
+is restarted abandons the activation: the candidate is removed and the board stays as it was; once the
+service is being restarted the program finishes (checks, then switches or puts the previous release back).
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import subprocess
-from typing import Any, Callable
+import threading
+from contextlib import contextmanager, suppress
+from typing import Any, Callable, Iterator
 
 from . import health
 from .board_releases import Layout
@@ -68,8 +75,46 @@ class Units:
                                stderr=subprocess.DEVNULL) == 0
 
 
+class HostGone(Exception):
+    """The host that started this activation is gone (its session's stdin closed) before the service restart."""
+
+
+class Host:
+    """Whether the host that started the program is still there: its session's stdin stays open until it dies
+    (or is cut off). Without ``watch`` the host is assumed to stay (the fleet: Ansible closes stdin at once)."""
+
+    def __init__(self, watch: bool) -> None:
+        self.gone = threading.Event()
+        if watch:
+            threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        with suppress(OSError):  # no stdin at all: nobody holds it
+            while os.read(0, 4096):
+                pass
+        self.gone.set()
+
+    def still_there(self) -> None:
+        if self.gone.is_set():
+            raise HostGone()
+
+
+@contextmanager
+def board_lock(base: str) -> Iterator[None]:
+    """The board's activation lock, waited for: an earlier activation still running finishes first."""
+    os.makedirs(base, exist_ok=True)
+    fd = os.open(os.path.join(base, ".activate.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def say(step: str, data: Any = None) -> None:
-    print(step if data is None else f"{step} {json.dumps(data, sort_keys=True)}", flush=True)
+    """One line to the host. A host that is gone does not stop the program: half an activation is worse."""
+    with suppress(OSError):  # BrokenPipeError: nobody reads stdout any more
+        print(step if data is None else f"{step} {json.dumps(data, sort_keys=True)}", flush=True)
 
 
 def _check(args: argparse.Namespace, port: int, unit: str, log: str) -> dict[str, Any]:
@@ -92,7 +137,9 @@ def _recorded(lay: Layout, rid: str, args: argparse.Namespace) -> dict[str, Any]
                 method="recorded")
 
 
-def activate(args: argparse.Namespace, units: Units, say: Callable[..., None] = say) -> dict[str, Any]:
+def activate(args: argparse.Namespace, units: Units, say: Callable[..., None] = say,
+             host: Host | None = None) -> dict[str, Any]:
+    host = host or Host(False)
     lay, rid = Layout(args.base), args.release
     if rid not in lay.releases():
         raise ValueError(f"no release {rid} under {args.base}/releases")
@@ -110,14 +157,18 @@ def activate(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
     out["strategy"] = strategy
     unit_file = f"{args.base}/releases/{rid}/{args.unit}"
     if strategy == "candidate":
+        host.still_there()
         say("begin candidate")
         units.install(args.candidate_unit, f"{args.base}/releases/{rid}/{args.candidate_unit}")
-        units.restart(args.candidate_unit)
-        h = _check(args, args.candidate_port, args.candidate_unit, args.candidate_log)
-        units.remove(args.candidate_unit)
+        try:
+            units.restart(args.candidate_unit)
+            h = _check(args, args.candidate_port, args.candidate_unit, args.candidate_log)
+        finally:
+            units.remove(args.candidate_unit)
         say("candidate", h)
         if not h["ok"]:
             return out
+    host.still_there()  # the last point at which the board is as it was: past it, the program finishes
     say("begin main")
     units.install(args.unit, unit_file)
     units.restart(args.unit)
@@ -173,6 +224,8 @@ def add_arguments(p: argparse.ArgumentParser, rollback_only: bool = False) -> No
     p.add_argument("--unit", required=True)
     p.add_argument("--log", required=True)
     if not rollback_only:
+        p.add_argument("--host-holds-stdin", action="store_true",
+                       help="stdin closes when the host dies: abandon the activation before the service restarts")
         p.add_argument("--candidate-unit", default="")
         p.add_argument("--candidate-log", default="")
         p.add_argument("--candidate-port", type=int, default=0)

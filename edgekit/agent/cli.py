@@ -229,12 +229,19 @@ def parser() -> argparse.ArgumentParser:
 
 
 def cmd_activate(args: argparse.Namespace) -> int:
-    activate_cmd.say("result", activate_cmd.activate(args, activate_cmd.Units()))
+    host = activate_cmd.Host(args.host_holds_stdin)
+    with activate_cmd.board_lock(args.base):
+        try:
+            result = activate_cmd.activate(args, activate_cmd.Units(), host=host)
+        except activate_cmd.HostGone:
+            result = {"release": args.release, "ok": False, "changed": False, "abandoned": True}
+    activate_cmd.say("result", result)
     return 0
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    activate_cmd.say("result", activate_cmd.rollback(args, activate_cmd.Units()))
+    with activate_cmd.board_lock(args.base):
+        activate_cmd.say("result", activate_cmd.rollback(args, activate_cmd.Units()))
     return 0
 
 

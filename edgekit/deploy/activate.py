@@ -158,6 +158,9 @@ def activate(runner: Runner, base: str, spec: ActivationSpec, need_sudo: bool,
             "--candidate-log", paths.candidate_log(), "--candidate-port", str(spec.candidate_port),
             "--strategy", spec.strategy, "--keep", str(spec.keep), "--check-first",
             *check_options(spec.serve, spec.timeout)]
+    # An SSH session's stdin stays open while this edgekit lives: if it is killed before the service restarts,
+    # the board's program abandons the activation (a local board's stdin is this process's own).
+    argv += ["--host-holds-stdin"] if isinstance(runner, SshRunner) else []
     steps = _run_program(runner, argv, spec.timeout * 3 + 120, on_step)
     result: dict = steps["result"]  # type: ignore[assignment]
     previous = result.get("previous")
