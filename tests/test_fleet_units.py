@@ -229,7 +229,12 @@ def test_activation_reads_each_step_and_the_step_that_decides() -> None:
     assert not activation(f"begin candidate\ncandidate {ok}\n")["ok"]
     assert activation(f"begin candidate\ncandidate {ok}\nbegin main\nmain {ok}\n")["ok"]
     assert activation("") == {"current": None, "candidate": None, "main": None, "begun": [], "ok": False,
-                              "log": "main"}
+                              "log": "main", "finished": False}
+    # The program's result decides once it printed one (it put the previous release back itself on a failure).
+    done = activation(f"begin main\nmain {bad}\nresult " + json.dumps({"ok": False, "restored": "r1"}) + "\n")
+    assert done["finished"] and not done["ok"] and done["main"]["reason"] == "no tokens"
+    assert activation(f"begin main\nmain {ok}\nresult " + json.dumps({"ok": True}) + "\n")["finished"]
+    assert not activation(f"begin main\nmain {ok}\n")["finished"]  # cut off before its result: the rescue's
 
 
 def test_rollout_commands_quote_every_value_and_follow_the_plan(tmp_path: Path) -> None:
@@ -246,8 +251,9 @@ def test_rollout_commands_quote_every_value_and_follow_the_plan(tmp_path: Path) 
             "state": {"current": "r1", "serving": "r1", "active": True, "serves": False, "sudo": ["sudo", "-n"]}}
     line = commands.rollout(plan, fleet, "activate")
     argv = shlex.split(line)  # the board's own activation program, every value one argument
-    assert argv[:3] == ["python3", f"{base}/releases/r2/agent/edgekit_agent.py", "activate"]
-    opts = dict(zip(argv[3::2], argv[4::2], strict=False))
+    # -B: running the program writes no bytecode into the release it comes from
+    assert argv[:4] == ["python3", "-B", f"{base}/releases/r2/agent/edgekit_agent.py", "activate"]
+    opts = dict(zip(argv[4::2], argv[5::2], strict=False))
     assert (opts["--base"], opts["--release"], opts["--strategy"], opts["--candidate-port"]) == (
         base, "r2", "candidate", "8081")
     assert "--check-first" not in argv and "--drafter" in argv
@@ -263,6 +269,16 @@ def test_rollout_commands_quote_every_value_and_follow_the_plan(tmp_path: Path) 
     fresh = {**plan, "state": {"current": None, "serving": None, "active": False, "serves": False, "sudo": []}}
     first = shlex.split(commands.rollout(fresh, fleet, "activate"))
     assert first[first.index("--strategy") + 1] == "in-place" and first[first.index("--candidate-port") + 1] == "0"
+    # A rollback runs the program of the release serving now, else the target's; neither: one sentence.
+    manifest = {"engine": "llama.cpp", "port": 8080, "drafter": True}
+    st = {"base": base, "current": "r2", "sudo": [], "programs": ["r2"]}
+    back = shlex.split(commands.on_board(st, fleet, "rollback", "r1", manifest))
+    assert back[:4] == ["python3", "-B", f"{base}/releases/r2/agent/edgekit_agent.py", "rollback"]
+    assert back[back.index("--release") + 1] == "r1" and "--drafter" in back
+    own = shlex.split(commands.on_board({**st, "programs": ["r1"]}, fleet, "rollback", "r1", manifest))
+    assert own[2] == f"{base}/releases/r1/agent/edgekit_agent.py"
+    with pytest.raises(ValueError, match="predate it"):
+        commands.on_board({**st, "programs": []}, fleet, "rollback", "r1", manifest)
 
 
 @pytest.mark.parametrize("chunked", [False, True])

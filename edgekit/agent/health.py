@@ -319,7 +319,13 @@ def wait_ready(server: Server, timeout: float, unit: str) -> tuple[float | None,
 
 
 def check(args: argparse.Namespace) -> dict[str, Any]:
-    """The Health (edgekit.release.health.Health's fields) of the server on ``args.port``."""
+    """The Health (edgekit.release.health.Health's fields, with its acceptance) of the server on ``args.port``."""
+    out = _check(args)
+    out["acceptance"] = (out["draft_n_accepted"] or 0) / out["draft_n"] if out["draft_n"] else None
+    return out
+
+
+def _check(args: argparse.Namespace) -> dict[str, Any]:
     server = Server(args.port)
     ready, why = wait_ready(server, args.timeout, args.unit)
     out: dict[str, Any] = {"ok": False, "reason": why, "seconds_to_ready": ready, "tokens": 0,
@@ -388,9 +394,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    out = check(parse_args(sys.argv[1:] if argv is None else argv))
-    out["acceptance"] = (out["draft_n_accepted"] or 0) / out["draft_n"] if out["draft_n"] else None
-    print(json.dumps(out))
+    print(json.dumps(check(parse_args(sys.argv[1:] if argv is None else argv))))
     return 0
 
 

@@ -23,7 +23,7 @@ from edgekit.errors import EdgekitError
 from edgekit.release.health import Health
 from edgekit.release.manifest import ReleaseManifest, ServeSpec
 from edgekit.release.plan import ReleasePlan, service_ports
-from edgekit.release.units import CANDIDATE_UNIT, UNIT_NAME
+from edgekit.release.units import CANDIDATE_UNIT, UNIT_NAME, activation_program
 from edgekit.remote import releases
 from edgekit.remote.runner import LocalRunner, SshRunner
 
@@ -100,11 +100,6 @@ class ActivationSpec:
         return cls(plan.release_id, plan.file_shas(), m.serve, candidate, keep, strategy, timeout)
 
 
-def program(base: str, rid: str) -> str:
-    """The board-side activation program a release carries (edgekit/agent/activate.py)."""
-    return f"{base}/releases/{rid}/agent/edgekit_agent.py"
-
-
 def check_options(serve: ServeSpec, timeout: float) -> list[str]:
     """The health check's options for the activation program (it adds --port, --unit and --log per step)."""
     from edgekit.engines import get_engine
@@ -153,7 +148,7 @@ def activate(runner: Runner, base: str, spec: ActivationSpec, need_sudo: bool,
             return Activation(release_id, False, lay.current, recorded, spec.strategy)
     on_step(f"creating release {release_id}")
     releases.create(runner, base, release_id, spec.file_shas)
-    argv = ["python3", program(base, release_id), "activate", "--base", base, "--release", release_id,
+    argv = [*activation_program(base, release_id), "activate", "--base", base, "--release", release_id,
             "--port", str(port), "--unit", UNIT_NAME, "--log", paths.log, "--candidate-unit", CANDIDATE_UNIT,
             "--candidate-log", paths.candidate_log(), "--candidate-port", str(spec.candidate_port),
             "--strategy", spec.strategy, "--keep", str(spec.keep), "--check-first",
@@ -191,13 +186,13 @@ def rollback(runner: Runner, base: str, need_sudo: bool, to: str | None = None,
     manifest = ReleaseManifest.read(releases.read_manifest(runner, base, target),
                                     f"release {target} on board {runner.name!r}")
     # The program of the release serving now (this edgekit's, once it deployed here), else the target's own.
-    prog = next((program(base, rid) for rid in (lay.current, target) if rid and runner.run(
+    prog = next((activation_program(base, rid) for rid in (lay.current, target) if rid and runner.run(
         ["test", "-f", f"{base}/releases/{rid}/agent/activate.py"], check=False, timeout=30).ok), None)
     if prog is None:
         raise EdgekitError(f"Board {runner.name!r}: neither release {lay.current} nor {target} carries edgekit's "
                            "activation program (both predate it); deploy once with this edgekit, then roll back.")
     paths = BoardPaths(base)
-    argv = ["python3", prog, "rollback", "--base", base, "--release", target, "--port", str(manifest.port),
+    argv = [*prog, "rollback", "--base", base, "--release", target, "--port", str(manifest.port),
             "--unit", UNIT_NAME, "--log", paths.log, *check_options(manifest.serve, timeout)]
     steps = _run_program(runner, argv, timeout * 2 + 120, lambda _m: None)
     h = Health.of_dict(steps.get("main") or {"ok": False, "reason": "no check"})  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgekit.agent.health import command_args
+from edgekit.release.units import activation_program
 
 LOG_MAIN = "llama-server.log"
 LOG_CANDIDATE = "llama-server-candidate.log"
@@ -79,11 +80,6 @@ class Board:
     def stop(self, unit: str) -> str:
         return self._systemctl("stop", unit)
 
-    def remove(self, unit: str) -> str:
-        """Service.remove: stop, disable, delete the unit file; each step may fail."""
-        rm = q([*self.sudo, "sh", "-c", self.scripts["unit_rm"], "edgekit-rm", unit])
-        return f"{self.stop(unit)}; {self._systemctl('disable', unit)}; {rm}; true"
-
     def switch(self, release: str) -> str:
         """releases.switch + releases.mark_serving."""
         return (f"{q(['sh', '-c', self.scripts['switch'], 'edgekit-switch', self.base, release])} && "
@@ -110,18 +106,6 @@ class Board:
                             log=self.log(unit), chat=serve.chat, media=[k for k in serve.media.split(",") if k])
         return q(["python3", "-c", self.scripts["health"], *args])
 
-    def start_check(self, unit: str, release: str, serve: Serve) -> str:
-        """Start a unit and health-check it in one round trip: prints the Health JSON (nothing when the
-        start failed; then the exit status is the start's)."""
-        return f"{self.start(unit, release)} && {self.health(unit, serve)}"
-
-    def try_candidate(self, release: str, serve: Serve) -> str:
-        """The candidate: start and check it, then remove it whatever the check said (edgekit's order),
-        keeping the start's exit status."""
-        unit = self.units["candidate"]
-        return (f"{{ {self.start_check(unit, release, serve)}; }}; rc=$?; "
-                f"{{ {self.remove(unit)}; }} >/dev/null 2>&1; exit $rc")
-
     def check_current(self, serve: Serve) -> str:
         """The check of the release the service runs: prints ``current HEALTH-JSON``; healthy ends the command."""
         return _step("current", self.health(self.units["main"], serve), healthy_ends=True)
@@ -136,22 +120,33 @@ class Board:
         puts ``previous`` back. Stdout: ``begin STEP`` and ``STEP HEALTH-JSON`` lines (see ``activation``), then
         ``result {…}``."""
         main, cand = self.units["main"], self.units["candidate"]
-        h = self.health_settings
-        if serve.engine not in h["apis"]:
-            raise ValueError(f"the release's engine {serve.engine!r} is not one this edgekit knows "
-                             f"({', '.join(h['apis'])}); register it with EDGEKIT_ENGINES")
-        argv = ["python3", f"{self.base}/releases/{release}/agent/edgekit_agent.py", "activate", "--base", self.base,
+        argv = [*activation_program(self.base, release), "activate", "--base", self.base,
                 "--release", release, "--port", str(serve.port), "--unit", main, "--log", self.log(main),
                 "--candidate-unit", cand, "--candidate-log", self.log(cand),
                 "--candidate-port", str(candidate.port if candidate else 0),
                 "--strategy", "candidate" if candidate is not None else "in-place", "--keep", str(keep),
-                "--timeout", str(float(h["timeout"])), "--n-predict", str(int(h["n_predict"])),
+                *self._check_options(serve)]
+        argv += ["--check-first"] if check_first else []
+        return q(argv)
+
+    def rollback(self, release: str, serve: Serve, via: str) -> str:
+        """edgekit's rollback by the board's program (the one release ``via`` carries): ``release`` restarted in
+        place and checked, `current` switched only when it is healthy, else the release it had put back."""
+        main = self.units["main"]
+        return q([*activation_program(self.base, via), "rollback", "--base", self.base, "--release", release,
+                  "--port", str(serve.port), "--unit", main, "--log", self.log(main), *self._check_options(serve)])
+
+    def _check_options(self, serve: Serve) -> list[str]:
+        """The health check's options the program takes (agent/health.py add_check_arguments)."""
+        h = self.health_settings
+        if serve.engine not in h["apis"]:
+            raise ValueError(f"the release's engine {serve.engine!r} is not one this edgekit knows "
+                             f"({', '.join(h['apis'])}); register it with EDGEKIT_ENGINES")
+        argv = ["--timeout", str(float(h["timeout"])), "--n-predict", str(int(h["n_predict"])),
                 "--prompt", str(h["prompt"]), "--api", str(h["apis"][serve.engine]), "--gpu", serve.gpu]
         argv += ["--model", serve.model] if serve.model else []
         argv += ["--media", serve.media] if serve.media else []
-        argv += (["--drafter"] if serve.drafter else []) + (["--chat"] if serve.chat else [])
-        argv += ["--check-first"] if check_first else []
-        return q(argv)
+        return argv + (["--drafter"] if serve.drafter else []) + (["--chat"] if serve.chat else [])
 
 
 STEPS = ("current", "candidate", "main")
@@ -172,23 +167,29 @@ def _pick(commands: Mapping[str, Callable[[], str]], which: str, kind: str) -> s
 
 def activation(stdout: str) -> dict[str, Any]:
     """What Board.activate printed: the Health of each step it checked (current, candidate, main; None where
-    it did not get there), the steps that started a unit (``begun``), whether it succeeded (``ok``: the last
-    step decides), and whose log tells why not (``log``: the unit started last, the service's if none)."""
+    it did not get there), the steps that started a unit (``begun``), whether the program finished (``finished``:
+    it printed its result, having put the previous release back itself on a failure), whether it succeeded
+    (``ok``: its result, else the last step), and whose log tells why not (``log``: the unit started last, the
+    service's if none)."""
     out: dict[str, Any] = dict.fromkeys(STEPS)
     begun: list[str] = []
+    result: dict[str, Any] | None = None
     for line in str(stdout or "").splitlines():
         step, _, rest = line.strip().partition(" ")
         if step == "begin" and rest in STEPS:
             begun.append(rest)
         elif step in STEPS and rest.startswith("{"):
             out[step] = json.loads(rest)
+        elif step == "result" and rest.startswith("{"):
+            result = json.loads(rest)
     if "main" in begun:
         decides = out["main"]
     elif begun:  # a candidate that passed is always followed by the service's restart
         decides = None
     else:
         decides = out["current"]
-    return {**out, "begun": begun, "ok": bool(decides and decides.get("ok")),
+    ok = bool(result["ok"]) if result is not None else bool(decides and decides.get("ok"))
+    return {**out, "begun": begun, "ok": ok, "finished": result is not None,
             "log": "candidate" if begun[-1:] == ["candidate"] else "main"}
 
 
@@ -221,6 +222,17 @@ def rollout(plan: Mapping[str, Any], fleet: Mapping[str, Any], which: str) -> st
     return _pick(commands, which, "rollout")
 
 
+def _program_carrier(st: Mapping[str, Any], release: str) -> str:
+    """The release whose activation program runs a rollback: the current one (this edgekit's, once it deployed
+    there), else the target's own."""
+    carriers = st.get("programs") or []
+    for rid in (st.get("current"), release):
+        if rid and rid in carriers:
+            return str(rid)
+    raise ValueError(f"neither release {st.get('current')} nor {release} on the board carries edgekit's activation "
+                     "program (both predate it); deploy once with this edgekit, then roll back")
+
+
 def on_board(st: Mapping[str, Any], fleet: Mapping[str, Any], which: str, release: str,
              manifest: Mapping[str, Any] | None = None) -> str:
     """A rollback's or status's command for one board, from the state STATE_PY read in the play."""
@@ -230,7 +242,7 @@ def on_board(st: Mapping[str, Any], fleet: Mapping[str, Any], which: str, releas
     commands = {
         "start": lambda: board.start(main, release),
         "switch": lambda: board.switch(release),
-        "start_check": lambda: board.start_check(main, release, serve),
+        "rollback": lambda: board.rollback(release, serve, _program_carrier(st, release)),
         "check": lambda: board.health(main, serve),
     }
     return _pick(commands, which, "board")

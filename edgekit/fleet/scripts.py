@@ -15,7 +15,8 @@ from edgekit.release.health import health_program
 from edgekit.remote import boardscripts, releases
 
 # `python3 -c STATE_PY BASE [RELEASE] [UNIT]`: current, serving, releases (oldest first, as
-# releases.layout sorts them), the manifests of current/previous/RELEASE, whether UNIT is active,
+# releases.layout sorts them), those that carry the activation program (programs), the manifests of
+# current/previous/RELEASE, whether UNIT is active,
 # and the sudo prefix edgekit uses (none as root). Python >= 3.6: JetPack 4's python3.
 STATE_PY = r"""
 import json, os, subprocess, sys
@@ -58,6 +59,7 @@ except OSError:
     pass
 ids = [name for _, name in sorted(found)]
 previous = ids[ids.index(current) - 1] if current in ids and ids.index(current) > 0 else None
+programs = [r for r in ids if os.path.isfile(os.path.join(base, "releases", r, "agent", "activate.py"))]
 active = False
 if unit:
     try:
@@ -68,6 +70,7 @@ if unit:
 print(json.dumps({
     "base": base, "current": current, "serving": text(os.path.join(base, "serving")), "releases": ids,
     "previous": previous, "has_release": bool(want) and want in ids, "active": active, "sudo": sudo,
+    "programs": programs,
     "board_root": os.environ.get("EDGEKIT_BOARD_ROOT", ""),
     "manifests": {"current": manifest(current), "previous": manifest(previous), "release": manifest(want)},
 }))
@@ -158,10 +161,8 @@ if then and all_good:
         os.execvp(then[0], then)
 """
 
-# releases.mark_serving's command, which is inline there.
+# releases.mark_serving's command, which is inline there (the rescue of an activation whose program did not finish).
 SERVING_SH = 'printf "%s\\n" "$2" > "$1/.serving.new" && mv -f "$1/.serving.new" "$1/serving"'
-# Service.remove's last command, inline there too.
-UNIT_RM_SH = 'rm -f "${EDGEKIT_BOARD_ROOT:-}/etc/systemd/system/$1"'
 
 
 def scripts() -> dict[str, str]:
@@ -172,10 +173,7 @@ def scripts() -> dict[str, str]:
         "create": releases.CREATE_PY,
         "switch": releases.SWITCH_SH,
         "serving": SERVING_SH,
-        "record_health": releases.RECORD_HEALTH_SH,
-        "prune": releases.PRUNE_SH,
         "unit_install": service.INSTALL_UNIT_SH,
-        "unit_rm": UNIT_RM_SH,
         "inventory": boardscripts.INVENTORY_SH,
         "inventory_ro": INVENTORY_RO,
         "place": PLACE_PY,

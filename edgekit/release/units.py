@@ -8,6 +8,12 @@ UNIT_NAME = "edgekit-llama.service"
 CANDIDATE_UNIT = "edgekit-llama-candidate.service"  # a new release, health-checked beside the old one
 
 
+def activation_program(base: str, rid: str) -> list[str]:
+    """The program that switches these units (agent/activate.py, carried by every release) as argv; -B: running
+    it never writes bytecode into the release, which stays byte for byte what was pushed."""
+    return ["python3", "-B", f"{base}/releases/{rid}/agent/edgekit_agent.py"]
+
+
 def systemd_quote(arg: str, executable: bool = False) -> str:
     """Quote one ExecStart argument: systemd expands $VAR and %specifiers, and splits on spaces.
 

@@ -1,11 +1,13 @@
-"""Filters `edgekit_rollout_cmd`, `edgekit_board_cmd`, `edgekit_state_cmd`: edgekit's board commands.
+"""Filters `edgekit_rollout_cmd`, `edgekit_board_cmd`, `edgekit_state_cmd`: edgekit's board commands;
+`edgekit_outcome`: what the board's activation program printed (edgekit.fleet.commands.activation).
 
 The commands are edgekit's own Python (edgekit.fleet.commands), the one source for the rollout,
 rollback and status plays; Ansible runs from edgekit's environment, so it imports it from there.
 
     {{ edgekit_plan | edgekit_rollout_cmd(edgekit_fleet, 'activate') }}
-    {{ state | edgekit_board_cmd(edgekit_fleet, 'start_check', release, manifest) }}
+    {{ state | edgekit_board_cmd(edgekit_fleet, 'rollback', release, manifest) }}
     {{ edgekit_fleet | edgekit_state_cmd(base, release, unit) }}
+    {{ out.stdout | edgekit_outcome }}
 """
 
 from __future__ import annotations
@@ -24,4 +26,4 @@ DOCUMENTATION = """
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {"edgekit_rollout_cmd": commands.rollout, "edgekit_board_cmd": commands.on_board,
-                "edgekit_state_cmd": commands.state}
+                "edgekit_state_cmd": commands.state, "edgekit_outcome": commands.activation}
