@@ -120,7 +120,7 @@ def stop_service(sim_dir: Path, name: str) -> None:
     st = sim_state.load(sim_dir)
     assert st is not None
     board = st.boards[name]
-    subprocess.run([sys.executable, str(board.bin_dir / "systemctl"), "stop", "edgekit-llama.service"],
+    subprocess.run([sys.executable, str(board.bin_dir / "systemctl"), "stop", "edgekit-serve.service"],
                    env={**os.environ, "EDGEKIT_BOARD_ROOT": str(board.root)}, capture_output=True, check=True)
 
 
@@ -131,12 +131,12 @@ def wipe(sim_dir: Path, names: list[str]) -> None:
     for name in names:
         board = st.boards[name]
         env = {**os.environ, "EDGEKIT_BOARD_ROOT": str(board.root)}
-        for unit in ("edgekit-llama.service", "edgekit-llama-candidate.service"):
+        for unit in ("edgekit-serve.service", "edgekit-serve-candidate.service"):
             subprocess.run([sys.executable, str(board.bin_dir / "systemctl"), "stop", unit], env=env,
                            capture_output=True, check=False)
         shutil.rmtree(board.base, ignore_errors=True)
         board.base.mkdir()
-        for path in (board.root / "etc" / "systemd" / "system").rglob("edgekit-llama*"):
+        for path in (board.root / "etc" / "systemd" / "system").rglob("edgekit-serve*"):
             path.unlink()
 
 

@@ -28,8 +28,8 @@ from edgekit.bench import plots, results
 from edgekit.sim.testing import SimBoard
 
 RECIPE = "sim-tiny-mtp"
-UNIT = "etc/systemd/system/edgekit-llama.service"
-BENCH_UNIT = "etc/systemd/system/edgekit-llama-bench.service"
+UNIT = "etc/systemd/system/edgekit-serve.service"
+BENCH_UNIT = "etc/systemd/system/edgekit-bench.service"
 
 
 def edgekit(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -56,7 +56,7 @@ def agx(sim_session, env: dict[str, str]) -> SimBoard:  # type: ignore[no-untype
 
 def _service(board: SimBoard) -> tuple[bool, str, str, str]:
     """(unit active, unit file sha256, current, serving): what "as it was" means."""
-    active = board.run("systemctl is-active --quiet edgekit-llama.service").rc == 0
+    active = board.run("systemctl is-active --quiet edgekit-serve.service").rc == 0
     sha = hashlib.sha256((board.root / UNIT).read_bytes()).hexdigest()
     return active, sha, os.readlink(board.base / "current"), (board.base / "serving").read_text().strip()
 

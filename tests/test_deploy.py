@@ -117,7 +117,7 @@ def test_tiny_mtp_deploys_drafts_and_redeploys_for_free(boards) -> None:
     rel = board.base / "releases" / first["release"]
     assert os.readlink(board.base / "current") == f"releases/{first['release']}"
     assert (rel / "bin" / "llama-server").stat().st_nlink >= 2
-    assert (board.root / "etc/systemd/system/edgekit-llama.service").is_file()
+    assert (board.root / "etc/systemd/system/edgekit-serve.service").is_file()
 
 
 def test_gemma3_270m_answers_with_real_text(boards) -> None:
@@ -228,7 +228,7 @@ def test_sigkill_during_upload_and_switch_then_redeploy(boards) -> None:
         _kill_when(proc, lambda: any(p.suffix == ".part" and p.stat().st_size > 1 << 20 for p in store.iterdir()))
         assert status(board.name)["current"] == old
         # Killed again while the candidate runs: the switch has not happened, old still serves.
-        cand = board.root / "etc/systemd/system/edgekit-llama-candidate.service"
+        cand = board.root / "etc/systemd/system/edgekit-serve-candidate.service"
         proc = _popen_deploy(board.name, "sim-gemma3-270m")
         _kill_when(proc, cand.exists)
         assert status(board.name)["current"] == old
@@ -240,7 +240,7 @@ def test_sigkill_during_upload_and_switch_then_redeploy(boards) -> None:
     report = deploy(board.name, "sim-gemma3-270m")  # the lock died with the killed deploys
     assert report["changed"] and report["previous"] == old
     assert report["bytes_sent"] < 200e6  # the blobs sent before the kills were not sent again
-    assert not (board.root / "etc/systemd/system/edgekit-llama-candidate.service").exists()
+    assert not (board.root / "etc/systemd/system/edgekit-serve-candidate.service").exists()
 
 
 def test_a_second_deploy_waits_for_the_lock(boards) -> None:

@@ -60,9 +60,9 @@ def test_unit_quotes_hostile_arguments() -> None:
     assert systemd_quote("$(reboot)") == '"$$(reboot)"'
     assert systemd_quote("100%") == '"100%%"'
     text = render_unit("/b/releases/r1", ["/b/releases/r1/bin/llama-server", "-m", "my model.gguf"],
-                       "/b/logs/llama-server.log", "edgekit test")
+                       "/b/logs/server.log", "edgekit test")
     assert 'ExecStart=/b/releases/r1/bin/llama-server -m "my model.gguf"' in text
-    assert "StandardOutput=append:/b/logs/llama-server.log" in text
+    assert "StandardOutput=append:/b/logs/server.log" in text
 
 
 def test_release_id_is_stable_and_content_addressed(tmp_path: Path) -> None:
@@ -107,11 +107,11 @@ def test_rendered_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     server.chmod(0o755)
     rt = Runtime(spec_type="draft-mtp", draft_n_max=3)
     args = server_args(rt, HELP_2026, "models/target.gguf", "models/drafter.gguf", port=8080)
-    unit = tmp_path / "edgekit-llama.service"
+    unit = tmp_path / "edgekit-serve.service"
     unit.write_text(render_unit(str(release), [str(server), *args, "--alias", "$(reboot) 50%"],
-                                str(tmp_path / "logs" / "llama-server.log"), "edgekit test", user="root"))
+                                str(tmp_path / "logs" / "server.log"), "edgekit test", user="root"))
     res = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, check=False)
-    problems = [ln for ln in res.stderr.splitlines() if "edgekit-llama.service" in ln]
+    problems = [ln for ln in res.stderr.splitlines() if "edgekit-serve.service" in ln]
     assert res.returncode == 0 and not problems, res.stderr
 
 

@@ -72,7 +72,7 @@ def test_an_engine_of_ones_own_deploys_rolls_back_benches_and_rolls_out(sim_sess
     assert (rdir / "bin" / "llama-server").is_file() and (rdir / "lib" / "libllama-server-impl.so").is_file()
     assert (rdir / "models" / "model.gguf").stat().st_size > 0 and not (rdir / "models" / "drafter.gguf").exists()
     assert not (rdir / "lib" / "libllama-bench-impl.so").exists()
-    unit = (rdir / "edgekit-llama.service").read_text().splitlines()
+    unit = (rdir / "edgekit-serve.service").read_text().splitlines()
     exec_start = next(x for x in unit if x.startswith("ExecStart="))
     assert exec_start.startswith(f"ExecStart={rdir}/bin/llama-server --model models/model.gguf"), exec_start
     # The board-side check in the dialect the engine's class declares, through its chat template (a sim board's

@@ -171,7 +171,7 @@ def test_canary_then_batches_all_healthy_then_nothing_to_do(fleet) -> None:
     # One board whose server died: the playbook runs again, for it alone, and brings it back; the others
     # are reported as they are, from their recorded checks (as when all of them serve).
     victim = boards[-1]
-    assert victim.run("systemctl stop edgekit-llama.service").rc == 0
+    assert victim.run("systemctl stop edgekit-serve.service").rc == 0
     healed = rollout(env, "--recipe", "sim-tiny-mtp", *_group())
     assert "playbook" not in healed and sorted(healed["succeeded"]) == sorted(names) and not healed["failed"]
     assert healed["changed"] == [victim.name] and complete(victim.service_port)["tokens_predicted"] > 0
@@ -181,7 +181,7 @@ def test_canary_then_batches_all_healthy_then_nothing_to_do(fleet) -> None:
     # One board serves its release but has no recorded check: the playbook runs for it alone, checks it in
     # full (serving.yml) and leaves the running server as it is.
     doubted = boards[1]
-    main_pid = doubted.run("systemctl show -p MainPID --value edgekit-llama.service").stdout.strip()
+    main_pid = doubted.run("systemctl show -p MainPID --value edgekit-serve.service").stdout.strip()
     (doubted.base / "current" / "health.json").unlink()
     checked = rollout(env, "--recipe", "sim-tiny-mtp", *_group())
     assert "playbook" not in checked and checked["changed"] == [] and not checked["failed"]
@@ -189,7 +189,7 @@ def test_canary_then_batches_all_healthy_then_nothing_to_do(fleet) -> None:
     row = checked["succeeded"][doubted.name]
     assert row["health"]["ok"] and row["health"]["method"] != "recorded" and not row["would_activate"]
     assert row["push"]["sent_bytes"] == 0 and row["previous"] == row["release"] == first["planned"][doubted.name]
-    assert doubted.run("systemctl show -p MainPID --value edgekit-llama.service").stdout.strip() == main_pid != "0"
+    assert doubted.run("systemctl show -p MainPID --value edgekit-serve.service").stdout.strip() == main_pid != "0"
 
 
 def test_check_mode_changes_nothing(fleet, tmp_path: Path) -> None:
@@ -329,10 +329,10 @@ def test_deploy_and_ansible_leave_identical_boards(sim_session) -> None:
     deployed = json.loads(res.stdout)["release"]
     by_deploy = snapshot(board)
     # Wipe the board (service stopped, releases, store and units gone), then let Ansible do it.
-    assert board.run("systemctl stop edgekit-llama.service").rc == 0
+    assert board.run("systemctl stop edgekit-serve.service").rc == 0
     shutil.rmtree(board.base)
     units = board.root / "etc" / "systemd" / "system"
-    for path in units.rglob("edgekit-llama*"):
+    for path in units.rglob("edgekit-serve*"):
         path.unlink()
     report = rollout(env, "--recipe", "sim-tiny-mtp", "--group", board.name)
     assert report["succeeded"][board.name]["release"] == deployed

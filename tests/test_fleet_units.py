@@ -261,7 +261,7 @@ def test_rollout_commands_quote_every_value_and_follow_the_plan(tmp_path: Path) 
     words = shlex.split(commands.rollout(plan, fleet, "restore_switch"))
     assert words[-2:] == [base, "r1"] and words[:2] == ["sh", "-c"]
     restore = shlex.split(commands.rollout(plan, fleet, "restore").split(" && ")[0])
-    assert restore[:2] == ["sudo", "-n"] and restore[-2] == f"{base}/releases/r1/edgekit-llama.service"
+    assert restore[:2] == ["sudo", "-n"] and restore[-2] == f"{base}/releases/r1/edgekit-serve.service"
     serving = {**plan, "state": {**plan["state"], "current": "r2", "serving": "r2", "serves": True}}
     again = shlex.split(commands.rollout(serving, fleet, "activate"))
     assert "--check-first" in again and again[again.index("--strategy") + 1] == "candidate"
@@ -353,6 +353,6 @@ def test_a_release_of_an_engine_this_edgekit_does_not_know_is_one_sentence_not_a
     from edgekit.fleet.plan import fleet_vars
 
     board = commands.Board(fleet_vars(30.0), "/opt/edgekit")
-    assert "--api openai" in board.health("edgekit-llama.service", commands.Serve(8080, engine="vllm"))
+    assert "--api openai" in board.health("edgekit-serve.service", commands.Serve(8080, engine="vllm"))
     with pytest.raises(ValueError, match=r"engine 'plain' is not one this edgekit knows .*EDGEKIT_ENGINES"):
-        board.health("edgekit-llama.service", commands.Serve(8080, engine="plain"))
+        board.health("edgekit-serve.service", commands.Serve(8080, engine="plain"))

@@ -143,7 +143,8 @@ def activate(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
     lay, rid = Layout(args.base), args.release
     if rid not in lay.releases():
         raise ValueError(f"no release {rid} under {args.base}/releases")
-    previous, serves = lay.current, units.active(args.unit)
+    previous = lay.current
+    serves = units.active(args.unit) or any(units.active(u) for u in args.legacy_unit)
     out: dict[str, Any] = {"release": rid, "previous": previous, "changed": False, "strategy": args.strategy,
                            "pruned": [], "ok": False}
     if args.check_first and lay.current == rid and lay.serving == rid and serves:
@@ -155,7 +156,6 @@ def activate(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
             return dict(out, ok=True)
     strategy = args.strategy if serves else "in-place"  # with nothing serving, the service's start is the check
     out["strategy"] = strategy
-    unit_file = f"{args.base}/releases/{rid}/{args.unit}"
     if strategy == "candidate":
         host.still_there()
         say("begin candidate")
@@ -170,12 +170,11 @@ def activate(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
             return out
     host.still_there()  # the last point at which the board is as it was: past it, the program finishes
     say("begin main")
-    units.install(args.unit, unit_file)
-    units.restart(args.unit)
-    h = _check(args, args.port, args.unit, args.log)
+    log = _serve(lay, units, args, rid)
+    h = _check(args, args.port, args.unit, log)
     say("main", h)
     if not h["ok"]:
-        out["restored"] = _restore(lay, units, args.unit, previous)
+        out["restored"] = _restore(lay, units, args, previous)
         return out
     lay.record_health(rid, h)
     lay.switch(rid)
@@ -184,13 +183,37 @@ def activate(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
     return dict(out, changed=True, ok=True)
 
 
-def _restore(lay: Layout, units: Units, unit: str, previous: str | None) -> str | None:
+def unit_log(unit_file: str) -> str | None:
+    """Where a unit file sends its server's output (render_unit's StandardOutput=append:PATH)."""
+    try:
+        with open(unit_file) as fh:
+            for line in fh:
+                if line.startswith("StandardOutput=append:"):
+                    return line.split(":", 1)[1].strip().replace("%%", "%")
+    except OSError:
+        pass
+    return None
+
+
+def _serve(lay: Layout, units: Units, args: argparse.Namespace, rid: str) -> str:
+    """The service (re)started on release ``rid``: its unit file (under a legacy name, in a release an older
+    edgekit made) installed as ``args.unit``, the legacy units stopped and removed first, so the port is free
+    and a board is upgraded once. Returns where the server logs."""
+    src = next((lay.path("releases", rid, u) for u in [args.unit, *args.legacy_unit]
+                if os.path.isfile(lay.path("releases", rid, u))), lay.path("releases", rid, args.unit))
+    units.install(args.unit, src)
+    for old in args.legacy_unit:
+        units.remove(old)
+    units.restart(args.unit)
+    return unit_log(src) or args.log
+
+
+def _restore(lay: Layout, units: Units, args: argparse.Namespace, previous: str | None) -> str | None:
     """The previous release back in service and `current` (or the service stopped when there was none)."""
     if previous is None:
-        units.stop(unit)
+        units.stop(args.unit)
         return None
-    units.install(unit, lay.path("releases", previous, unit))
-    units.restart(unit)
+    _serve(lay, units, args, previous)
     lay.switch(previous)
     lay.mark_serving(previous)
     return previous
@@ -204,13 +227,12 @@ def rollback(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
         raise ValueError(f"no release {rid} under {args.base}/releases")
     had = lay.current
     say("begin main")
-    units.install(args.unit, lay.path("releases", rid, args.unit))
-    units.restart(args.unit)
-    h = _check(args, args.port, args.unit, args.log)
+    log = _serve(lay, units, args, rid)
+    h = _check(args, args.port, args.unit, log)
     say("main", h)
     out = {"release": rid, "previous": had, "changed": False, "strategy": "rollback", "pruned": [], "ok": h["ok"]}
     if not h["ok"]:
-        out["restored"] = _restore(lay, units, args.unit, had)
+        out["restored"] = _restore(lay, units, args, had)
         return out
     lay.switch(rid)
     lay.mark_serving(rid)
@@ -223,6 +245,8 @@ def add_arguments(p: argparse.ArgumentParser, rollback_only: bool = False) -> No
     p.add_argument("--release", required=True)
     p.add_argument("--unit", required=True)
     p.add_argument("--log", required=True)
+    p.add_argument("--legacy-unit", action="append", default=[],
+                   help="an older name of the service: stopped and removed when this one starts (repeatable)")
     if not rollback_only:
         p.add_argument("--host-holds-stdin", action="store_true",
                        help="stdin closes when the host dies: abandon the activation before the service restarts")

@@ -1,8 +1,9 @@
 """The bench's own llama-server unit, and the board's service put back exactly as it was.
 
-The bench never edits the deployed unit: it records whether `edgekit-llama.service` is active and
-enabled and the sha256 of its unit file, stops it when the bench needs the board to itself, runs
-each configuration as `edgekit-llama-bench.service` (rendered with `render_unit` from the same
+The bench never edits the deployed unit: it records whether `edgekit-serve.service` (or the service under
+the name an older edgekit gave it) is active and enabled and the sha256 of its unit file, stops it when the
+bench needs the board to itself, runs each configuration as `edgekit-bench.service` (rendered with
+`render_unit` from the same
 release, on the candidate port), and at the end removes the bench unit and starts the deployed
 unit again only if it was running before; the session compares the state before and after.
 """
@@ -15,11 +16,11 @@ from edgekit.bench import boardfs
 from edgekit.deploy.health import wait_ready
 from edgekit.deploy.service import INSTALL_UNIT_SH, log_tail
 from edgekit.errors import EdgekitError
-from edgekit.release.units import UNIT_NAME, render_unit
+from edgekit.release.units import LEGACY_UNITS, UNIT_NAME, render_unit
 from edgekit.remote.runner import LocalRunner, SshRunner
 
 Runner = SshRunner | LocalRunner
-BENCH_UNIT = "edgekit-llama-bench.service"
+BENCH_UNIT = "edgekit-bench.service"
 
 # "$1" unit: its file's sha256, and whether it is active and enabled, in one round trip.
 _STATE = r"""
@@ -78,6 +79,7 @@ class Board:
         self.runner, self.base, self.release_dir, self.need_sudo = runner, base, release_dir, need_sudo
         self.work, self.main_port = work, main_port
         self.before: ServiceState | None = None
+        self.unit = UNIT_NAME  # the deployed service's name on this board (remember() finds it)
         self.bench_installed = False
 
     @property
@@ -96,11 +98,17 @@ class Board:
 
     def remember(self) -> ServiceState:
         self.before = ServiceState.read(self.runner, self.need_sudo)
+        if not (self.before.active or self.before.unit_sha256):  # a board an older edgekit deployed last
+            for name in LEGACY_UNITS:
+                old = ServiceState.read(self.runner, self.need_sudo, name)
+                if old.active or old.unit_sha256:
+                    self.unit, self.before = name, old
+                    break
         return self.before
 
     def stop_main(self) -> None:
         if self.before and self.before.active:
-            _systemctl(self.runner, self.need_sudo, "stop", UNIT_NAME, check=True)
+            _systemctl(self.runner, self.need_sudo, "stop", self.unit, check=True)
 
     def start_server(self, argv: list[str], port: int, description: str, timeout: float,
                      exe: list[str] | None = None, env: dict[str, str] | None = None,
@@ -135,15 +143,15 @@ class Board:
             self.bench_installed = False
         before = self.before
         if before is not None:
-            now_active = _systemctl(self.runner, self.need_sudo, "is-active", "--quiet", UNIT_NAME)
+            now_active = _systemctl(self.runner, self.need_sudo, "is-active", "--quiet", self.unit)
             if before.active and not now_active:
                 # `start`, not `restart` + `enable`: the enabled state stays what it was.
-                _systemctl(self.runner, self.need_sudo, "start", UNIT_NAME, check=True)
+                _systemctl(self.runner, self.need_sudo, "start", self.unit, check=True)
                 try:
                     wait_ready(self.runner, self.main_port, health_timeout)
                 except TimeoutError as exc:
                     raise EdgekitError(f"The deployed service on board {self.runner.name!r} was started again but "
                                        f"is not ready: {exc}.") from None
             elif not before.active and now_active:
-                _systemctl(self.runner, self.need_sudo, "stop", UNIT_NAME)
-        return ServiceState.read(self.runner, self.need_sudo)
+                _systemctl(self.runner, self.need_sudo, "stop", self.unit)
+        return ServiceState.read(self.runner, self.need_sudo, self.unit)

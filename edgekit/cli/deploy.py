@@ -11,10 +11,8 @@ from edgekit.config.recipes import load_recipe
 from edgekit.deploy import activate as act
 from edgekit.deploy.activate import HealthCheckFailed
 from edgekit.deploy.health import check_release
-from edgekit.deploy.service import Service
 from edgekit.errors import EdgekitError
 from edgekit.release.manifest import ReleaseManifest
-from edgekit.release.units import UNIT_NAME
 from edgekit.remote import releases
 from edgekit.remote.probe import probe
 from edgekit.remote.runner import runner_for
@@ -92,7 +90,7 @@ def status(app: App, board_name: str) -> None:
         lay = releases.layout(runner, facts.base)
         manifest = (ReleaseManifest.read(releases.read_manifest(runner, facts.base, lay.current),
                                          f"release {lay.current} on board {board_name!r}") if lay.current else None)
-        active = Service(runner, UNIT_NAME, facts.sudo != "root").is_active()
+        active = act.service_active(runner, facts.sudo != "root")
         health = None
         if manifest is not None and active:
             health = check_release(runner, manifest, act.BoardPaths(facts.base).log, timeout=30).to_dict()

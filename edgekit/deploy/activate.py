@@ -23,7 +23,7 @@ from edgekit.errors import EdgekitError
 from edgekit.release.health import Health
 from edgekit.release.manifest import ReleaseManifest, ServeSpec
 from edgekit.release.plan import ReleasePlan, service_ports
-from edgekit.release.units import CANDIDATE_UNIT, UNIT_NAME, activation_program
+from edgekit.release.units import CANDIDATE_UNIT, LEGACY_UNITS, UNIT_NAME, activation_program, service_log
 from edgekit.remote import releases
 from edgekit.remote.runner import LocalRunner, SshRunner
 
@@ -63,10 +63,10 @@ class BoardPaths:
 
     @property
     def log(self) -> str:
-        return f"{self.base}/logs/llama-server.log"
+        return service_log(self.base)
 
     def candidate_log(self) -> str:
-        return f"{self.base}/logs/llama-server-candidate.log"
+        return service_log(self.base, candidate=True)
 
 
 def board_state(runner: Runner, base: str, need_sudo: bool) -> tuple[releases.Layout, bool]:
@@ -76,8 +76,18 @@ def board_state(runner: Runner, base: str, need_sudo: bool) -> tuple[releases.La
     a redeploy (or a fleet re-run) that changes nothing they are most of what the board is asked.
     """
     with ThreadPoolExecutor(max_workers=1) as pool:
-        active = pool.submit(Service(runner, UNIT_NAME, need_sudo).is_active)
+        active = pool.submit(service_active, runner, need_sudo)
         return releases.layout(runner, base), active.result()
+
+
+def service_active(runner: Runner, need_sudo: bool) -> bool:
+    """Whether the board's service runs, under its name or the one an older edgekit gave it (LEGACY_UNITS)."""
+    return any(Service(runner, unit, need_sudo).is_active() for unit in (UNIT_NAME, *LEGACY_UNITS))
+
+
+def legacy_options() -> list[str]:
+    """The service's older names, for the board's program to stop and remove as it starts the service."""
+    return [arg for unit in LEGACY_UNITS for arg in ("--legacy-unit", unit)]
 
 
 @dataclass(frozen=True)
@@ -151,7 +161,7 @@ def activate(runner: Runner, base: str, spec: ActivationSpec, need_sudo: bool,
     argv = [*activation_program(base, release_id), "activate", "--base", base, "--release", release_id,
             "--port", str(port), "--unit", UNIT_NAME, "--log", paths.log, "--candidate-unit", CANDIDATE_UNIT,
             "--candidate-log", paths.candidate_log(), "--candidate-port", str(spec.candidate_port),
-            "--strategy", spec.strategy, "--keep", str(spec.keep), "--check-first",
+            "--strategy", spec.strategy, "--keep", str(spec.keep), "--check-first", *legacy_options(),
             *check_options(spec.serve, spec.timeout)]
     # An SSH session's stdin stays open while this edgekit lives: if it is killed before the service restarts,
     # the board's program abandons the activation (a local board's stdin is this process's own).
@@ -193,7 +203,7 @@ def rollback(runner: Runner, base: str, need_sudo: bool, to: str | None = None,
                            "activation program (both predate it); deploy once with this edgekit, then roll back.")
     paths = BoardPaths(base)
     argv = [*prog, "rollback", "--base", base, "--release", target, "--port", str(manifest.port),
-            "--unit", UNIT_NAME, "--log", paths.log, *check_options(manifest.serve, timeout)]
+            "--unit", UNIT_NAME, "--log", paths.log, *legacy_options(), *check_options(manifest.serve, timeout)]
     steps = _run_program(runner, argv, timeout * 2 + 120, lambda _m: None)
     h = Health.of_dict(steps.get("main") or {"ok": False, "reason": "no check"})  # type: ignore[arg-type]
     if not steps["result"].get("ok"):  # type: ignore[union-attr]

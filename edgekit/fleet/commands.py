@@ -17,10 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgekit.agent.health import command_args
-from edgekit.release.units import activation_program
+from edgekit.release.units import CANDIDATE_LOG_NAME, LOG_NAME, activation_program
 
-LOG_MAIN = "llama-server.log"
-LOG_CANDIDATE = "llama-server-candidate.log"
 PASSED = "'{\"ok\": true,'*"  # a case pattern: the health check prints "ok" first
 
 
@@ -86,7 +84,7 @@ class Board:
                 f"{q(['sh', '-c', self.scripts['serving'], 'edgekit-serving', self.base, release])}")
 
     def log(self, unit: str) -> str:
-        return f"{self.base}/logs/{LOG_CANDIDATE if unit == self.units['candidate'] else LOG_MAIN}"
+        return f"{self.base}/logs/{CANDIDATE_LOG_NAME if unit == self.units['candidate'] else LOG_NAME}"
 
     def logs(self, unit: str, lines: int = 20) -> str:
         """service.log_tail."""
@@ -125,7 +123,7 @@ class Board:
                 "--candidate-unit", cand, "--candidate-log", self.log(cand),
                 "--candidate-port", str(candidate.port if candidate else 0),
                 "--strategy", "candidate" if candidate is not None else "in-place", "--keep", str(keep),
-                *self._check_options(serve)]
+                *self._legacy_options(), *self._check_options(serve)]
         argv += ["--check-first"] if check_first else []
         return q(argv)
 
@@ -134,7 +132,12 @@ class Board:
         place and checked, `current` switched only when it is healthy, else the release it had put back."""
         main = self.units["main"]
         return q([*activation_program(self.base, via), "rollback", "--base", self.base, "--release", release,
-                  "--port", str(serve.port), "--unit", main, "--log", self.log(main), *self._check_options(serve)])
+                  "--port", str(serve.port), "--unit", main, "--log", self.log(main), *self._legacy_options(),
+                  *self._check_options(serve)])
+
+    def _legacy_options(self) -> list[str]:
+        """The service's older names (release.units.LEGACY_UNITS): the program removes them as it starts it."""
+        return [arg for unit in self.units.get("legacy") or [] for arg in ("--legacy-unit", str(unit))]
 
     def _check_options(self, serve: Serve) -> list[str]:
         """The health check's options the program takes (agent/health.py add_check_arguments)."""
@@ -194,8 +197,9 @@ def activation(stdout: str) -> dict[str, Any]:
 
 
 def state(fleet: Mapping[str, Any], base: str, release: str = "", unit: str = "") -> str:
-    """The board's release state (STATE_PY): base [release] [unit]."""
-    return q(["python3", "-c", fleet["scripts"]["state"], str(base), str(release or ""), str(unit or "")])
+    """The board's release state (STATE_PY): base [release] [unit [its older names...]]."""
+    legacy = [str(u) for u in fleet["units"].get("legacy") or []] if unit else []
+    return q(["python3", "-c", fleet["scripts"]["state"], str(base), str(release or ""), str(unit or ""), *legacy])
 
 
 def rollout(plan: Mapping[str, Any], fleet: Mapping[str, Any], which: str) -> str:

@@ -14,9 +14,9 @@ from edgekit.engines import ENGINES, get_engine
 from edgekit.release.health import health_program
 from edgekit.remote import boardscripts, releases
 
-# `python3 -c STATE_PY BASE [RELEASE] [UNIT]`: current, serving, releases (oldest first, as
+# `python3 -c STATE_PY BASE [RELEASE] [UNIT [OLDER NAMES]]`: current, serving, releases (oldest first, as
 # releases.layout sorts them), those that carry the activation program (programs), the manifests of
-# current/previous/RELEASE, whether UNIT is active,
+# current/previous/RELEASE, whether UNIT (or it under an older name) is active,
 # and the sudo prefix edgekit uses (none as root). Python >= 3.6: JetPack 4's python3.
 STATE_PY = r"""
 import json, os, subprocess, sys
@@ -24,6 +24,7 @@ import json, os, subprocess, sys
 base = os.path.expanduser(sys.argv[1]).rstrip("/") or "/"
 want = sys.argv[2] if len(sys.argv) > 2 else ""
 unit = sys.argv[3] if len(sys.argv) > 3 else ""
+older = sys.argv[4:]
 sudo = [] if os.getuid() == 0 else ["sudo", "-n"]
 
 def text(path):
@@ -61,12 +62,12 @@ ids = [name for _, name in sorted(found)]
 previous = ids[ids.index(current) - 1] if current in ids and ids.index(current) > 0 else None
 programs = [r for r in ids if os.path.isfile(os.path.join(base, "releases", r, "agent", "activate.py"))]
 active = False
-if unit:
+for name in ([unit] + older) if unit else []:
     try:
-        active = subprocess.call(sudo + ["systemctl", "is-active", "--quiet", unit],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0
+        active = active or subprocess.call(sudo + ["systemctl", "is-active", "--quiet", name],
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0
     except OSError:
-        active = False
+        pass
 print(json.dumps({
     "base": base, "current": current, "serving": text(os.path.join(base, "serving")), "releases": ids,
     "previous": previous, "has_release": bool(want) and want in ids, "active": active, "sudo": sudo,

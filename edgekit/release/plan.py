@@ -16,7 +16,7 @@ from typing import Any
 
 from edgekit.build.memo import remember
 from edgekit.release.manifest import ReleaseManifest
-from edgekit.release.units import CANDIDATE_UNIT, UNIT_NAME, render_unit
+from edgekit.release.units import CANDIDATE_UNIT, UNIT_NAME, render_unit, service_log
 from edgekit.remote.transfer import Blob
 from edgekit.store import canonical_json, sha256_file
 
@@ -60,9 +60,9 @@ def service_units(base: str, rid: str, argv_at: Callable[[str, int], list[str]],
     rdir = f"{base}/releases/{rid}"
     main, candidate = ports
     return {
-        UNIT_NAME: render_unit(rdir, argv_at(rdir, main), f"{base}/logs/llama-server.log",
+        UNIT_NAME: render_unit(rdir, argv_at(rdir, main), service_log(base),
                                f"edgekit {server} ({recipe}, release {rid})", environment=environment),
-        CANDIDATE_UNIT: render_unit(rdir, argv_at(rdir, candidate), f"{base}/logs/llama-server-candidate.log",
+        CANDIDATE_UNIT: render_unit(rdir, argv_at(rdir, candidate), service_log(base, candidate=True),
                                     f"edgekit candidate {server} ({recipe}, release {rid})", environment=environment),
     }
 

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-UNIT_NAME = "edgekit-llama.service"
-CANDIDATE_UNIT = "edgekit-llama-candidate.service"  # a new release, health-checked beside the old one
+UNIT_NAME = "edgekit-serve.service"
+CANDIDATE_UNIT = "edgekit-serve-candidate.service"  # a new release, health-checked beside the old one
+LOG_NAME, CANDIDATE_LOG_NAME = "server.log", "server-candidate.log"  # under <base>/logs/
+# The service's names before they were engine-neutral (edgekit 0.1 up to the board-side activation), and where
+# that unit logs. A board such an edgekit deployed is upgraded by the next activation (the old unit stopped and
+# removed as the new one starts), and its releases still roll back: their unit file is taken under the new name.
+LEGACY_UNITS = {"edgekit-llama.service": "llama-server.log"}
+
+
+def service_log(base: str, candidate: bool = False) -> str:
+    return f"{base}/logs/{CANDIDATE_LOG_NAME if candidate else LOG_NAME}"
 
 
 def activation_program(base: str, rid: str) -> list[str]:

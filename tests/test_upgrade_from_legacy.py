@@ -1,0 +1,89 @@
+"""A board the previous edgekit deployed is upgraded by this one and still rolls back to its old release.
+
+The previous edgekit (LEGACY_REF, taken from this repository's history) ran every engine as
+`edgekit-llama.service`, logging to `llama-server.log`, and activated from the host. This edgekit's board-side
+program starts `edgekit-serve.service`, stops and removes the old unit as it does, and rolls back to a release
+that carries only the old unit file by installing that file under the new name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from build_helpers import sdist_or_skip
+from test_deploy import complete, deploy, edgekit, status
+
+REPO = Path(__file__).resolve().parents[1]
+LEGACY_REF = "491d7d5"  # the last commit whose service was edgekit-llama.service
+UNITS = "etc/systemd/system"
+
+
+@pytest.fixture
+def boards(sim_boards, monkeypatch):
+    monkeypatch.setenv("EDGEKIT_LLAMA_SRC", str(sdist_or_skip()))
+    return sim_boards
+
+
+def _legacy_tree(tmp: Path) -> Path:
+    """The previous edgekit's package, from git (a checkout without that history cannot run this test)."""
+    tree = tmp / "legacy-edgekit"
+    tree.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", LEGACY_REF, "edgekit"],
+                             capture_output=True, check=False)
+    if archive.returncode != 0:
+        pytest.skip(f"this checkout lacks commit {LEGACY_REF} (a shallow clone?): {archive.stderr.decode()[:200]}")
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    return tree
+
+
+def _legacy_deploy(tree: Path, board: str, recipe: str) -> dict:
+    # Run from outside the checkout: `python -m` puts the working directory first on sys.path.
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    res = subprocess.run([sys.executable, "-m", "edgekit", "--json", "deploy", "--board", board, "--recipe", recipe],
+                         capture_output=True, text=True, timeout=900, check=False, env=env, cwd=tree)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return json.loads(res.stdout)
+
+
+def test_a_board_the_previous_edgekit_deployed_is_upgraded_and_rolls_back(boards, tmp_path: Path) -> None:
+    (board,) = boards(1, fresh=True)
+    units = board.root / UNITS
+    old = _legacy_deploy(_legacy_tree(tmp_path), board.name, "sim-tiny-mtp")
+    assert old["health"]["ok"] and (units / "edgekit-llama.service").is_file()
+    assert (board.base / "releases" / old["release"] / "edgekit-llama.service").is_file()
+    assert board.run("systemctl is-active --quiet edgekit-llama.service").rc == 0
+
+    # The upgrade: the old unit counts as the service (so the new release is first checked as a candidate),
+    # and it is stopped and removed as the new one starts.
+    new = deploy(board.name, "sim-tiny-mtp")
+    assert new["changed"] and new["previous"] == old["release"] != new["release"]
+    assert new["strategy"] == "candidate" and new["health"]["ok"] and new["health"]["draft_n"] > 0
+    assert not (units / "edgekit-llama.service").exists() and (units / "edgekit-serve.service").is_file()
+    assert board.run("systemctl is-active --quiet edgekit-serve.service").rc == 0
+    assert board.run("systemctl is-active --quiet edgekit-llama.service").rc != 0
+    assert (board.base / "logs" / "server.log").is_file()
+    now = status(board.name)
+    assert now["current"] == new["release"] and now["health"]["ok"]
+
+    # Back to the release the previous edgekit made: its unit file, under the new name.
+    legacy_log = board.base / "logs" / "llama-server.log"
+    logged = legacy_log.stat().st_size
+    res = edgekit("--json", "rollback", "--board", board.name)
+    assert res.returncode == 0, res.stderr[-2000:]
+    back = json.loads(res.stdout)
+    assert back["release"] == old["release"] and back["health"]["ok"]
+    assert status(board.name)["current"] == old["release"]
+    assert not (units / "edgekit-llama.service").exists()
+    assert (units / "edgekit-serve.service").read_text() == \
+        (board.base / "releases" / old["release"] / "edgekit-llama.service").read_text()
+    assert complete(board.service_port)["content"] is not None
+    assert legacy_log.stat().st_size > logged  # the old release's server writes where its unit says
+
+    # And forward again, as any deploy.
+    again = deploy(board.name, "sim-tiny-mtp")
+    assert again["changed"] and again["release"] == new["release"] and again["previous"] == old["release"]
