@@ -1,5 +1,6 @@
-"""The activation program's release layout operations (agent/board_releases.py) do to a board exactly what
-edgekit.remote.releases' shell does: each is run on two copies of the same layout and the trees compared."""
+"""The activation program's release layout operations (agent/board_releases.py) on a board's tree: the prune
+(newest by directory time, ties by id, never a protected one; pins of made releases and unlinked blobs go, an
+upload in flight stays), switch, serving, the health record, and the state the host's LIST_SH reads back."""
 
 from __future__ import annotations
 
@@ -41,42 +42,41 @@ def _tree(base: Path) -> list[str]:
     return sorted(f"{p.relative_to(base)}:{p.stat().st_nlink if p.is_file() else ''}" for p in base.rglob("*"))
 
 
-def _copies(tmp_path: Path) -> tuple[Path, Path]:
-    a, b = tmp_path / "sh", tmp_path / "py"
-    _layout(a)
-    _layout(b)
-    assert _tree(a) == _tree(b)
-    return a, b
+SHA = {i: f"{i:x}" * 64 for i in range(6)}
+LINKS = {"r-a": [0, 1], "r-b": [1, 2], "r-c": [2, 3], "r-d": [3]}  # oldest first
 
 
-@pytest.mark.parametrize("keep,protect", [(1, []), (2, ["r-a"]), (1, ["r-c", "r-b"]), (9, [])])
-def test_prune_is_the_shell_prune(tmp_path: Path, keep: int, protect: list[str]) -> None:
-    a, b = _copies(tmp_path)
-    argv = ["sh", "-c", releases.PRUNE_SH, "edgekit-prune", str(a), str(keep), *protect]
-    by_sh = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split()
-    assert Layout(str(b)).prune(keep, protect) == by_sh
-    assert _tree(a) == _tree(b)
+@pytest.mark.parametrize("keep,protect,removed", [
+    (1, [], ["r-a", "r-b", "r-c"]), (2, ["r-a"], ["r-b"]), (1, ["r-c", "r-b"], ["r-a"]), (9, [], [])])
+def test_prune(tmp_path: Path, keep: int, protect: list[str], removed: list[str]) -> None:
+    base = tmp_path / "b"
+    _layout(base)
+    assert Layout(str(base)).prune(keep, protect) == removed
+    left = [rid for rid in LINKS if rid not in removed]
+    assert sorted(p.name for p in (base / "releases").iterdir()) == left
+    linked = {SHA[i] for rid in left for i in LINKS[rid]} | {SHA[4]}  # r-e's pin: its release is not made yet
+    assert {p.name for p in (base / "store").iterdir()} == linked | {SHA[5] + ".part"}
+    assert sorted(p.name for p in (base / "pushed").iterdir()) == ["r-e"]  # r-d exists: its pins went
+    assert all((base / "store" / sha).stat().st_nlink > 1 for sha in linked)
 
 
 def test_switch_serving_record_and_the_state_read_back(tmp_path: Path) -> None:
-    a, b = _copies(tmp_path)
-    subprocess.run(["sh", "-c", releases.SWITCH_SH, "edgekit-switch", str(a), "r-b"], check=True)
-    subprocess.run(["sh", "-c", 'printf "%s\\n" "$2" > "$1/.serving.new" && mv -f "$1/.serving.new" "$1/serving"',
-                    "edgekit-serving", str(a), "r-b"], check=True)
+    b = tmp_path / "b"
+    _layout(b)
+    before = _tree(b)
     health = {"ok": True, "reason": "healthy", "tokens": 8}
-    subprocess.run(["sh", "-c", releases.RECORD_HEALTH_SH, "edgekit-health", str(a), "r-b",
-                    json.dumps(health, sort_keys=True)], check=True)
     lay = Layout(str(b))
     lay.switch("r-b")
     lay.mark_serving("r-b")
     lay.record_health("r-b", health)
-    assert _tree(a) == _tree(b)
-    assert os.readlink(a / "current") == os.readlink(b / "current") == "releases/r-b"
-    assert (a / "serving").read_text() == (b / "serving").read_text()
-    assert (a / "releases/r-b/health.json").read_text() == (b / "releases/r-b/health.json").read_text()
-    # Recording a check writes into the release's directory, which makes it the newest by mtime — as the
-    # shell's record does (the same trees above); LIST_SH's order is the one read back.
-    listed = subprocess.run(["sh", "-c", releases.LIST_SH, "edgekit-list", str(a)], capture_output=True, text=True,
+    added = sorted(set(_tree(b)) - set(before))
+    assert added == ["releases/r-b/health.json:1", "serving:1"]  # current is the same link, renamed over
+    assert os.readlink(b / "current") == "releases/r-b" and (b / "serving").read_text() == "r-b\n"
+    assert json.loads((b / "releases/r-b/health.json").read_text()) == health
+    assert not [p for p in b.rglob("*.new")]  # each written beside and renamed into place
+    # Recording a check writes into the release's directory, which makes it the newest by mtime; the host's
+    # LIST_SH reads back the same order.
+    listed = subprocess.run(["sh", "-c", releases.LIST_SH, "edgekit-list", str(b)], capture_output=True, text=True,
                             check=True).stdout
     by_sh = [rid for _, rid in sorted((int(m), rid) for line in listed.splitlines() if line.startswith("release=")
                                       for m, rid in [line[len("release="):].split(" ", 1)])]

@@ -1,4 +1,5 @@
-"""The board's release layout scripts, run here as they run on a board (sh, stat, sort, awk, find)."""
+"""The board's release layout: the host's scripts (sh, stat, find) and the board program's prune, run here as
+they run on a board."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.errors import EdgekitError
+from edgekit.agent.board_releases import Layout
 from edgekit.remote import releases
 from edgekit.remote.runner import LocalRunner
 
@@ -37,20 +38,19 @@ def test_prune_keeps_the_newest_and_the_protected_and_drops_unlinked_blobs(tmp_p
     shas = _board(base, ages)
     runner = LocalRunner("here")
     assert releases.layout(runner, str(base)).releases == ["r-a", "r-b", "r-c", "r-d", "r-e", "r-f"]
-    removed = releases.prune(runner, str(base), 2, protect={"r-b", ""})
+    removed = Layout(str(base)).prune(2, ["r-b", ""])
     assert removed == ["r-a", "r-c", "r-d"]
     assert sorted(p.name for p in (base / "releases").iterdir()) == ["r-b", "r-e", "r-f"]
     left = {p.name for p in (base / "store").iterdir()}
     assert left == {shas[k] for k in ("shared", "r-b", "r-e", "r-f")}
-    assert releases.prune(runner, str(base), 3, protect=set()) == []  # nothing more to remove
+    assert Layout(str(base)).prune(3, []) == []  # nothing more to remove
 
 
-def test_prune_refuses_to_keep_nothing_and_bad_ids(tmp_path: Path) -> None:
+def test_prune_refuses_to_keep_nothing_and_bad_ids_name_no_path(tmp_path: Path) -> None:
     base = tmp_path / "base"
     _board(base, {"r-a": 2, "r-b": 1})
-    runner = LocalRunner("here")
-    with pytest.raises(EdgekitError, match="at least one"):
-        releases.prune(runner, str(base), 0, protect=set())
-    with pytest.raises(EdgekitError, match="not a release id"):
-        releases.prune(runner, str(base), 1, protect={"../x"})
-    assert releases.prune(runner, str(base), 1, protect=set()) == ["r-a"]
+    with pytest.raises(ValueError, match="at least one"):
+        Layout(str(base)).prune(0, [])
+    # A protected id that is no release's name is never read as a path: nothing outside releases/ goes.
+    assert Layout(str(base)).prune(1, ["../x", "../../base"]) == ["r-a"]
+    assert (base / "store").is_dir() and (base / "releases" / "r-b").is_dir()

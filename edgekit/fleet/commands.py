@@ -79,7 +79,7 @@ class Board:
         return self._systemctl("stop", unit)
 
     def switch(self, release: str) -> str:
-        """releases.switch + releases.mark_serving."""
+        """`current` and `serving` to ``release``: the rescue of a program that did not finish (it does this itself)."""
         return (f"{q(['sh', '-c', self.scripts['switch'], 'edgekit-switch', self.base, release])} && "
                 f"{q(['sh', '-c', self.scripts['serving'], 'edgekit-serving', self.base, release])}")
 

@@ -162,7 +162,7 @@ if then and all_good:
         os.execvp(then[0], then)
 """
 
-# releases.mark_serving's command, which is inline there (the rescue of an activation whose program did not finish).
+# `serving` written atomically, for the rescue of an activation whose program did not finish (it writes it itself).
 SERVING_SH = 'printf "%s\\n" "$2" > "$1/.serving.new" && mv -f "$1/.serving.new" "$1/serving"'
 
 

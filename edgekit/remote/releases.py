@@ -49,7 +49,8 @@ os.rename(tmp, final)
 print("created")
 """
 
-# "$1" base, "$2" id: point current at releases/<id> with one rename(2).
+# "$1" base, "$2" id: point current at releases/<id> with one rename(2). The board's program does this itself
+# (agent/board_releases.py); the fleet's rescue of a program that did not finish uses this.
 SWITCH_SH = r"""
 set -eu
 [ -d "$1/releases/$2" ] || { echo "no release $2" >&2; exit 3; }
@@ -69,31 +70,6 @@ for d in "$base"/releases/*/; do
   printf 'release=%s %s\n' "$(stat -c %Y "$d")" "$id"
 done
 """
-
-# "$1" base, "$2" how many of the newest releases to keep, then ids never to remove: removes the rest,
-# printing each id, then drops blobs that no release links any more. Newest by directory mtime, ties by id,
-# as layout() orders them (LIST_SH's stat, C collation). On the board, so a prune is one round trip.
-PRUNE_SH = r"""
-set -eu
-base="$1"; keep="$2"; shift 2
-older=$(for d in "$base"/releases/*/; do
-  [ -d "$d" ] || continue
-  printf '%s %s\n' "$(stat -c %Y "$d")" "$(basename "$d")"
-done | LC_ALL=C sort -k1,1n -k2,2 \
-  | awk -v keep="$keep" '{ id[NR] = $2 } END { for (i = 1; i <= NR - keep; i++) print id[i] }')
-for id in $older; do
-  for p in "$@"; do [ "$p" = "$id" ] && continue 2; done
-  rm -rf "$base/releases/$id"
-  echo "$id"
-done
-# A pushed release's pins (edgekit push) are dropped once the release exists: its directory links the blobs now.
-for d in "$base"/pushed/*/; do
-  [ -d "$d" ] && [ -d "$base/releases/$(basename "$d")" ] && rm -rf "$d"
-done
-# find's default (emacs) regex has no {64}: name the dialect (an upload's <sha>.part never matches).
-find "$base/store" -maxdepth 1 -type f -links 1 -regextype posix-extended -regex '.*/[0-9a-f]{64}' -delete || true
-"""
-
 
 # "$1" base, "$2" release id, then its blobs' sha256: hard links under pushed/<id>, so the prune of a later
 # deploy (which drops store blobs no release links) keeps what `edgekit push` sent. One pushed release at a time:
@@ -151,15 +127,6 @@ def pin(runner: Runner, base: str, release_id: str, shas: list[str]) -> None:
     runner.run(["sh", "-c", PIN_SH, "edgekit-pin", base, check_id(release_id), *sorted(set(shas))], timeout=120)
 
 
-def switch(runner: Runner, base: str, release_id: str) -> None:
-    runner.run(["sh", "-c", SWITCH_SH, "edgekit-switch", base, check_id(release_id)], timeout=30)
-
-
-def mark_serving(runner: Runner, base: str, release_id: str) -> None:
-    runner.run(["sh", "-c", 'printf "%s\\n" "$2" > "$1/.serving.new" && mv -f "$1/.serving.new" "$1/serving"',
-                "edgekit-serving", base, check_id(release_id)], timeout=30)
-
-
 def layout(runner: Runner, base: str) -> Layout:
     out = runner.run(["sh", "-c", LIST_SH, "edgekit-list", base], timeout=30).stdout
     current = serving = health = None
@@ -181,28 +148,9 @@ def layout(runner: Runner, base: str) -> Layout:
     return Layout(current, serving, [rid for _, rid in sorted(releases)], health if isinstance(health, dict) else None)
 
 
-# "$1" base, "$2" id, "$3" the Health JSON: written beside the release, atomically.
-RECORD_HEALTH_SH = 'f="$1/releases/$2/health.json"; printf "%s\\n" "$3" > "$f.new" && mv -f "$f.new" "$f"'
-
-
-def record_health(runner: Runner, base: str, release_id: str, health: dict) -> None:
-    """Keep a release's last full health check beside it: a no-op redeploy reports it without a new completion."""
-    # Not checked: a missing record only costs the next redeploy a full check.
-    runner.run(["sh", "-c", RECORD_HEALTH_SH, "edgekit-health", base, check_id(release_id),
-                json.dumps(health, sort_keys=True)], check=False, timeout=30)
-
-
 def read_manifest(runner: Runner, base: str, release_id: str) -> dict:
     res = runner.run(["cat", f"{base}/releases/{check_id(release_id)}/release.json"], check=False, timeout=30)
     try:
         return json.loads(res.stdout) if res.ok else {}
     except ValueError:
         return {}
-
-
-def prune(runner: Runner, base: str, keep: int, protect: set[str]) -> list[str]:
-    """Remove all but the newest ``keep`` releases (never one in ``protect``); returns removed ids."""
-    if keep < 1:
-        raise EdgekitError(f"Keep at least one release, not {keep}.")
-    argv = ["sh", "-c", PRUNE_SH, "edgekit-prune", base, str(keep), *sorted(check_id(p) for p in protect if p)]
-    return runner.run(argv, timeout=120).stdout.split()
