@@ -85,3 +85,47 @@ def test_switch_serving_record_and_the_state_read_back(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no release r-z"):
         lay.switch("r-z")
     assert os.readlink(b / "current") == "releases/r-b"  # untouched
+
+
+class _RefusingUnits:
+    """systemd as the program sees it, with the first restart of ``refuse`` failing (a unit that would not start:
+    an ExecStart the board cannot run). Records what the program asked, in order."""
+
+    def __init__(self, refuse: str) -> None:
+        self.refuse, self.calls = refuse, []
+
+    def install(self, unit: str, src: str) -> None:
+        self.calls.append(("install", unit, Path(src).parent.name))
+
+    def restart(self, unit: str) -> None:
+        self.calls.append(("restart", unit))
+        if unit == self.refuse and self.calls.count(("restart", unit)) == 1:
+            raise RuntimeError(f"`systemctl restart {unit}` failed (exit 1)")
+
+    def stop(self, unit: str) -> None:
+        self.calls.append(("stop", unit))
+
+    def remove(self, unit: str) -> None:
+        self.calls.append(("remove", unit))
+
+    def active(self, unit: str) -> bool:
+        return False
+
+
+def test_a_service_that_does_not_start_is_a_failed_check_and_the_previous_release_comes_back(tmp_path: Path) -> None:
+    from edgekit.agent import activate, cli
+
+    base = tmp_path / "b"
+    _layout(base)
+    args = cli.parser().parse_args(["activate", "--base", str(base), "--release", "r-d", "--port", "1",
+                                    "--unit", "edgekit-serve.service", "--log", "x", "--legacy-unit", "old.service"])
+    units = _RefusingUnits("edgekit-serve.service")
+    said: list[tuple] = []
+    out = activate.activate(args, units, say=lambda step, data=None: said.append((step, data)))  # type: ignore[arg-type]
+    assert not out["ok"] and out["restored"] == "r-c" and out["strategy"] == "in-place"
+    main = dict(said)["main"]
+    assert not main["ok"] and main["reason"].startswith("the service did not start") and main["acceptance"] is None
+    assert units.calls[-2:] == [("remove", "old.service"), ("restart", "edgekit-serve.service")]
+    assert ("install", "edgekit-serve.service", "r-c") in units.calls  # the previous release, back in service
+    assert os.readlink(base / "current") == "releases/r-c" and not (base / "releases/r-d/health.json").exists()
+    assert sorted(p.name for p in (base / "releases").iterdir()) == ["r-a", "r-b", "r-c", "r-d"]  # no prune

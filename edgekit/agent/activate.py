@@ -159,10 +159,12 @@ def activate(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
     if strategy == "candidate":
         host.still_there()
         say("begin candidate")
-        units.install(args.candidate_unit, f"{args.base}/releases/{rid}/{args.candidate_unit}")
         try:
+            units.install(args.candidate_unit, f"{args.base}/releases/{rid}/{args.candidate_unit}")
             units.restart(args.candidate_unit)
             h = _check(args, args.candidate_port, args.candidate_unit, args.candidate_log)
+        except RuntimeError as exc:
+            h = health.unhealthy(f"the candidate did not start: {exc}", args.chat)
         finally:
             units.remove(args.candidate_unit)
         say("candidate", h)
@@ -170,8 +172,7 @@ def activate(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
             return out
     host.still_there()  # the last point at which the board is as it was: past it, the program finishes
     say("begin main")
-    log = _serve(lay, units, args, rid)
-    h = _check(args, args.port, args.unit, log)
+    h = _serve_and_check(lay, units, args, rid)
     say("main", h)
     if not h["ok"]:
         out["restored"] = _restore(lay, units, args, previous)
@@ -208,6 +209,15 @@ def _serve(lay: Layout, units: Units, args: argparse.Namespace, rid: str) -> str
     return unit_log(src) or args.log
 
 
+def _serve_and_check(lay: Layout, units: Units, args: argparse.Namespace, rid: str) -> dict[str, Any]:
+    """The service on release ``rid``, checked; a unit that would not even start is a failed check."""
+    try:
+        log = _serve(lay, units, args, rid)
+    except RuntimeError as exc:
+        return health.unhealthy(f"the service did not start: {exc}", args.chat)
+    return _check(args, args.port, args.unit, log)
+
+
 def _restore(lay: Layout, units: Units, args: argparse.Namespace, previous: str | None) -> str | None:
     """The previous release back in service and `current` (or the service stopped when there was none)."""
     if previous is None:
@@ -227,8 +237,7 @@ def rollback(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
         raise ValueError(f"no release {rid} under {args.base}/releases")
     had = lay.current
     say("begin main")
-    log = _serve(lay, units, args, rid)
-    h = _check(args, args.port, args.unit, log)
+    h = _serve_and_check(lay, units, args, rid)
     say("main", h)
     out = {"release": rid, "previous": had, "changed": False, "strategy": "rollback", "pruned": [], "ok": h["ok"]}
     if not h["ok"]:

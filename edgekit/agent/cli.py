@@ -249,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return int(args.fn(args))
-    except (AgentError, ValueError) as exc:  # ValueError: values argparse can't check (e.g. --hz 0)
+    # ValueError: values argparse can't check (e.g. --hz 0); RuntimeError: a unit operation the board refused
+    except (AgentError, ValueError, RuntimeError) as exc:
         sys.stderr.write(f"error: {exc}.\n")
         return 2

@@ -318,6 +318,13 @@ def wait_ready(server: Server, timeout: float, unit: str) -> tuple[float | None,
         time.sleep(0.05)
 
 
+def unhealthy(reason: str, chat: bool = False) -> dict[str, Any]:
+    """A Health that failed before any request: ``reason`` says why."""
+    return {"ok": False, "reason": reason, "seconds_to_ready": None, "tokens": 0, "tokens_per_second": None,
+            "draft_n": None, "draft_n_accepted": None, "text": "",
+            "method": "chat completion" if chat else "completion", "gpu": None, "media": None, "acceptance": None}
+
+
 def check(args: argparse.Namespace) -> dict[str, Any]:
     """The Health (edgekit.release.health.Health's fields, with its acceptance) of the server on ``args.port``."""
     out = _check(args)
@@ -328,9 +335,8 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
 def _check(args: argparse.Namespace) -> dict[str, Any]:
     server = Server(args.port)
     ready, why = wait_ready(server, args.timeout, args.unit)
-    out: dict[str, Any] = {"ok": False, "reason": why, "seconds_to_ready": ready, "tokens": 0,
-                           "tokens_per_second": None, "draft_n": None, "draft_n_accepted": None, "text": "",
-                           "method": "chat completion" if args.chat else "completion", "gpu": None, "media": None}
+    out = unhealthy(why, args.chat)
+    out["seconds_to_ready"] = ready
     if ready is None:
         return out
     try:
