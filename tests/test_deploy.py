@@ -251,6 +251,22 @@ def test_a_second_deploy_waits_for_the_lock(boards) -> None:
     assert res.returncode == 2 and "Another deploy holds" in res.stderr
 
 
+def test_a_deploy_waits_for_an_activation_its_killed_predecessor_left_running(boards) -> None:
+    """The deploy lock dies with a killed deploy's session, its board-side activation does not: the next deploy
+    takes the deploy lock, then waits for the activation's lock before it reads or pushes anything."""
+    (board,) = boards(1, fresh=True)
+    board.base.mkdir(parents=True, exist_ok=True)
+    with (board.base / ".activate.lock").open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as an activation still finishing would
+        released = threading.Timer(4.0, lambda: fcntl.flock(held, fcntl.LOCK_UN))
+        released.start()
+        t0 = time.monotonic()
+        report = deploy(board.name, "sim-tiny-mtp")
+        waited = time.monotonic() - t0
+        released.join()
+    assert report["changed"] and report["health"]["ok"] and waited >= 4.0
+
+
 def test_tiny_filesystem_gets_the_free_space_error(boards) -> None:
     if os.geteuid() != 0:
         pytest.skip("mounting a tiny tmpfs needs root")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -186,3 +188,25 @@ def test_binaries_newer_than_the_boards_glibc_are_refused() -> None:
     check_glibc(manifest, _facts("aarch64", glibc=""))  # unknown: the build's own JetPack check stands
     with pytest.raises(EdgekitError, match=r"need GLIBC 2.34, but board 'b' has glibc 2.31; nothing was sent"):
         check_glibc(manifest, _facts("aarch64", glibc="glibc 2.31"))
+
+
+def test_unit_install_takes_the_older_name_only_while_the_file_is_missing(tmp_path: Path) -> None:
+    """A release an older edgekit made carries its unit as edgekit-llama.service: the fleet's rescue installs that
+    file under the service's name; a release that has the file under the new name is installed from it."""
+    from edgekit.deploy.service import INSTALL_UNIT_SH
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    new.mkdir()
+    (old / "edgekit-llama.service").write_text("old unit\n")
+    (new / "edgekit-serve.service").write_text("new unit\n")
+    (new / "edgekit-llama.service").write_text("never taken\n")
+    env = {**os.environ, "EDGEKIT_BOARD_ROOT": str(tmp_path / "root")}
+    installed = tmp_path / "root/etc/systemd/system/edgekit-serve.service"
+    for rdir, want in ((old, "old unit\n"), (new, "new unit\n")):
+        subprocess.run(["sh", "-c", INSTALL_UNIT_SH, "edgekit-unit", str(rdir / "edgekit-serve.service"),
+                        "edgekit-serve.service", str(rdir / "edgekit-llama.service")], env=env, check=True)
+        assert installed.read_text() == want and oct(installed.stat().st_mode & 0o777) == "0o644"
+    missing = subprocess.run(["sh", "-c", INSTALL_UNIT_SH, "edgekit-unit", str(tmp_path / "none"), "x.service"],
+                             env=env, capture_output=True, check=False)
+    assert missing.returncode != 0 and not (tmp_path / "root/etc/systemd/system/x.service").exists()

@@ -260,8 +260,11 @@ def test_rollout_commands_quote_every_value_and_follow_the_plan(tmp_path: Path) 
     assert subprocess.run(["sh", "-n", "-c", line], check=False).returncode == 0
     words = shlex.split(commands.rollout(plan, fleet, "restore_switch"))
     assert words[-2:] == [base, "r1"] and words[:2] == ["sh", "-c"]
-    restore = shlex.split(commands.rollout(plan, fleet, "restore").split(" && ")[0])
-    assert restore[:2] == ["sudo", "-n"] and restore[-2] == f"{base}/releases/r1/edgekit-serve.service"
+    restore = shlex.split(commands.rollout(plan, fleet, "restore"))
+    src = restore.index("edgekit-unit") + 1  # the unit file, its name, then its file under older names
+    r1 = f"{base}/releases/r1"
+    assert restore[:2] == ["sudo", "-n"] and restore[src:src + 3] == [
+        f"{r1}/edgekit-serve.service", "edgekit-serve.service", f"{r1}/edgekit-llama.service"]
     serving = {**plan, "state": {**plan["state"], "current": "r2", "serving": "r2", "serves": True}}
     again = shlex.split(commands.rollout(serving, fleet, "activate"))
     assert "--check-first" in again and again[again.index("--strategy") + 1] == "candidate"

@@ -29,6 +29,7 @@ import json
 import os
 import subprocess
 import threading
+import time
 from contextlib import contextmanager, suppress
 from typing import Any, Callable, Iterator
 
@@ -68,7 +69,9 @@ class Units:
     def remove(self, unit: str) -> None:
         self.stop(unit)
         self._run("systemctl", "disable", unit, check=False)
-        self._run("rm", "-f", f"{self.dir}/{unit}", check=False)
+        if os.path.exists(f"{self.dir}/{unit}"):
+            self._run("rm", "-f", f"{self.dir}/{unit}", check=False)
+            self._run("systemctl", "daemon-reload", check=False)
 
     def active(self, unit: str) -> bool:
         return subprocess.call(["systemctl", "is-active", "--quiet", unit], stdout=subprocess.DEVNULL,
@@ -99,13 +102,24 @@ class Host:
             raise HostGone()
 
 
+LOCK_WAIT_S = 900  # an activation's longest run: two checks at the longest health timeout, and the restarts
+
+
 @contextmanager
-def board_lock(base: str) -> Iterator[None]:
+def board_lock(base: str, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
     """The board's activation lock, waited for: an earlier activation still running finishes first."""
     os.makedirs(base, exist_ok=True)
     fd = os.open(os.path.join(base, ".activate.lock"), os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"another activation has held {base}/.activate.lock for {wait_s:g} s") from None
+                time.sleep(0.2)
         yield
     finally:
         os.close(fd)
@@ -152,10 +166,12 @@ def activate(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
         say("current", h)
         if h["ok"]:
             if h.get("method") != "recorded":
-                lay.record_health(rid, h)
+                _record(lay, rid, h, out)
             return dict(out, ok=True)
     strategy = args.strategy if serves else "in-place"  # with nothing serving, the service's start is the check
     out["strategy"] = strategy
+    for stale in args.stale_unit:  # an older edgekit's candidate left running would hold the candidate port
+        units.remove(stale)
     if strategy == "candidate":
         host.still_there()
         say("begin candidate")
@@ -177,23 +193,18 @@ def activate(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
     if not h["ok"]:
         out["restored"] = _restore(lay, units, args, previous)
         return out
-    lay.record_health(rid, h)
-    lay.switch(rid)
-    lay.mark_serving(rid)
-    out["pruned"] = lay.prune(args.keep, [rid, previous or ""])
-    return dict(out, changed=True, ok=True)
-
-
-def unit_log(unit_file: str) -> str | None:
-    """Where a unit file sends its server's output (render_unit's StandardOutput=append:PATH)."""
+    _record(lay, rid, h, out)
     try:
-        with open(unit_file) as fh:
-            for line in fh:
-                if line.startswith("StandardOutput=append:"):
-                    return line.split(":", 1)[1].strip().replace("%%", "%")
-    except OSError:
-        pass
-    return None
+        lay.switch(rid)
+        lay.mark_serving(rid)
+    except OSError as exc:  # `current` could not follow the service (a full disk): the service follows `current`
+        out.update(error=f"switching current to {rid} failed: {exc}", restored=_restore(lay, units, args, previous))
+        return out
+    try:
+        out["pruned"] = lay.prune(args.keep, [rid, previous or ""])
+    except OSError as exc:  # the next activation prunes again
+        out["prune_error"] = str(exc)
+    return dict(out, changed=True, ok=True)
 
 
 def _serve(lay: Layout, units: Units, args: argparse.Namespace, rid: str) -> str:
@@ -206,7 +217,7 @@ def _serve(lay: Layout, units: Units, args: argparse.Namespace, rid: str) -> str
     for old in args.legacy_unit:
         units.remove(old)
     units.restart(args.unit)
-    return unit_log(src) or args.log
+    return health.unit_log(src) or args.log
 
 
 def _serve_and_check(lay: Layout, units: Units, args: argparse.Namespace, rid: str) -> dict[str, Any]:
@@ -218,12 +229,25 @@ def _serve_and_check(lay: Layout, units: Units, args: argparse.Namespace, rid: s
     return _check(args, args.port, args.unit, log)
 
 
+def _record(lay: Layout, rid: str, h: dict[str, Any], out: dict[str, Any]) -> None:
+    """The passed check beside the release; a record that cannot be written only costs the next redeploy a full
+    check."""
+    try:
+        lay.record_health(rid, h)
+    except OSError as exc:
+        out["record_error"] = str(exc)
+
+
 def _restore(lay: Layout, units: Units, args: argparse.Namespace, previous: str | None) -> str | None:
-    """The previous release back in service and `current` (or the service stopped when there was none)."""
+    """The previous release back in service and `current` (or the service stopped when there was none); None when
+    it could not be put back (the board says why in the unit's log)."""
     if previous is None:
         units.stop(args.unit)
         return None
-    _serve(lay, units, args, previous)
+    try:
+        _serve(lay, units, args, previous)
+    except RuntimeError:
+        return None
     lay.switch(previous)
     lay.mark_serving(previous)
     return previous
@@ -236,6 +260,8 @@ def rollback(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
     if rid not in lay.releases():
         raise ValueError(f"no release {rid} under {args.base}/releases")
     had = lay.current
+    for stale in args.stale_unit:
+        units.remove(stale)
     say("begin main")
     h = _serve_and_check(lay, units, args, rid)
     say("main", h)
@@ -243,8 +269,13 @@ def rollback(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
     if not h["ok"]:
         out["restored"] = _restore(lay, units, args, had)
         return out
-    lay.switch(rid)
-    lay.mark_serving(rid)
+    try:
+        lay.switch(rid)
+        lay.mark_serving(rid)
+    except OSError as exc:
+        out.update(ok=False, error=f"switching current to {rid} failed: {exc}")
+        out["restored"] = _restore(lay, units, args, had)
+        return out
     return dict(out, changed=True)
 
 
@@ -254,6 +285,8 @@ def add_arguments(p: argparse.ArgumentParser, rollback_only: bool = False) -> No
     p.add_argument("--release", required=True)
     p.add_argument("--unit", required=True)
     p.add_argument("--log", required=True)
+    p.add_argument("--stale-unit", action="append", default=[],
+                   help="a unit an older edgekit may have left (its candidate): removed first (repeatable)")
     p.add_argument("--legacy-unit", action="append", default=[],
                    help="an older name of the service: stopped and removed when this one starts (repeatable)")
     if not rollback_only:

@@ -235,6 +235,8 @@ def cmd_activate(args: argparse.Namespace) -> int:
             result = activate_cmd.activate(args, activate_cmd.Units(), host=host)
         except activate_cmd.HostGone:
             result = {"release": args.release, "ok": False, "changed": False, "abandoned": True}
+        except (OSError, RuntimeError) as exc:  # the host still gets a result, with why
+            result = {"release": args.release, "ok": False, "changed": False, "error": str(exc)}
     activate_cmd.say("result", result)
     return 0
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import socket
 import subprocess
@@ -285,6 +286,24 @@ def unit_active(unit: str) -> bool:
         return True
 
 
+def installed_unit(unit: str) -> str:
+    """Where systemd keeps ``unit``'s file (under ``$EDGEKIT_BOARD_ROOT`` on a simulated board)."""
+    return os.environ.get("EDGEKIT_BOARD_ROOT", "") + "/etc/systemd/system/" + unit
+
+
+def unit_log(unit_file: str) -> str | None:
+    """Where a unit file sends its server's output (StandardOutput=append:PATH): a release an older edgekit made
+    logs elsewhere than this one's, and the unit is what says where."""
+    try:
+        with open(unit_file) as fh:
+            for line in fh:
+                if line.startswith("StandardOutput=append:"):
+                    return line.split(":", 1)[1].strip().replace("%%", "%")
+    except OSError:
+        pass
+    return None
+
+
 def log_tail(path: str, size: int = 65536) -> str:
     try:
         with open(path, "rb") as fh:
@@ -350,7 +369,8 @@ def _check(args: argparse.Namespace) -> dict[str, Any]:
         return dict(out, reason="the completion generated no tokens")
     if args.drafter and not out["draft_n"]:
         return dict(out, reason="a drafter is configured but the server drafted no tokens (draft_n = 0)")
-    out["gpu"], failed_gpu = gpu_policy(args.gpu, log_tail(args.log) if args.log else "")
+    log = (unit_log(installed_unit(args.unit)) if args.unit else None) or args.log
+    out["gpu"], failed_gpu = gpu_policy(args.gpu, log_tail(log) if log else "")
     if failed_gpu:
         return dict(out, reason=failed_gpu)
     if args.media:

@@ -60,7 +60,7 @@ class ServiceState:
 
 # "$1" unit file on the board, "$2" unit name: install it and (re)start it in one round trip.
 _START_UNIT = INSTALL_UNIT_SH + """systemctl daemon-reload
-systemctl restart "$2"
+systemctl restart "$unit"
 """
 
 # "$1" unit name: stop it, remove its file, reload.

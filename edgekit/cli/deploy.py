@@ -90,10 +90,11 @@ def status(app: App, board_name: str) -> None:
         lay = releases.layout(runner, facts.base)
         manifest = (ReleaseManifest.read(releases.read_manifest(runner, facts.base, lay.current),
                                          f"release {lay.current} on board {board_name!r}") if lay.current else None)
-        active = act.service_active(runner, facts.sudo != "root")
+        unit = act.active_unit(runner, facts.sudo != "root")
+        active = unit is not None
         health = None
-        if manifest is not None and active:
-            health = check_release(runner, manifest, act.BoardPaths(facts.base).log, timeout=30).to_dict()
+        if manifest is not None and unit is not None:  # the unit says where its server logs (an older one elsewhere)
+            health = check_release(runner, manifest, act.BoardPaths(facts.base).log, timeout=30, unit=unit).to_dict()
     data = {
         "board": board_name, "engine": manifest.engine if manifest else None,
         "current": lay.current, "serving": lay.serving, "service_active": active,

@@ -23,7 +23,14 @@ from edgekit.errors import EdgekitError
 from edgekit.release.health import Health
 from edgekit.release.manifest import ReleaseManifest, ServeSpec
 from edgekit.release.plan import ReleasePlan, service_ports
-from edgekit.release.units import CANDIDATE_UNIT, LEGACY_UNITS, UNIT_NAME, activation_program, service_log
+from edgekit.release.units import (
+    CANDIDATE_UNIT,
+    LEGACY_CANDIDATE_UNITS,
+    LEGACY_UNITS,
+    UNIT_NAME,
+    activation_program,
+    service_log,
+)
 from edgekit.remote import releases
 from edgekit.remote.runner import LocalRunner, SshRunner
 
@@ -81,13 +88,19 @@ def board_state(runner: Runner, base: str, need_sudo: bool) -> tuple[releases.La
 
 
 def service_active(runner: Runner, need_sudo: bool) -> bool:
-    """Whether the board's service runs, under its name or the one an older edgekit gave it (LEGACY_UNITS)."""
-    return any(Service(runner, unit, need_sudo).is_active() for unit in (UNIT_NAME, *LEGACY_UNITS))
+    return active_unit(runner, need_sudo) is not None
+
+
+def active_unit(runner: Runner, need_sudo: bool) -> str | None:
+    """The name the board's service runs under: this edgekit's, or one an older edgekit gave it (LEGACY_UNITS)."""
+    return next((unit for unit in (UNIT_NAME, *LEGACY_UNITS) if Service(runner, unit, need_sudo).is_active()), None)
 
 
 def legacy_options() -> list[str]:
-    """The service's older names, for the board's program to stop and remove as it starts the service."""
-    return [arg for unit in LEGACY_UNITS for arg in ("--legacy-unit", unit)]
+    """The service's older names, for the board's program to stop and remove as it starts the service, and an
+    older edgekit's candidate, removed before one starts."""
+    return [*(arg for unit in LEGACY_UNITS for arg in ("--legacy-unit", unit)),
+            *(arg for unit in LEGACY_CANDIDATE_UNITS for arg in ("--stale-unit", unit))]
 
 
 @dataclass(frozen=True)
@@ -174,6 +187,10 @@ def activate(runner: Runner, base: str, spec: ActivationSpec, need_sudo: bool,
         return Activation(release_id, bool(result["changed"]), previous, Health.of_dict(h),  # type: ignore[arg-type]
                           str(result["strategy"]), list(result.get("pruned") or []))
     cand, main = steps.get("candidate"), steps.get("main")
+    if result.get("error"):  # the board refused a step (a full disk, a unit systemd would not take)
+        raise HealthCheckFailed(
+            f"Activating release {release_id} on board {runner.name!r} failed: {result['error']}; the board serves "
+            f"{result.get('restored') or previous or 'nothing (service stopped)'}.", log_tail(runner, paths.log))
     if main is None and cand is not None:
         raise HealthCheckFailed(
             f"Release {release_id} failed its health check on board {runner.name!r} ({cand['reason']}); "  # type: ignore[index]

@@ -8,13 +8,17 @@ from edgekit.remote.runner import LocalRunner, Result, SshRunner
 Runner = SshRunner | LocalRunner
 
 # "$1" unit file to install, "$2" unit name. EDGEKIT_BOARD_ROOT is empty on a real board.
+# "$1" the unit file, "$2" the unit's name, then files to take instead while "$1" is missing (the same unit under
+# an older name, in a release an older edgekit made).
 INSTALL_UNIT_SH = r"""
 set -eu
 dir="${EDGEKIT_BOARD_ROOT:-}/etc/systemd/system"
+src="$1"; unit="$2"; shift 2
+for alt in "$@"; do [ -f "$src" ] && break; src="$alt"; done
 mkdir -p "$dir"
-cp "$1" "$dir/.$2.new"
-chmod 0644 "$dir/.$2.new"
-mv -f "$dir/.$2.new" "$dir/$2"
+cp "$src" "$dir/.$unit.new"
+chmod 0644 "$dir/.$unit.new"
+mv -f "$dir/.$unit.new" "$dir/$unit"
 """
 
 

@@ -68,10 +68,11 @@ class Board:
         return q([*self.sudo, "systemctl", *args])
 
     def start(self, unit: str, release: str) -> str:
-        """Service.install + Service.restart: the unit file from the release into the unit directory,
-        daemon-reload, enable (may fail), restart; one round trip."""
-        install = q([*self.sudo, "sh", "-c", self.scripts["unit_install"], "edgekit-unit",
-                     f"{self.base}/releases/{release}/{unit}", unit])
+        """Service.install + Service.restart: the unit file from the release into the unit directory (a release an
+        older edgekit made has it under an older name), daemon-reload, enable (may fail), restart; one round trip."""
+        rdir = f"{self.base}/releases/{release}"
+        install = q([*self.sudo, "sh", "-c", self.scripts["unit_install"], "edgekit-unit", f"{rdir}/{unit}", unit,
+                     *(f"{rdir}/{old}" for old in self.units.get("legacy") or [])])
         return (f"{install} && {self._systemctl('daemon-reload')} && "
                 f"{{ {self._systemctl('enable', unit)} || true; }} && {self._systemctl('restart', unit)}")
 
@@ -136,8 +137,10 @@ class Board:
                   *self._check_options(serve)])
 
     def _legacy_options(self) -> list[str]:
-        """The service's older names (release.units.LEGACY_UNITS): the program removes them as it starts it."""
-        return [arg for unit in self.units.get("legacy") or [] for arg in ("--legacy-unit", str(unit))]
+        """The service's older names (release.units.LEGACY_UNITS): the program removes them as it starts it, and an
+        older edgekit's candidate before one starts."""
+        return [*(arg for unit in self.units.get("legacy") or [] for arg in ("--legacy-unit", str(unit))),
+                *(arg for unit in self.units.get("stale") or [] for arg in ("--stale-unit", str(unit)))]
 
     def _check_options(self, serve: Serve) -> list[str]:
         """The health check's options the program takes (agent/health.py add_check_arguments)."""

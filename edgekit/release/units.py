@@ -11,6 +11,7 @@ LOG_NAME, CANDIDATE_LOG_NAME = "server.log", "server-candidate.log"  # under <ba
 # that unit logs. A board such an edgekit deployed is upgraded by the next activation (the old unit stopped and
 # removed as the new one starts), and its releases still roll back: their unit file is taken under the new name.
 LEGACY_UNITS = {"edgekit-llama.service": "llama-server.log"}
+LEGACY_CANDIDATE_UNITS = ("edgekit-llama-candidate.service",)  # removed before a candidate takes the port
 
 
 def service_log(base: str, candidate: bool = False) -> str:

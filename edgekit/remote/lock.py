@@ -20,7 +20,12 @@ from edgekit.errors import EdgekitError
 from edgekit.remote.mux import MuxRunner
 from edgekit.remote.runner import LocalRunner, SshRunner
 
-_LOCK_SH = 'mkdir -p "$1" && exec flock -w "$2" "$1/.deploy.lock" sh -c "echo locked; exec cat >/dev/null"'
+# Once the deploy lock is ours, an activation still running on the board (its deploy was killed, or its link cut)
+# is waited for too (.activate.lock, held by agent/activate.py), so its prune cannot race our push; exit 75 if
+# it does not end in time.
+_LOCK_SH = ('mkdir -p "$1" && exec flock -w "$2" "$1/.deploy.lock" sh -c '
+            '\'flock -w "$(($2 + 20))" "$1/.activate.lock" true || exit 75; echo locked; exec cat >/dev/null\' '
+            'edgekit-lock "$1" "$2"')
 
 
 class BoardLock:
@@ -36,6 +41,9 @@ class BoardLock:
     def _refused(self, code: int | None, stderr: bytes) -> EdgekitError:
         if code == 127 or b"not found" in stderr:
             return EdgekitError(f"Board {self.runner.name!r} has no `flock` (util-linux); install it there.")
+        if code == 75:
+            return EdgekitError(f"An activation is still finishing on board {self.runner.name!r} "
+                                f"({self.base}/.activate.lock); try again in a minute or pass --wait SECONDS.")
         return EdgekitError(
             f"Another deploy holds board {self.runner.name!r} ({self.base}/.deploy.lock); "
             "wait for it to finish or pass --wait SECONDS."
@@ -102,12 +110,26 @@ class BoardLock:
         while True:
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return self
+                break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     os.close(self._fd)
                     raise EdgekitError(f"Another deploy holds {base}/.deploy.lock.") from None
                 time.sleep(0.2)
+        # An activation its killed deploy left running on this board finishes first (see _LOCK_SH).
+        act = os.open(base / ".activate.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            while True:
+                try:
+                    fcntl.flock(act, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return self
+                except BlockingIOError:
+                    if time.monotonic() >= deadline + 20:
+                        os.close(self._fd)
+                        raise EdgekitError(f"An activation is still finishing in {base} (.activate.lock).") from None
+                    time.sleep(0.2)
+        finally:
+            os.close(act)
 
     def __exit__(self, *exc: object) -> None:
         if self._proc is not None:
