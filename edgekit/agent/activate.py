@@ -170,8 +170,7 @@ def activate(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
             return dict(out, ok=True)
     strategy = args.strategy if serves else "in-place"  # with nothing serving, the service's start is the check
     out["strategy"] = strategy
-    for stale in args.stale_unit:  # an older edgekit's candidate left running would hold the candidate port
-        units.remove(stale)
+    _remove_stale(units, args)
     if strategy == "candidate":
         host.still_there()
         say("begin candidate")
@@ -194,11 +193,7 @@ def activate(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
         out["restored"] = _restore(lay, units, args, previous)
         return out
     _record(lay, rid, h, out)
-    try:
-        lay.switch(rid)
-        lay.mark_serving(rid)
-    except OSError as exc:  # `current` could not follow the service (a full disk): the service follows `current`
-        out.update(error=f"switching current to {rid} failed: {exc}", restored=_restore(lay, units, args, previous))
+    if not _switch(lay, units, args, rid, previous, out):
         return out
     try:
         out["pruned"] = lay.prune(args.keep, [rid, previous or ""])
@@ -207,26 +202,31 @@ def activate(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
     return dict(out, changed=True, ok=True)
 
 
-def _serve(lay: Layout, units: Units, args: argparse.Namespace, rid: str) -> str:
+def _remove_stale(units: Units, args: argparse.Namespace) -> None:
+    """Units an older edgekit may have left (its candidate): one still running would hold the candidate port."""
+    for stale in args.stale_unit:
+        units.remove(stale)
+
+
+def _serve(lay: Layout, units: Units, args: argparse.Namespace, rid: str) -> None:
     """The service (re)started on release ``rid``: its unit file (under a legacy name, in a release an older
     edgekit made) installed as ``args.unit``, the legacy units stopped and removed first, so the port is free
-    and a board is upgraded once. Returns where the server logs."""
+    and a board is upgraded once. (The check reads the server's log where the installed unit says.)"""
     src = next((lay.path("releases", rid, u) for u in [args.unit, *args.legacy_unit]
                 if os.path.isfile(lay.path("releases", rid, u))), lay.path("releases", rid, args.unit))
     units.install(args.unit, src)
     for old in args.legacy_unit:
         units.remove(old)
     units.restart(args.unit)
-    return health.unit_log(src) or args.log
 
 
 def _serve_and_check(lay: Layout, units: Units, args: argparse.Namespace, rid: str) -> dict[str, Any]:
     """The service on release ``rid``, checked; a unit that would not even start is a failed check."""
     try:
-        log = _serve(lay, units, args, rid)
+        _serve(lay, units, args, rid)
     except RuntimeError as exc:
         return health.unhealthy(f"the service did not start: {exc}", args.chat)
-    return _check(args, args.port, args.unit, log)
+    return _check(args, args.port, args.unit, args.log)
 
 
 def _record(lay: Layout, rid: str, h: dict[str, Any], out: dict[str, Any]) -> None:
@@ -236,6 +236,19 @@ def _record(lay: Layout, rid: str, h: dict[str, Any], out: dict[str, Any]) -> No
         lay.record_health(rid, h)
     except OSError as exc:
         out["record_error"] = str(exc)
+
+
+def _switch(lay: Layout, units: Units, args: argparse.Namespace, rid: str, back_to: str | None,
+            out: dict[str, Any]) -> bool:
+    """`current` and `serving` to ``rid``, which the service now runs. If the board refuses (a full disk), the
+    service follows `current` back to ``back_to`` instead, and ``out`` says why."""
+    try:
+        lay.switch(rid)
+        lay.mark_serving(rid)
+        return True
+    except OSError as exc:
+        out.update(error=f"switching current to {rid} failed: {exc}", restored=_restore(lay, units, args, back_to))
+        return False
 
 
 def _restore(lay: Layout, units: Units, args: argparse.Namespace, previous: str | None) -> str | None:
@@ -260,8 +273,7 @@ def rollback(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
     if rid not in lay.releases():
         raise ValueError(f"no release {rid} under {args.base}/releases")
     had = lay.current
-    for stale in args.stale_unit:
-        units.remove(stale)
+    _remove_stale(units, args)
     say("begin main")
     h = _serve_and_check(lay, units, args, rid)
     say("main", h)
@@ -269,13 +281,8 @@ def rollback(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
     if not h["ok"]:
         out["restored"] = _restore(lay, units, args, had)
         return out
-    try:
-        lay.switch(rid)
-        lay.mark_serving(rid)
-    except OSError as exc:
-        out.update(ok=False, error=f"switching current to {rid} failed: {exc}")
-        out["restored"] = _restore(lay, units, args, had)
-        return out
+    if not _switch(lay, units, args, rid, had, out):
+        return dict(out, ok=False)
     return dict(out, changed=True)
 
 

@@ -381,12 +381,21 @@ def _check(args: argparse.Namespace) -> dict[str, Any]:
     return dict(out, ok=True, reason="healthy")
 
 
-def command_args(port: int, *, drafter: bool, timeout: float, n_predict: int, prompt: str, unit: str, api: str,
-                 model: str, gpu: str, log: str, chat: bool, media: list[str]) -> list[str]:
+def command_args(port: int, *, unit: str, log: str, **check: Any) -> list[str]:
     """This program's arguments for one check: what edgekit's host side and the fleet's roles both send."""
-    argv = ["--port", str(port), "--timeout", f"{timeout:g}", "--n-predict", str(n_predict), "--prompt", prompt,
-            "--api", api, "--gpu", gpu]
-    for flag, value in (("--unit", unit), ("--model", model), ("--log", log), ("--media", ",".join(media))):
+    argv = ["--port", str(port)]
+    for flag, value in (("--unit", unit), ("--log", log)):
+        if value:
+            argv += [flag, value]
+    return argv + check_options(**check)
+
+
+def check_options(*, drafter: bool, timeout: float, n_predict: int, prompt: str, api: str, model: str, gpu: str,
+                  chat: bool, media: list[str]) -> list[str]:
+    """The check's options other than where (add_check_arguments): the activation program takes these too."""
+    argv = ["--timeout", f"{timeout:g}", "--n-predict", str(n_predict), "--prompt", prompt, "--api", api,
+            "--gpu", gpu]
+    for flag, value in (("--model", model), ("--media", ",".join(media))):
         if value:
             argv += [flag, value]
     return argv + (["--drafter"] if drafter else []) + (["--chat"] if chat else [])

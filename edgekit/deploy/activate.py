@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
 
+from edgekit.agent import health as board_health
 from edgekit.deploy import health as health_mod
 from edgekit.deploy.service import Service, log_tail
 from edgekit.errors import EdgekitError
@@ -125,13 +126,7 @@ class ActivationSpec:
 
 def check_options(serve: ServeSpec, timeout: float) -> list[str]:
     """The health check's options for the activation program (it adds --port, --unit and --log per step)."""
-    from edgekit.engines import get_engine
-
-    args = ["--timeout", f"{timeout:g}", "--n-predict", "24", "--api", get_engine(serve.engine).health_api,
-            "--gpu", serve.gpu]
-    args += ["--model", serve.model] if serve.model else []
-    args += ["--media", ",".join(serve.media)] if serve.media else []
-    return args + (["--drafter"] if serve.drafter else []) + (["--chat"] if serve.chat else [])
+    return board_health.check_options(**health_mod.check_settings(serve, timeout))
 
 
 def _steps(stdout: str) -> dict[str, object]:

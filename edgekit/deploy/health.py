@@ -38,18 +38,23 @@ def wait_ready(
     raise TimeoutError(f"not ready after {timeout:.0f} s ({last})")
 
 
+def check_settings(spec: ServeSpec, timeout: float, n_predict: int = 24) -> dict[str, object]:
+    """How the board's check asks ``spec``'s server (agent/health.py check_options' keywords), in its engine's
+    dialect."""
+    from edgekit.engines import get_engine
+
+    return {"drafter": spec.drafter, "timeout": timeout, "n_predict": n_predict, "prompt": HEALTH_PROMPT,
+            "api": get_engine(spec.engine).health_api, "model": spec.model, "gpu": spec.gpu, "chat": spec.chat,
+            "media": list(spec.media)}
+
+
 def check(runner: SshRunner | LocalRunner, spec: ServeSpec, timeout: float = 120.0, unit: str = "",
           n_predict: int = 24, log_file: str = "") -> Health:
     """edgekit's health check, run on the board (edgekit/agent/health.py): /health answers, then one greedy
     completion through ``spec.engine``'s API shows tokens (and drafts, when ``spec.drafter``), a CUDA build's
     server log (``log_file``) shows whether it used the GPU, as ``spec.gpu`` demands, and a release with an
     mmproj answers each of ``spec.media`` too. ``unit``: the unit serving it, so a server that died fails fast."""
-    from edgekit.engines import get_engine
-
-    args = board_health.command_args(
-        spec.port, drafter=spec.drafter, timeout=timeout, n_predict=n_predict, prompt=HEALTH_PROMPT, unit=unit,
-        api=get_engine(spec.engine).health_api, model=spec.model, gpu=spec.gpu, log=log_file, chat=spec.chat,
-        media=list(spec.media))
+    args = board_health.command_args(spec.port, unit=unit, log=log_file, **check_settings(spec, timeout, n_predict))
     # Its own timeouts end it; this one only guards against a board that stops answering altogether.
     res = runner.run(["python3", "-c", health_program(), *args], check=False,
                      timeout=timeout * (2 + len(spec.media)) + 60)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from edgekit.agent.health import command_args
+from edgekit.agent.health import check_options, command_args
 from edgekit.release.units import CANDIDATE_LOG_NAME, LOG_NAME, activation_program
 
 PASSED = "'{\"ok\": true,'*"  # a case pattern: the health check prints "ok" first
@@ -95,14 +95,7 @@ class Board:
         """edgekit's health check (edgekit/agent/health.py, as deploy runs it): prints the Health as JSON, exits 0.
         In the dialect of the release's engine, with its GPU policy read from the unit's own log; through its chat
         template and with an image and a second of audio where it serves an mmproj."""
-        h = self.health_settings
-        if serve.engine not in h["apis"]:  # a release of an engine this edgekit was not given (EDGEKIT_ENGINES)
-            raise ValueError(f"the release's engine {serve.engine!r} is not one this edgekit knows "
-                             f"({', '.join(h['apis'])}); register it with EDGEKIT_ENGINES")
-        args = command_args(serve.port, drafter=serve.drafter, timeout=float(h["timeout"]),
-                            n_predict=int(h["n_predict"]), prompt=str(h["prompt"]), unit=unit,
-                            api=str(h["apis"][serve.engine]), model=serve.model, gpu=serve.gpu,
-                            log=self.log(unit), chat=serve.chat, media=[k for k in serve.media.split(",") if k])
+        args = command_args(serve.port, unit=unit, log=self.log(unit), **self._check_settings(serve))
         return q(["python3", "-c", self.scripts["health"], *args])
 
     def check_current(self, serve: Serve) -> str:
@@ -124,7 +117,7 @@ class Board:
                 "--candidate-unit", cand, "--candidate-log", self.log(cand),
                 "--candidate-port", str(candidate.port if candidate else 0),
                 "--strategy", "candidate" if candidate is not None else "in-place", "--keep", str(keep),
-                *self._legacy_options(), *self._check_options(serve)]
+                *self._legacy_options(), *check_options(**self._check_settings(serve))]
         argv += ["--check-first"] if check_first else []
         return q(argv)
 
@@ -134,7 +127,7 @@ class Board:
         main = self.units["main"]
         return q([*activation_program(self.base, via), "rollback", "--base", self.base, "--release", release,
                   "--port", str(serve.port), "--unit", main, "--log", self.log(main), *self._legacy_options(),
-                  *self._check_options(serve)])
+                  *check_options(**self._check_settings(serve))])
 
     def _legacy_options(self) -> list[str]:
         """The service's older names (release.units.LEGACY_UNITS): the program removes them as it starts it, and an
@@ -142,17 +135,16 @@ class Board:
         return [*(arg for unit in self.units.get("legacy") or [] for arg in ("--legacy-unit", str(unit))),
                 *(arg for unit in self.units.get("stale") or [] for arg in ("--stale-unit", str(unit)))]
 
-    def _check_options(self, serve: Serve) -> list[str]:
-        """The health check's options the program takes (agent/health.py add_check_arguments)."""
+    def _check_settings(self, serve: Serve) -> dict[str, Any]:
+        """How the board's check asks ``serve`` (agent/health.py check_options' keywords), in its engine's dialect
+        from the plan's table."""
         h = self.health_settings
-        if serve.engine not in h["apis"]:
+        if serve.engine not in h["apis"]:  # a release of an engine this edgekit was not given (EDGEKIT_ENGINES)
             raise ValueError(f"the release's engine {serve.engine!r} is not one this edgekit knows "
                              f"({', '.join(h['apis'])}); register it with EDGEKIT_ENGINES")
-        argv = ["--timeout", str(float(h["timeout"])), "--n-predict", str(int(h["n_predict"])),
-                "--prompt", str(h["prompt"]), "--api", str(h["apis"][serve.engine]), "--gpu", serve.gpu]
-        argv += ["--model", serve.model] if serve.model else []
-        argv += ["--media", serve.media] if serve.media else []
-        return argv + (["--drafter"] if serve.drafter else []) + (["--chat"] if serve.chat else [])
+        return {"drafter": serve.drafter, "timeout": float(h["timeout"]), "n_predict": int(h["n_predict"]),
+                "prompt": str(h["prompt"]), "api": str(h["apis"][serve.engine]), "model": serve.model,
+                "gpu": serve.gpu, "chat": serve.chat, "media": [k for k in serve.media.split(",") if k]}
 
 
 STEPS = ("current", "candidate", "main")
