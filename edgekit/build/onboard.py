@@ -23,6 +23,7 @@ from edgekit.build.cuda import CudaToolkit
 from edgekit.build.package import LOG, TARBALL, collect, make_tarball, tree_digest
 from edgekit.build.plan import BuildPlan, make_plan
 from edgekit.build.source import LLAMA_CPP_SHORT
+from edgekit.build.untar import extract_all
 from edgekit.build.verify import VERSION_BINARY, verify
 from edgekit.errors import EdgekitError
 from edgekit.paths import cache_dir
@@ -183,7 +184,7 @@ def build_on_board(plan: BuildPlan, options: Any, runner: BoardRunner, staging: 
         fetched = Path(tmpdir) / "bin"
         fetched.mkdir()
         with tarfile.open(local_tar) as tf:
-            tf.extractall(fetched, filter="data")
+            extract_all(tf, fetched, "data")
         files_dir = Path(tmpdir) / "pkg"
         shipped = collect(fetched, plan.binaries, [], files_dir)
         checked = verify(files_dir, plan.target, run=False)

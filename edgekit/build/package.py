@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.build.elf import is_elf, section_bytes
+from edgekit.build.untar import extract_all
 from edgekit.errors import EdgekitError
 from edgekit.paths import cache_dir
 from edgekit.store import Artifact, sha256_file
@@ -89,7 +90,7 @@ def unpacked(artifact: Artifact) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest.parent))
     try:
         with tarfile.open(artifact.file(TARBALL)) as tf:
-            tf.extractall(tmp, filter="tar")
+            extract_all(tf, tmp, "tar")
         for entry in artifact.manifest.get("contents", []):
             if "sha256" in entry and sha256_file(tmp / entry["name"]) != entry["sha256"]:
                 raise EdgekitError(f"{entry['name']} in artifact {artifact.key[:12]} does not match its sha256.")

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from edgekit.build.downloads import pip_download
 from edgekit.build.memo import remember
+from edgekit.build.untar import extract_all
 from edgekit.errors import EdgekitError
 from edgekit.paths import cache_dir
 
@@ -158,7 +159,7 @@ def _from_tarball(tarball: Path) -> Source:
     try:
         try:
             with tarfile.open(tarball) as tf:
-                tf.extractall(tmp, filter="tar")
+                extract_all(tf, tmp, "tar")
         except (tarfile.TarError, OSError) as exc:
             raise EdgekitError(f"Cannot unpack {tarball}: {exc}.") from None
         root = find_llama_root(tmp)

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from edgekit.build.cuda import CROSS_TARGET_DIR, host_nvcc, layout_cross_toolkit, nvcc_version
+from edgekit.build.untar import extract_all
 from edgekit.errors import EdgekitError
 from edgekit.paths import cache_dir
 from edgekit.remote.runner import LocalRunner, SshRunner
@@ -62,7 +63,7 @@ def _stream_tar(runner: SshRunner | LocalRunner, dest: Path) -> None:
         assert proc.stdout is not None
         try:
             with tarfile.open(fileobj=proc.stdout, mode="r|") as tf:
-                tf.extractall(dest, filter="tar")
+                extract_all(tf, dest, "tar")
         except tarfile.ReadError:
             pass  # no tar at all: the script failed; its exit status says why
         err = proc.stderr.read().decode() if proc.stderr else ""
@@ -72,7 +73,7 @@ def _stream_tar(runner: SshRunner | LocalRunner, dest: Path) -> None:
         chan.exec_command(shlex.join(argv))
         try:
             with tarfile.open(fileobj=chan.makefile("rb"), mode="r|") as tf:
-                tf.extractall(dest, filter="tar")
+                extract_all(tf, dest, "tar")
         except tarfile.ReadError:
             pass  # no tar at all: the script failed; its exit status says why
         code = chan.recv_exit_status()
