@@ -15,12 +15,13 @@ import numpy as np
 import psutil
 import pytest
 
+from edgekit.bench import engines as bench_engines
 from edgekit.bench import orchestrate, plots, report, results, roofline, stats, workloads
 from edgekit.bench.benchunit import ServiceState
 from edgekit.bench.jobs import Job, JobFailed
 from edgekit.bench.plan import Overrides, make_plan
 from edgekit.bench.power import PowerLog, TotalRail, total_rail, window_power
-from edgekit.bench.session import Phase, Run
+from edgekit.bench.session import BoardRelease, Phase, Run
 from edgekit.bench.workloads import Point
 from edgekit.config.boardfile import Board
 from edgekit.config.profiles import get_profile
@@ -72,6 +73,26 @@ def test_bench_server_gets_port_slots_and_enough_context() -> None:
         "drafter", True, "baseline", False)
     assert drafter.settings["draft_n_max"] == 3 and baseline.settings["spec_type"] == "none"
     assert [c.name for c in serverconf.pair(baseline.args, 9001, None, None)] == ["baseline"]
+
+
+def test_bench_servers_get_the_environment_the_release_serves_with() -> None:
+    # A recipe's runtime.env (an engine switch, a guard's setting) is part of how the release serves: the
+    # bench measures that server, for every engine, tune points included.
+    board = Board(host="127.0.0.1", user="u", profile="orin-agx-64gb", sim=True)
+    env = {"GGML_CUDA_FORCE_MMQ": "1"}
+    llama = BoardRelease("llama.cpp", "r1", "/b/releases/r1",
+                         {"release": "r1", "recipe": "x", "server_args": RELEASE_ARGS, "runtime": {"env": env}})
+    drafter, baseline = bench_engines.configs(llama, board, 9001, 2, 64)
+    assert drafter.env == env and baseline.env == env
+    assert bench_engines.tune_point(llama, drafter, 2, None).env == env
+    args = ["--model", "$RELEASE/models/target", "--port", "8080", "--speculative-config", '{"method":"mtp"}']
+    vllm = BoardRelease("vllm", "r2", "/b/releases/r2", {"release": "r2", "recipe": "x", "server_args": args,
+                                                     "runtime": {"env": env}})
+    assert all(c.env["GGML_CUDA_FORCE_MMQ"] == "1" and c.env["VLLM_NO_USAGE_STATS"] == "1"
+               for c in bench_engines.configs(vllm, board, 9001, 2, 64))
+    plain = BoardRelease("llama.cpp", "r0", "/b/releases/r0",  # a release from before runtime.env
+                         {"release": "r0", "recipe": "x", "server_args": RELEASE_ARGS})
+    assert all(c.env == {} for c in bench_engines.configs(plain, board, 9001, 2, 64))
 
 
 # ------------------------------------------------------------------------------------------ power

@@ -97,13 +97,16 @@ def test_speculative_text_equals_transformers_greedy_text(bundle: tuple[ConvertR
         assert len(reference) > 10 and fast.text.startswith(reference), (fast.text, reference)
 
 
-def test_a_bundle_without_a_drafter_is_refused_for_speculative_decoding(tmp_path: Path) -> None:
+def test_a_bundle_without_a_drafter_is_refused_for_speculative_decoding(
+        tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     base = legacy_recipe()
     recipe = base.model_copy(update={
+        "target": base.target.model_copy(update={"synthetic": "tiny-gemma4"}),
         "drafter": None, "runtime": base.runtime.model_copy(update={"spec_type": "none"}),
         "convert": base.convert.model_copy(update={"gguf": False, "litert": True, "litert_quant": "none",
                                                    "litert_prefill_lengths": [8], "litert_cache_length": 64})})
-    result = convert_recipe(recipe, Store(tmp_path / "store"))
+    # test_convert_litert's target-only bundle (same model, same settings, same store): exported once per run.
+    result = convert_recipe(recipe, Store(tmp_path_factory.getbasetemp() / "edgekit-store"))
     (entry,) = result.litert
     assert entry["role"] == "target" and "tf_lite_mtp_drafter" not in entry["model_types"]
     with pytest.raises(EdgekitError, match=r"could not run|without its MTP drafter"):

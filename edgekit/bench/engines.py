@@ -12,13 +12,16 @@ from edgekit.bench.session import BoardRelease
 from edgekit.config.boardfile import Board
 from edgekit.engines import get_engine
 from edgekit.engines.benchconf import ServerConfig
+from edgekit.release.manifest import ReleaseManifest
 
 
 def configs(rel: BoardRelease, board: Board, port: int, parallel: int | None,
             slot_ctx: int | None) -> list[ServerConfig]:
     """[drafter, baseline] of ``rel`` on the bench port (only the baseline when it does not draft)."""
     out = get_engine(rel.engine).bench_configs(rel.manifest, rel.dir, board, port, parallel, slot_ctx)
+    served_env = ReleaseManifest.of(rel.manifest).server_env
     for c in out:
+        c.env = {**c.env, **served_env}  # the server measured as it is served (a recipe's runtime.env)
         c.release_dir = rel.dir
         c.settings["engine"] = rel.engine
         c.media = list(rel.manifest.get("media") or [])  # the release serves an mmproj (llama.cpp)

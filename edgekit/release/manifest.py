@@ -56,6 +56,12 @@ class ReleaseManifest(BaseModel):
     media: list[str] = Field(default_factory=list)
     chat: bool = False
     server_args: list[str] | None = None
+    runtime: dict[str, Any] = Field(default_factory=dict)  # the recipe's runtime as served (after any guards)
+
+    @property
+    def server_env(self) -> dict[str, str]:
+        """The environment the release's units give its server (the recipe's ``runtime.env``)."""
+        return {str(k): str(v) for k, v in (self.runtime.get("env") or {}).items()}
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> ReleaseManifest:
