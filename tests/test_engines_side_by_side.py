@@ -44,10 +44,11 @@ def test_three_engines_deploy_bench_side_by_side_and_tune(sim_session, env, tmp_
     exec_start = next(x for x in (lit / "edgekit-serve.service").read_text().splitlines() if x.startswith("ExecStart="))
     assert f"{lit}/agent/litert_server.py" in exec_start and "--speculative" in exec_start
 
-    # One run, one file: every engine with and without its drafter, alternated, same points and power.
+    # One run, one file: every engine with and without its drafter, alternated, same points and power (one
+    # repetition: repetitions and their intervals are test_bench_sim's and test_engine_vllm's).
     out = tmp_path / "bench"
     doc = ok_json(edgekit(env, "--json", "bench", "--board", board.name, "--recipe", RECIPES["vllm"], "--quick",
-                          "--engines", ",".join(ENGINES), "--out", str(out)))
+                          "--engines", ",".join(ENGINES), "--repetitions", "1", "--out", str(out)))
     results.validate(doc)
     assert doc["backend"] == "engines" and [e["engine"] for e in doc["engines"]] == list(ENGINES)
     assert [e["release"] for e in doc["engines"]] == [deployed[e] for e in ENGINES]
