@@ -53,6 +53,12 @@ def test_shipped_recipes_validate() -> None:
     assert load_recipe("sim-gemma3-270m").target.package
 
 
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "localhost", "::1", "[::1]"])
+def test_the_board_s_loopback_is_served_and_is_every_shipped_recipe_s(tmp_path: Path, host: str) -> None:
+    assert load_recipe(str(write(tmp_path, "lo.yaml", GOOD + f"  host: '{host}'\n"))).runtime.host == host
+    assert {load_recipe(r.name).runtime.host for r in list_recipes()} == {"127.0.0.1"}
+
+
 def test_recipe_search_path_and_shadowing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An explicit path, then ./recipes, then the user's config dir, then the built-ins; the first wins and
     says what it shadows."""
@@ -112,6 +118,10 @@ runtime:
         (GOOD.replace("spec_type: draft-mtp", "spec_type: none"), "does not use one"),
         (GOOD.replace("drafter:\n  synthetic: tiny-gemma4-assistant\n", ""), "needs a drafter"),
         ("- just\n- a list\n", "must be a YAML mapping"),
+        (GOOD + "  host: 0.0.0.0\n", r"line 9: field 'runtime.host': 0.0.0.0 would serve the model to every machine "
+                                    r"that reaches the board, with no key; edgekit serves on the board's loopback"),
+        (GOOD + "  host: 192.168.1.20\n", r"field 'runtime.host': 192.168.1.20 would serve the model"),
+        (GOOD + "  host: orin-1.lab\n", r"field 'runtime.host': orin-1.lab would serve the model"),
     ],
 )
 def test_bad_recipes_name_file_line_and_field(tmp_path: Path, body: str, expected: str) -> None:

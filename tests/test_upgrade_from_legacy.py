@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from build_helpers import sdist_or_skip
-from test_deploy import complete, deploy, edgekit, status
+from test_deploy import complete, deploy, edgekit, recipe_variant, status
 
 REPO = Path(__file__).resolve().parents[1]
 LEGACY_REF = "491d7d5"  # the last commit whose service was edgekit-llama.service
@@ -87,3 +88,47 @@ def test_a_board_the_previous_edgekit_deployed_is_upgraded_and_rolls_back(boards
     # And forward again, as any deploy.
     again = deploy(board.name, "sim-tiny-mtp")
     assert again["changed"] and again["release"] == new["release"] and again["previous"] == old["release"]
+
+
+def _answers(host: str, port: int) -> bool:
+    """Does anything accept a connection on host:port (127.0.0.2 stands for another machine on the network)?"""
+    try:
+        with socket.create_connection((host, port), timeout=5):
+            return True
+    except OSError:
+        return False
+
+
+def test_a_board_the_previous_edgekit_left_open_to_the_network_is_moved_to_loopback(boards, tmp_path: Path) -> None:
+    (board,) = boards(1, fresh=True)
+    open_recipe = recipe_variant(tmp_path, "sim-tiny-mtp", "sim-tiny-mtp-open", host="0.0.0.0")
+    old = _legacy_deploy(_legacy_tree(tmp_path), board.name, str(open_recipe))
+    assert old["health"]["ok"] and _answers("127.0.0.2", board.service_port)  # anyone on the network, no key
+
+    # Today's edgekit refuses that recipe in one sentence, before anything is sent: the board is as it was.
+    releases = sorted(p.name for p in (board.base / "releases").iterdir())
+    res = edgekit("deploy", "--board", board.name, "--recipe", str(open_recipe))
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert "0.0.0.0 would serve the model to every machine that reaches the board, with no key" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert sorted(p.name for p in (board.base / "releases").iterdir()) == releases
+    assert status(board.name)["current"] == old["release"] and _answers("127.0.0.2", board.service_port)
+
+    # The built-in recipe serves on the board's loopback; the deploy that moves the board there says so.
+    new = deploy(board.name, "sim-tiny-mtp")
+    assert new["changed"] and new["previous"] == old["release"] and new["health"]["ok"]
+    (note,) = new["notes"]
+    assert f"({old['release']}) served on 0.0.0.0 with no key" in note and "loopback only (127.0.0.1)" in note
+    assert not _answers("127.0.0.2", board.service_port) and complete(board.service_port)["content"] is not None
+    again = deploy(board.name, "sim-tiny-mtp")
+    assert not again["changed"] and again["notes"] == []
+
+    # Rolling back to the old release brings its address back: the rollback warns of it.
+    res = edgekit("--json", "rollback", "--board", board.name)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (warning,) = json.loads(res.stdout)["notes"]
+    assert f"Release {old['release']} serves on 0.0.0.0 with no key" in warning
+    assert _answers("127.0.0.2", board.service_port)
+    res = edgekit("--json", "rollback", "--board", board.name, "--to", new["release"])
+    assert res.returncode == 0 and json.loads(res.stdout)["notes"] == [], res.stderr[-2000:]
+    assert not _answers("127.0.0.2", board.service_port)

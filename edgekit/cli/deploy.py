@@ -9,6 +9,7 @@ from edgekit.cli import board_option, json_option
 from edgekit.cli.app import App
 from edgekit.config.recipes import load_recipe
 from edgekit.deploy import activate as act
+from edgekit.deploy import exposure
 from edgekit.deploy.activate import HealthCheckFailed
 from edgekit.deploy.health import check_release
 from edgekit.errors import EdgekitError
@@ -73,9 +74,10 @@ def rollback(app: App, board_name: str, to_release: str | None) -> None:
             result = act.rollback(runner, facts.base, need_sudo=facts.sudo != "root", to=to_release)
         except HealthCheckFailed as exc:
             _fail_with_logs(app, exc)
-    data = {"board": board_name, **result.to_dict()}
-    app.emit(data, lambda: app.out.print(f"{board_name}: rolled back to {result.release_id} "
-                                         f"(was {result.previous}); healthy"))
+        notes = exposure.after_rollback(runner, facts.base, result.release_id)
+    data = {"board": board_name, **result.to_dict(), "notes": notes}
+    app.emit(data, lambda: app.out.print("\n".join([f"{board_name}: rolled back to {result.release_id} "
+                                                    f"(was {result.previous}); healthy", *notes])))
 
 
 @click.command()

@@ -12,6 +12,7 @@ from edgekit.config.align_spec import AlignSpec
 from edgekit.config.engine_table import engine_names
 from edgekit.config.names import check_name
 from edgekit.config.recipe_lookup import find_recipe
+from edgekit.config.serve_address import LOOPBACK_HOST, is_loopback, network_bind_refusal
 from edgekit.config.synthetic import SYNTHETIC_MODELS
 from edgekit.config.yamlfile import load_model
 
@@ -148,12 +149,19 @@ class Runtime(BaseModel):
     n_gpu_layers_draft: int = Field(99, ge=0)
     parallel: int = Field(1, ge=1, le=256)
     threads: int | None = Field(None, ge=1, le=1024)
-    host: str = "127.0.0.1"
+    host: str = LOOPBACK_HOST  # the board's loopback: see edgekit.config.serve_address
     port: int = Field(8080, ge=1, le=65535)
     flash_attn: Literal["auto", "on", "off"] = "auto"  # llama-server's -fa; "auto" passes no flag
     env: dict[str, str] = Field(default_factory=dict)  # the service unit's environment
     allow_quirks: list[str] = Field(default_factory=list)  # guards (edgekit.engines.llamacpp_quirks) not to apply
     extra_args: list[str] = Field(default_factory=list)
+
+    @field_validator("host")
+    @classmethod
+    def _loopback(cls, v: str) -> str:
+        if not is_loopback(v):
+            raise ValueError(network_bind_refusal(v))
+        return v
 
     @field_validator("env")
     @classmethod

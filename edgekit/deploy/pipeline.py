@@ -16,6 +16,7 @@ from rich.console import Console
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
 from edgekit.deploy import activate as act
+from edgekit.deploy import exposure
 from edgekit.errors import EdgekitError
 from edgekit.release.plan import ReleasePlan
 from edgekit.remote import releases
@@ -56,6 +57,7 @@ class DeployReport:
     previous: str | None = None
     strategy: str = ""
     stages: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what changed on the board besides the release
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -68,8 +70,9 @@ class DeployReport:
         gpu = f"; GPU {h['gpu']}" if h.get("gpu") else ""
         media = "".join(f"; {kind} answered, TTFT {m['ttft_ms']:.0f} ms" for kind, m in (h.get("media") or {}).items()
                         if m.get("ok") and m.get("ttft_ms") is not None)
-        return (f"{self.board}: {self.release} {what} — {tps}{acc}{gpu}{media}; sent {self.bytes_sent / 1e6:.1f} MB "
-                f"({self.blobs_sent} blobs, {self.blobs_skipped} already there) in {self.seconds:.1f} s")
+        return "\n".join([
+            f"{self.board}: {self.release} {what} — {tps}{acc}{gpu}{media}; sent {self.bytes_sent / 1e6:.1f} MB "
+            f"({self.blobs_sent} blobs, {self.blobs_skipped} already there) in {self.seconds:.1f} s", *self.notes])
 
 
 def push_local(base: str, blobs: list) -> PushReport:
@@ -196,11 +199,14 @@ def deploy(name: str, board: Board, recipe: Recipe, options: DeployOptions, cons
                                           options.health_timeout_s)
         activation = act.activate(done.runner, facts.base, spec, need_sudo=facts.sudo != "root", on_step=say)
         stages["activate"] = time.monotonic() - t
+        notes = exposure.after_deploy(done.runner, facts.base, activation.previous) if activation.changed else []
+        for note in notes:
+            say(note)
     report = done.report
     return DeployReport(
         board=name, recipe=recipe.name, release=plan.release_id, changed=activation.changed,
         bytes_sent=report.sent_bytes, blobs_sent=report.sent_blobs, blobs_skipped=report.skipped_blobs,
         seconds=round(time.monotonic() - start, 2), health=activation.health.to_dict(),
         build=done.made.build, previous=activation.previous, strategy=activation.strategy,
-        stages={k: round(v, 2) for k, v in stages.items()},
+        stages={k: round(v, 2) for k, v in stages.items()}, notes=notes,
     )

@@ -59,6 +59,14 @@ class ReleaseManifest(BaseModel):
     runtime: dict[str, Any] = Field(default_factory=dict)  # the recipe's runtime as served (after any guards)
 
     @property
+    def served_host(self) -> str | None:
+        """The address its server listens on (the runtime's host, else ``--host`` in its arguments)."""
+        if self.runtime.get("host"):
+            return str(self.runtime["host"])
+        args = self.server_args or []
+        return args[args.index("--host") + 1] if "--host" in args[:-1] else None
+
+    @property
     def server_env(self) -> dict[str, str]:
         """The environment the release's units give its server (the recipe's ``runtime.env``)."""
         return {str(k): str(v) for k, v in (self.runtime.get("env") or {}).items()}
