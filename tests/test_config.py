@@ -119,7 +119,8 @@ runtime:
         (GOOD.replace("drafter:\n  synthetic: tiny-gemma4-assistant\n", ""), "needs a drafter"),
         ("- just\n- a list\n", "must be a YAML mapping"),
         (GOOD + "  host: 0.0.0.0\n", r"line 9: field 'runtime.host': 0.0.0.0 would serve the model to every machine "
-                                    r"that reaches the board, with no key; edgekit serves on the board's loopback"),
+                                    r"that reaches the board, with no key: add runtime.auth: key .*, or serve on the "
+                                    r"board's loopback"),
         (GOOD + "  host: 192.168.1.20\n", r"field 'runtime.host': 192.168.1.20 would serve the model"),
         (GOOD + "  host: orin-1.lab\n", r"field 'runtime.host': orin-1.lab would serve the model"),
     ],

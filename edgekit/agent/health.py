@@ -160,8 +160,10 @@ class Server:
     """HTTP/1.1 to 127.0.0.1:port over a plain socket, one request a connection: http.client's imports
     (email, ssl) cost the board ~25 ms of CPU per check, more than the check's own work on a small model."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, key_file: str = "") -> None:
         self.port = port
+        # The board's API key (runtime.auth: key), read from its file: it never passes through argv.
+        self.auth = f"Authorization: Bearer {read_key(key_file)}\r\n" if key_file else ""
 
     def request(self, method: str, path: str, payload: dict[str, Any] | None, wait: float) -> tuple[int, bytes]:
         body = json.dumps(payload).encode() if payload is not None else b""
@@ -170,7 +172,7 @@ class Server:
         except OSError as exc:
             raise ConnectionError(f"nothing answers on the board's port {self.port} ({exc})") from None
         head = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
+                f"Content-Length: {len(body)}\r\n{self.auth}Connection: close\r\n\r\n")
         data = []
         try:
             sock.sendall(head.encode("ascii") + body)
@@ -216,6 +218,16 @@ class Server:
         status, body = self.request(method, path, payload, wait)
         data = json.loads(body.decode() or "null") if status == 200 else None
         return status, data or {}, body
+
+
+def read_key(path: str) -> str:
+    with open(path) as fh:
+        return fh.read().strip()
+
+
+def server_of(args: argparse.Namespace, port: int | None = None) -> Server:
+    """The server a check asks (``args.port`` unless ``port``), with the key file the options name."""
+    return Server(args.port if port is None else port, getattr(args, "api_key_file", "") or "")
 
 
 def spec_counters(server: Server) -> dict[str, float]:
@@ -352,7 +364,10 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _check(args: argparse.Namespace) -> dict[str, Any]:
-    server = Server(args.port)
+    try:
+        server = server_of(args)
+    except OSError as exc:
+        return unhealthy(f"cannot read the API key file {args.api_key_file}: {exc.strerror}", args.chat)
     ready, why = wait_ready(server, args.timeout, args.unit)
     out = unhealthy(why, args.chat)
     out["seconds_to_ready"] = ready
@@ -391,11 +406,11 @@ def command_args(port: int, *, unit: str, log: str, **check: Any) -> list[str]:
 
 
 def check_options(*, drafter: bool, timeout: float, n_predict: int, prompt: str, api: str, model: str, gpu: str,
-                  chat: bool, media: list[str]) -> list[str]:
+                  chat: bool, media: list[str], key_file: str = "") -> list[str]:
     """The check's options other than where (add_check_arguments): the activation program takes these too."""
     argv = ["--timeout", f"{timeout:g}", "--n-predict", str(n_predict), "--prompt", prompt, "--api", api,
             "--gpu", gpu]
-    for flag, value in (("--model", model), ("--media", ",".join(media))):
+    for flag, value in (("--model", model), ("--media", ",".join(media)), ("--api-key-file", key_file)):
         if value:
             argv += [flag, value]
     return argv + (["--drafter"] if drafter else []) + (["--chat"] if chat else [])
@@ -413,6 +428,7 @@ def add_check_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chat", action="store_true")
     p.add_argument("--media", type=lambda s: [k for k in s.split(",") if k], default=[],
                    help="comma-separated kinds its mmproj takes: image, audio")
+    p.add_argument("--api-key-file", default="", help="the file holding the server's API key (runtime.auth: key)")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

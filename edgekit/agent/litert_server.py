@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hmac
 import json
 import os
 import signal
@@ -128,9 +129,18 @@ class Model:
                 "stop_type": "limit" if tokens >= n_predict else "eos"}
 
 
-def handler_for(model: Model):
+def handler_for(model: Model, key: str = ""):
+    """``key``: every request but /health must carry ``Authorization: Bearer <key>`` (as llama-server asks)."""
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+
+        def _refused(self) -> bool:
+            given = (self.headers.get("Authorization") or "").partition("Bearer ")[2].strip()
+            if not key or self.path == "/health" or hmac.compare_digest(given.encode(), key.encode()):
+                return False
+            self.close_connection = True  # its body is not read
+            self._json(401, {"error": "invalid API key"})
+            return True
 
         def log_message(self, fmt, *args) -> None:  # quiet: the bench reads this log for errors only
             pass
@@ -148,6 +158,8 @@ def handler_for(model: Model):
             return json.loads(self.rfile.read(n).decode("utf-8") or "{}") if n else {}
 
         def do_GET(self) -> None:
+            if self._refused():
+                return
             if self.path == "/health":
                 self._json(200, {"status": "ok"})
             elif self.path == "/props":
@@ -157,6 +169,8 @@ def handler_for(model: Model):
                 self._json(404, {"error": "not found"})
 
         def do_POST(self) -> None:
+            if self._refused():
+                return
             try:
                 body = self._body()
             except ValueError:
@@ -227,10 +241,15 @@ def main(argv=None) -> None:
     p.add_argument("--ctx", type=int, default=4096, help="the bundle's KV cache length (reported in /props)")
     p.add_argument("--cache-dir", default="/tmp/edgekit-litert-cache")
     p.add_argument("--accelerator", choices=("cpu", "gpu"), default="cpu", help="LiteRT-LM's backend")
+    p.add_argument("--api-key-file", default="", help="the file holding the key every request but /health needs")
     args = p.parse_args(argv)
+    key = ""
+    if args.api_key_file:
+        with open(args.api_key_file) as fh:
+            key = fh.read().strip()
     os.makedirs(args.cache_dir, exist_ok=True)  # LiteRT-LM refuses a cache dir that does not exist
     model = Model(args.model, args.speculative, args.draft_steps, args.cache_dir, args.ctx, args.accelerator)
-    server = ThreadingHTTPServer((args.host, args.port), handler_for(model))
+    server = ThreadingHTTPServer((args.host, args.port), handler_for(model, key))
     server.daemon_threads = True
     # systemd stops with SIGTERM: close the engine so LiteRT-LM logs the drafter's success rate.
     signal.signal(signal.SIGTERM, lambda *_a: threading.Thread(target=server.shutdown, daemon=True).start())

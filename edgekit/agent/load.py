@@ -37,7 +37,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from .health import SPEC_COUNTER
+from .health import SPEC_COUNTER, read_key
 
 _FINAL = re.compile(rb'"stop":\s*true|"error"')  # the last chunk (or an error): only these are parsed
 
@@ -49,8 +49,11 @@ class LoadError(ValueError):
 class Server:
     """llama-server on this board (127.0.0.1 by default)."""
 
-    def __init__(self, host: str, port: int, timeout: float) -> None:
+    def __init__(self, host: str, port: int, timeout: float, key_file: str = "") -> None:
         self.host, self.port, self.timeout = host, port, timeout
+        self.headers = {"Content-Type": "application/json"}
+        if key_file:  # runtime.auth: key: the key is read from its file, never passed in argv
+            self.headers["Authorization"] = f"Bearer {read_key(key_file)}"
 
     def connect(self) -> http.client.HTTPConnection:
         return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
@@ -59,7 +62,7 @@ class Server:
         conn = self.connect()
         try:
             body = json.dumps(payload).encode() if payload is not None else None
-            conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+            conn.request(method, path, body=body, headers=self.headers)
             resp = conn.getresponse()
             raw = resp.read()
         except OSError as exc:
@@ -103,8 +106,8 @@ class OpenAIServer(Server):
 
     api = "openai"
 
-    def __init__(self, host: str, port: int, timeout: float, model: str) -> None:
-        super().__init__(host, port, timeout)
+    def __init__(self, host: str, port: int, timeout: float, model: str, key_file: str = "") -> None:
+        super().__init__(host, port, timeout, key_file)
         self.model = model
 
     def tokenize(self, text: str, special: bool) -> list[int]:
@@ -138,7 +141,7 @@ class OpenAIServer(Server):
     def spec_counters(self) -> dict[str, int]:
         conn = self.connect()
         try:
-            conn.request("GET", "/metrics")
+            conn.request("GET", "/metrics", headers=self.headers)
             text = conn.getresponse().read().decode("utf-8", "replace")
         except OSError as exc:
             raise LoadError(f"vLLM on port {self.port} does not answer /metrics ({exc})") from None
@@ -282,7 +285,7 @@ class Load:
         rec["start"] = round(t0, 6)
         first = final = None
         try:
-            conn.request("POST", path, body=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+            conn.request("POST", path, body=json.dumps(payload).encode(), headers=self.server.headers)
             resp = conn.getresponse()
             if resp.status != 200:
                 rec["error"] = f"HTTP {resp.status}: {resp.read()[:200].decode('utf-8', 'replace')}"
@@ -374,8 +377,11 @@ def cmd_load(args: argparse.Namespace) -> int:
         raise LoadError("--concurrency, --requests and --n-gen must be at least 1, --warmup at least 0")
     if args.api == "openai" and not args.model:
         raise LoadError("--api openai needs --model (the name the server serves the model under)")
-    server = (OpenAIServer(args.host, args.port, args.timeout, args.model) if args.api == "openai"
-              else Server(args.host, args.port, args.timeout))
+    try:
+        server = (OpenAIServer(args.host, args.port, args.timeout, args.model, args.api_key_file)
+                  if args.api == "openai" else Server(args.host, args.port, args.timeout, args.api_key_file))
+    except OSError as exc:
+        raise LoadError(f"cannot read the API key file {args.api_key_file}: {exc.strerror}") from None
     order, prompts, context = load_prompts(args.prompts)
     n_ctx = server.slot_ctx()
     if n_ctx and args.context_length and args.context_length + args.n_gen > n_ctx:
@@ -456,4 +462,5 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--api", choices=("llama", "openai"), default="llama",
                    help="the server's dialect: llama-server's, or vLLM's OpenAI API")
     p.add_argument("--model", default=None, help="--api openai: the served model name")
+    p.add_argument("--api-key-file", default="", help="the file holding the server's API key (runtime.auth: key)")
     p.set_defaults(fn=cmd_load)

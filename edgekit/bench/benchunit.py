@@ -112,7 +112,7 @@ class Board:
 
     def start_server(self, argv: list[str], port: int, description: str, timeout: float,
                      exe: list[str] | None = None, env: dict[str, str] | None = None,
-                     release_dir: str | None = None) -> float:
+                     release_dir: str | None = None, env_file: str = "") -> float:
         """(Re)start the bench unit with ``argv`` (relative to the release dir); seconds until ready.
 
         ``exe``: the server command (default: the release's llama-server), e.g. the LiteRT-LM front.
@@ -121,7 +121,8 @@ class Board:
         unit_file = f"{self.work}/{BENCH_UNIT}"
         rdir = release_dir or self.release_dir
         command = exe or [f"{rdir}/bin/llama-server"]
-        text = render_unit(rdir, [*command, *argv], self.log, description, environment=env)
+        text = render_unit(rdir, [*command, *argv], self.log, description, environment=env,
+                           environment_file=env_file or None)
         boardfs.put_text(self.runner, unit_file, text)
         self.bench_installed = True
         self._sh(_START_UNIT, unit_file, BENCH_UNIT)

@@ -19,9 +19,10 @@ def configs(rel: BoardRelease, board: Board, port: int, parallel: int | None,
             slot_ctx: int | None) -> list[ServerConfig]:
     """[drafter, baseline] of ``rel`` on the bench port (only the baseline when it does not draft)."""
     out = get_engine(rel.engine).bench_configs(rel.manifest, rel.dir, board, port, parallel, slot_ctx)
-    served_env = ReleaseManifest.of(rel.manifest).server_env
+    served = ReleaseManifest.of(rel.manifest)
     for c in out:
-        c.env = {**c.env, **served_env}  # the server measured as it is served (a recipe's runtime.env)
+        c.env = {**c.env, **served.server_env}  # the server measured as it is served (a recipe's runtime.env)
+        c.key_file, c.env_file = served.api_key_file or "", served.api_env_file or ""  # and with its key
         c.release_dir = rel.dir
         c.settings["engine"] = rel.engine
         c.media = list(rel.manifest.get("media") or [])  # the release serves an mmproj (llama.cpp)

@@ -316,7 +316,7 @@ class Session:
             for cfg, points in matrix:
                 ready: float | None = self.svc.start_server(cfg.args, self.bench_port, f"edgekit bench: {cfg.name}",
                                                             self.opts.server_timeout_s, cfg.exe, cfg.env,
-                                                            cfg.release_dir)
+                                                            cfg.release_dir, cfg.env_file)
                 self.say(f"server {cfg.name} ready in {ready:.1f} s (repetition {rep + 1}/{reps})")
                 for point in points:
                     runs.append(self._run(len(runs), cfg, point, rep, n_gen, warmup, requests(point), ignore_eos,
@@ -330,10 +330,12 @@ class Session:
 
     def _probe_media(self, cfg: ServerConfig, rep: int, n_gen: int) -> None:
         """A warm server with an mmproj: one image and one second of audio, each through /v1/chat/completions."""
+        from edgekit.config.api_keys import read_key
         from edgekit.deploy.health import media_completion
 
+        key = read_key(self.name) if cfg.key_file else None
         for kind in cfg.media:
-            out = media_completion(self.runner, self.bench_port, kind, n_gen, self.opts.run_timeout_s)
+            out = media_completion(self.runner, self.bench_port, kind, n_gen, self.opts.run_timeout_s, key)
             self.media_runs.append({"config": cfg.name, "rep": rep, "kind": kind, **out})
             if not out["ok"]:
                 self.say(f"warning: {cfg.name}: {out['reason']}")
@@ -345,7 +347,7 @@ class Session:
         out_file = f"{self.work}/load-{k}.json"
         argv = workloads.load_argv(PYTHON, self.agent, self.bench_port, self.prompts, point, n_requests, n_gen,
                                    warmup, rep, ignore_eos, out_file, label, cfg.api, cfg.model,
-                                   self.opts.raw_prompts)
+                                   self.opts.raw_prompts, cfg.key_file)
         job = self._job(f"load-{k}", argv, "the load")
         rc = job.wait(self.opts.run_timeout_s, collect=out_file)
         raw = job.collected.strip()

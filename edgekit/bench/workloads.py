@@ -37,7 +37,7 @@ def requests_per_run(concurrency: int, categories: int, rounds: int = 1) -> int:
 
 def load_argv(python: str, agent: str, port: int, prompts: str, point: Point, requests: int, n_gen: int,
               warmup: int, offset: int, ignore_eos: bool, out: str, label: str, api: str = "llama",
-              model: str = "", raw: bool = False) -> list[str]:
+              model: str = "", raw: bool = False, key_file: str = "") -> list[str]:
     argv = [python, agent, "load", "--port", str(port), "--prompts", prompts, "--concurrency",
             str(point.concurrency), "--requests", str(requests), "--n-gen", str(n_gen), "--warmup", str(warmup),
             "--offset", str(offset), "--out", out, "--label", label]
@@ -49,6 +49,8 @@ def load_argv(python: str, agent: str, port: int, prompts: str, point: Point, re
         argv.append("--ignore-eos")
     if raw:
         argv.append("--raw")
+    if key_file:
+        argv += ["--api-key-file", key_file]
     return argv
 
 

@@ -83,3 +83,29 @@ def trust(app: App, board_name: str, yes: bool, fingerprint: str | None, replace
          "known_hosts": str(known_hosts)},
         lambda: app.out.print(f"{board_name}: {fp} {status.replace('-', ' ')} in {known_hosts}"),
     )
+
+
+@board.group()
+def key() -> None:
+    """The API key of a board whose recipe asks for one (runtime.auth: key)."""
+
+
+@key.command()
+@board_option
+@click.option("--wait", "wait_s", type=int, default=0, show_default=True,
+              help="Seconds to wait for another deploy's lock on the board.")
+@json_option
+@click.pass_obj
+def rotate(app: App, board_name: str, wait_s: int) -> None:
+    """Replace the board's key: the server restarts on the new one, the old one is refused after."""
+    from edgekit.deploy.api_key import rotate as rotate_key
+    from edgekit.remote.lock import BoardLock
+
+    entry = app.board(board_name)
+    with runner_for(entry, board_name) as runner:
+        facts = probe_board(runner, entry.base)
+        with BoardLock(runner, facts.base, wait_s):
+            done = rotate_key(runner, facts.base, board_name, need_sudo=facts.sudo != "root")
+    app.emit(done.to_dict(), lambda: app.out.print(
+        f"{board_name}: new key in {done.key_file}; release {done.release} served again after "
+        f"{done.seconds_unserved:.1f} s; the old key is refused"))

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from edgekit.config.align_spec import AlignSpec
 from edgekit.config.engine_table import engine_names
@@ -149,7 +149,11 @@ class Runtime(BaseModel):
     n_gpu_layers_draft: int = Field(99, ge=0)
     parallel: int = Field(1, ge=1, le=256)
     threads: int | None = Field(None, ge=1, le=1024)
+    # "key": every request but /health needs the board's API key (edgekit.config.api_keys); required for a
+    # host other machines reach, allowed on loopback too (other users of the board). Before host: its check reads it.
+    auth: Literal["none", "key"] = "none"
     host: str = LOOPBACK_HOST  # the board's loopback: see edgekit.config.serve_address
+    slots: bool = False  # llama-server's /slots (each slot's prompt and settings): off unless asked for
     port: int = Field(8080, ge=1, le=65535)
     flash_attn: Literal["auto", "on", "off"] = "auto"  # llama-server's -fa; "auto" passes no flag
     env: dict[str, str] = Field(default_factory=dict)  # the service unit's environment
@@ -158,8 +162,8 @@ class Runtime(BaseModel):
 
     @field_validator("host")
     @classmethod
-    def _loopback(cls, v: str) -> str:
-        if not is_loopback(v):
+    def _network_needs_key(cls, v: str, info: ValidationInfo) -> str:
+        if not is_loopback(v) and info.data.get("auth") != "key":
             raise ValueError(network_bind_refusal(v))
         return v
 

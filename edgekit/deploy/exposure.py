@@ -15,19 +15,22 @@ Runner = SshRunner | LocalRunner
 
 
 def open_address(runner: Runner, base: str, release_id: str) -> str | None:
-    """The network address ``release_id`` serves on with no key, or None (loopback, or unknown)."""
+    """The network address ``release_id`` serves on with no key, or None (loopback, a key, or unknown)."""
     data = releases.read_manifest(runner, base, release_id)
-    host = ReleaseManifest.of({"release": release_id, "recipe": "", **data}).served_host
-    return None if host is None or is_loopback(host) else host
+    manifest = ReleaseManifest.of({"release": release_id, "recipe": "", **data})
+    host = manifest.served_host
+    return None if host is None or is_loopback(host) or manifest.api_key_file else host
 
 
-def after_deploy(runner: Runner, base: str, previous: str | None) -> list[str]:
-    """The deploy moved the board from an open address to its loopback: one sentence saying so."""
+def after_deploy(runner: Runner, base: str, previous: str | None, now: ReleaseManifest) -> list[str]:
+    """The deploy moved the board from an open address to its loopback or behind a key: one sentence saying so."""
     host = open_address(runner, base, previous) if previous else None
     if host is None:
         return []
+    where = (f"on {now.served_host}, to clients that send its key" if now.api_key_file
+             else f"on the board's loopback only ({LOOPBACK_HOST})")
     return [f"The previous release ({previous}) served on {host} with no key, to any machine that reaches the "
-            f"board; this one serves on the board's loopback only ({LOOPBACK_HOST})."]
+            f"board; this one serves {where}."]
 
 
 def after_rollback(runner: Runner, base: str, release_id: str) -> list[str]:

@@ -45,7 +45,7 @@ def check_settings(spec: ServeSpec, timeout: float, n_predict: int = 24) -> dict
 
     return {"drafter": spec.drafter, "timeout": timeout, "n_predict": n_predict, "prompt": HEALTH_PROMPT,
             "api": get_engine(spec.engine).health_api, "model": spec.model, "gpu": spec.gpu, "chat": spec.chat,
-            "media": list(spec.media)}
+            "media": list(spec.media), "key_file": spec.key_file}
 
 
 def check(runner: SshRunner | LocalRunner, spec: ServeSpec, timeout: float = 120.0, unit: str = "",
@@ -73,12 +73,13 @@ def check_release(runner: SshRunner | LocalRunner, manifest: ReleaseManifest, lo
 
 
 def media_completion(runner: SshRunner | LocalRunner, port: int, kind: str, n_predict: int,
-                     timeout: float) -> dict:
+                     timeout: float, api_key: str | None = None) -> dict:
     """One greedy ``/v1/chat/completions`` with an image or a second of audio (the bench's; the health check
     sends the same): llama-server's timings give the time to the first token (the media encoded and the prompt
     read) and the decode rate after it."""
     try:
-        resp = request(runner, port, "POST", "/v1/chat/completions", chat_payload(kind, n_predict), timeout=timeout)
+        resp = request(runner, port, "POST", "/v1/chat/completions", chat_payload(kind, n_predict), timeout=timeout,
+                       api_key=api_key)
     except ConnectionError as exc:
         return {"ok": False, "reason": f"the {kind} request failed: {exc}"}
     if resp.status != 200:

@@ -15,11 +15,12 @@ from rich.console import Console
 
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
+from edgekit.config.serve_address import is_loopback
 from edgekit.deploy import activate as act
-from edgekit.deploy import exposure
+from edgekit.deploy import api_key, exposure
 from edgekit.errors import EdgekitError
 from edgekit.release.plan import ReleasePlan
-from edgekit.remote import releases
+from edgekit.remote import board_key, releases
 from edgekit.remote.lock import BoardLock
 from edgekit.remote.probe import BoardFacts, probe
 from edgekit.remote.runner import LocalRunner, SshRunner, runner_for
@@ -150,6 +151,7 @@ class _Pushed:
     made: EngineRelease
     stages: dict[str, float]
     report: PushReport
+    key: str | None  # runtime.auth: key — the board's API key
 
 
 @contextlib.contextmanager
@@ -160,8 +162,10 @@ def _pushed(name: str, board: Board, recipe: Recipe, options: DeployOptions, con
     from edgekit.engines import ReleaseContext, get_engine
 
     engine = get_engine(recipe.runtime.engine)
+    engine.check_exposure(recipe.runtime.host, is_loopback(recipe.runtime.host))
     with runner_for(board, name) as runner:
         facts = probe(runner, board.base)
+        key = api_key.key_for(runner, facts.base, name) if recipe.runtime.auth == "key" else None
         made = engine.release(ReleaseContext(name, board, facts, recipe, runner, console, say, options.src,
                                              options.cuda))
         stages = dict(made.stages)
@@ -169,7 +173,7 @@ def _pushed(name: str, board: Board, recipe: Recipe, options: DeployOptions, con
             t = time.monotonic()
             report = _push_blobs(runner, facts.base, made.plan, say, progress)
             stages["push"] = time.monotonic() - t
-            yield _Pushed(runner, facts, engine, made, stages, report)
+            yield _Pushed(runner, facts, engine, made, stages, report, key)
 
 
 def push(name: str, board: Board, recipe: Recipe, options: DeployOptions, console: Console,
@@ -194,12 +198,17 @@ def deploy(name: str, board: Board, recipe: Recipe, options: DeployOptions, cons
     with _pushed(name, board, recipe, options, console, say, progress) as done:
         plan, stages, facts = done.made.plan, done.stages, done.facts
         strategy = choose_strategy(options, facts, plan)
+        keyed = done.key is not None and bool(plan.typed.api_key_file)
+        if keyed:  # before its server starts: it reads the key as it starts
+            board_key.place(done.runner, facts.base, done.key)
         t = time.monotonic()
         spec = act.ActivationSpec.of_plan(plan, options.keep or recipe.keep_releases, strategy,
                                           options.health_timeout_s)
         activation = act.activate(done.runner, facts.base, spec, need_sudo=facts.sudo != "root", on_step=say)
         stages["activate"] = time.monotonic() - t
-        notes = exposure.after_deploy(done.runner, facts.base, activation.previous) if activation.changed else []
+        notes = exposure.after_deploy(done.runner, facts.base, activation.previous, plan.typed) \
+            if activation.changed else []
+        notes += [api_key.usage_note(name)] if keyed else []
         for note in notes:
             say(note)
     report = done.report

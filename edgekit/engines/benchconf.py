@@ -28,6 +28,8 @@ class ServerConfig:
     model: str = ""  # api openai: the served model name
     release_dir: str | None = None  # the release it runs from (None: the deployed one)
     media: list[str] = field(default_factory=list)  # kinds its mmproj takes ("image", "audio"): probed too
+    key_file: str = ""  # runtime.auth: key — the board's key file, which the load reads (the server's own args
+    env_file: str = ""  # name it, or its unit reads the environment file of it: vLLM)
 
     def to_json(self) -> dict[str, Any]:
         exe = {"server_command": self.exe} if self.exe else {}

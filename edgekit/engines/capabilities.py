@@ -57,9 +57,19 @@ class EngineBase:
     # `bench --backend <name>`: the recipe's model measured through the engine without a release
     # (``bench_model``, ``model_configs``, ``model_record``, ``report_what``)
     benches_model: ClassVar[bool] = False
+    # With runtime.auth: key, the paths its server answers without the key besides /health (None: it cannot
+    # serve a network address at all: its key leaves paths open that serve the model).
+    open_without_key: ClassVar[tuple[str, ...] | None] = ()
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:
         raise NotImplementedError
+
+    def check_exposure(self, host: str, loopback: bool) -> None:
+        """Refuse, before anything is built or sent, a network address this engine's key cannot guard."""
+        if not loopback and self.open_without_key is None:
+            raise EdgekitError(
+                f"{self.name} cannot serve on {host} with a key: its key guards only some of the paths that "
+                "serve the model; serve it on the board's loopback (127.0.0.1) and reach it through SSH.")
 
     # --- bench and tune -------------------------------------------------------------------------------------
 

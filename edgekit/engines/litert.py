@@ -22,6 +22,7 @@ from edgekit.engines import litert_bench
 from edgekit.engines.base import EngineRelease, ReleaseContext
 from edgekit.engines.capabilities import EngineBase
 from edgekit.engines.litert_front import BUNDLE, board_python, bundle_for, front_argv, python_of
+from edgekit.release.auth import auth_fields
 from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service_ports, service_units
 
 if TYPE_CHECKING:
@@ -32,11 +33,12 @@ def compose(ctx: ReleaseContext, python: str, bundle: dict[str, Any]) -> Release
     steps = bundle.get("draft_steps") if "tf_lite_mtp_drafter" in (bundle.get("model_types") or []) else None
     ports = service_ports(ctx.board.service_port, rt.port)
     cache_length = int(bundle["cache_length"])
+    auth = auth_fields(rt.auth, ctx.facts.base)
 
     def argv_at(rdir: str, port: int) -> list[str]:
         # One compiled-model cache per port: the main and the candidate server may run side by side.
         return front_argv(python, rdir, f"{rdir}/{BUNDLE}", rt.host, port, cache_length, steps,
-                          rt.litert.accelerator, f"{rdir}/litert-cache-{port}")
+                          rt.litert.accelerator, f"{rdir}/litert-cache-{port}", auth.get("api_key_file"))
 
     describe = {
         "engine": "litert-lm", "recipe": recipe.name, "port": ports[0], "candidate_port": ports[1],
@@ -45,6 +47,7 @@ def compose(ctx: ReleaseContext, python: str, bundle: dict[str, Any]) -> Release
         "spec_type": "litert-mtp" if steps else "none", "runtime": rt.model_dump(mode="json"), "guards": [],
         "gpu": "none", "litert": {k: bundle.get(k) for k in ("key", "model_types", "draft_steps", "cache_length")},
         "chat": bool(bundle.get("chat_template")),  # the front renders the bundle's template (health uses it)
+        **auth,
     }
 
     def render(rid: str) -> dict[str, str]:

@@ -25,6 +25,7 @@ from edgekit.engines.llamacpp_args import server_args
 from edgekit.engines.llamacpp_quirks import Applied, apply_guards
 from edgekit.errors import EdgekitError
 from edgekit.paths import cache_dir
+from edgekit.release.auth import auth_fields
 from edgekit.release.health import GpuPolicy
 from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service_ports, service_units
 from edgekit.remote.probe import BoardFacts
@@ -164,9 +165,11 @@ def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: s
     rt, guards = apply_guards(recipe.runtime, board.profile, LLAMA_CPP_SHORT, has_drafter)
     ports = service_ports(board.service_port, rt.port)
 
+    auth = auth_fields(rt.auth, base)
+
     def args_at(port: int) -> list[str]:
         return server_args(rt, help_text, "models/target.gguf", "models/drafter.gguf" if has_drafter else None, port,
-                           mmproj)
+                           mmproj, auth.get("api_key_file"))
 
     describe = {
         "engine": "llama.cpp", "recipe": recipe.name, "server_args": args_at(ports[0]), "port": ports[0],
@@ -175,7 +178,7 @@ def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: s
         "drafter": has_drafter, "spec_type": rt.spec_type, "build": {"key": build_key, "target": target},
         "runtime": rt.model_dump(mode="json"), "guards": [g.to_dict() for g in guards], "gpu": gpu,
         "media": media_kinds(models) if mmproj else [],
-        "chat": gguf_has_chat_template(models["models/target.gguf"]),
+        "chat": gguf_has_chat_template(models["models/target.gguf"]), **auth,
     }
 
     def render(rid: str) -> dict[str, str]:
@@ -188,6 +191,7 @@ def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: s
 class LlamaCpp(EngineBase):
     name = "llama.cpp"
     health_api = "llama"  # llama-server's /completion with `timings`
+    open_without_key = ("/models", "/v1/models")  # llama-server's public endpoints (and its web UI, turned off)
     color = "#1f77b4"
     tune_p_mins = (None, 0.5, 0.8)  # llama-server's --spec-draft-p-min: its default, and two thresholds
     target_gguf = "models/target.gguf"  # llama-bench and the GGUF roofline

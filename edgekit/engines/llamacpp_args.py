@@ -30,6 +30,8 @@ FLAG_SPELLINGS: dict[str, tuple[str, ...]] = {
     "port": ("--port",),
     "no_webui": ("--no-webui",),
     "metrics": ("--metrics",),
+    "no_slots": ("--no-slots",),
+    "api_key_file": ("--api-key-file",),
     "flash_attn": ("-fa", "--flash-attn"),
     "mmproj": ("-mm", "--mmproj"),
 }
@@ -71,9 +73,10 @@ def server_args(
     drafter: str | None,
     port: int,
     mmproj: str | None = None,
+    key_file: str | None = None,
 ) -> list[str]:
     """The argument list (without the binary) for llama-server serving ``target`` (+ ``drafter``, + the
-    vision/audio projector ``mmproj``)."""
+    vision/audio projector ``mmproj``; with ``key_file``, every endpoint but /health and /models needs its key)."""
     flags = known_flags(help_text)
     f = lambda name, req=True: _flag(name, flags, req)  # noqa: E731 - local shorthand
     args = [f("model"), target, f("ctx"), str(runtime.ctx_size), f("ngl"), str(runtime.n_gpu_layers),
@@ -102,4 +105,8 @@ def server_args(
         args.append(no_webui)  # a board serves an API, not a chat page
     if (metrics := f("metrics", False)) is not None:
         args.append(metrics)
+    if not runtime.slots and (no_slots := f("no_slots", False)) is not None:
+        args.append(no_slots)  # /slots shows every slot's prompt: other users' words
+    if key_file is not None:
+        args += [f("api_key_file"), key_file]  # a path: the key itself never shows in `ps`
     return [a for a in args if a is not None] + list(runtime.extra_args)

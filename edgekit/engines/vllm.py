@@ -32,6 +32,7 @@ from edgekit.engines.vllm_container import (
     wants_container,
 )
 from edgekit.errors import EdgekitError
+from edgekit.release.auth import auth_fields
 from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service_ports, service_units
 from edgekit.remote.runner import LocalRunner, SshRunner
 
@@ -97,9 +98,10 @@ def compose(ctx: ReleaseContext, python: str, version: str, models: dict[str, Pa
     has_drafter = any(rel.startswith("models/drafter/") for rel in models)
     ports = service_ports(ctx.board.service_port, recipe.runtime.port)
     environment = {**ENVIRONMENT, **recipe.runtime.env}
+    auth = auth_fields(recipe.runtime.auth, ctx.facts.base)  # vLLM reads VLLM_API_KEY from the unit's env file
 
     def argv_at(rdir: str, port: int) -> list[str]:
-        prefix = docker_prefix(image, rdir, port, environment) if image else []
+        prefix = docker_prefix(image, rdir, port, environment, auth.get("api_env_file")) if image else []
         return [*prefix, *server_argv(python, rdir, recipe, port, has_drafter)]
 
     served = argv_at("$RELEASE", ports[0])
@@ -110,11 +112,12 @@ def compose(ctx: ReleaseContext, python: str, version: str, models: dict[str, Pa
         "drafter": has_drafter, "spec_type": "mtp" if has_drafter else "none",
         "chat": chat,  # the target has a chat template: health goes through /v1/chat/completions
         "runtime": recipe.runtime.model_dump(mode="json"), "guards": [], "gpu": "none",
-        "container": {"image": image} if image else None,
+        "container": {"image": image} if image else None, **auth,
     }
 
     def render(rid: str) -> dict[str, str]:
-        return service_units(ctx.facts.base, rid, argv_at, ports, "vLLM", recipe.name, environment)
+        return service_units(ctx.facts.base, rid, argv_at, ports, "vLLM", recipe.name, environment,
+                             auth.get("api_env_file"))
 
     return plan_release(recipe.name, {**models, **agent_files()}, describe, render)
 
@@ -122,6 +125,9 @@ def compose(ctx: ReleaseContext, python: str, version: str, models: dict[str, Pa
 class Vllm(EngineBase):
     name = "vllm"
     health_api = "openai"  # /v1/completions; drafts from /metrics
+    # VLLM_API_KEY guards /v1, /v2, /inference and /cohere only: /invocations (SageMaker's, which generates),
+    # /tokenize, /detokenize and /metrics stay open (vllm/entrypoints/serve/middleware/authenticate.py).
+    open_without_key = None
     color = "#2ca02c"
 
     def bench_configs(self, manifest: dict[str, Any], release_dir: str, board: Board, port: int,

@@ -86,11 +86,14 @@ def wants_container(runner_setting: str, has_python: bool, facts: BoardFacts) ->
     return bool(facts.gpu_driver) and not has_python
 
 
-def docker_prefix(image: str, rdir: str, port: int, environment: dict[str, str]) -> list[str]:
+def docker_prefix(image: str, rdir: str, port: int, environment: dict[str, str],
+                  env_file: str | None = None) -> list[str]:
     """`docker run` of the pinned image with the GPU, the host's network, and the release's models read-only
     at the same path, so the server's arguments are the same as outside a container."""
     argv = ["docker", "run", "--rm", "--name", f"edgekit-vllm-{port}", "--runtime", "nvidia", "--network", "host",
             "--ipc", "host", "-v", f"{rdir}/models:{rdir}/models:ro"]
     for k, v in environment.items():
         argv += ["-e", f"{k}={v}"]
+    if env_file:  # the API key: docker reads the file itself, so the key is in no argv
+        argv += ["--env-file", env_file]
     return [*argv, "--entrypoint", "python3", image]

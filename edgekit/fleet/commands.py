@@ -38,6 +38,7 @@ class Serve:
     gpu: str = "none"
     chat: bool = False
     media: str = ""  # "image,audio": what its mmproj takes
+    key_file: str = ""  # the board's API key file (runtime.auth: key): the check sends the key
 
     @classmethod
     def of_manifest(cls, m: Mapping[str, Any]) -> Serve:
@@ -46,12 +47,12 @@ class Serve:
         # manifest's lists are lazy there. The defaults are ReleaseManifest's (tests/test_release_manifest.py).
         return cls(int(m.get("port") or 8080), bool(m.get("drafter")), str(m.get("engine") or "llama.cpp"),
                    str(m.get("recipe") or ""), str(m.get("gpu") or "none"), bool(m.get("chat")),
-                   ",".join(str(x) for x in m.get("media") or []))
+                   ",".join(str(x) for x in m.get("media") or []), str(m.get("api_key_file") or ""))
 
     @classmethod
     def of_plan(cls, plan: Mapping[str, Any], port: int) -> Serve:
         return cls(int(port), bool(plan["drafter"]), str(plan["engine"]), str(plan["model"]), str(plan["gpu"]),
-                   bool(plan["chat"]), str(plan["media"]))
+                   bool(plan["chat"]), str(plan["media"]), str(plan.get("key_file") or ""))
 
 
 class Board:
@@ -144,7 +145,8 @@ class Board:
                              f"({', '.join(h['apis'])}); register it with EDGEKIT_ENGINES")
         return {"drafter": serve.drafter, "timeout": float(h["timeout"]), "n_predict": int(h["n_predict"]),
                 "prompt": str(h["prompt"]), "api": str(h["apis"][serve.engine]), "model": serve.model,
-                "gpu": serve.gpu, "chat": serve.chat, "media": [k for k in serve.media.split(",") if k]}
+                "gpu": serve.gpu, "chat": serve.chat, "media": [k for k in serve.media.split(",") if k],
+                "key_file": serve.key_file}
 
 
 STEPS = ("current", "candidate", "main")

@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from edgekit.config.recipes import Recipe
+from edgekit.config.serve_address import is_loopback
 from edgekit.deploy.pipeline import DeployOptions, choose_strategy
 from edgekit.fleet.connect import Target
 from edgekit.fleet.scripts import health_apis, scripts
@@ -44,6 +45,7 @@ class BoardPlan:
             "candidate_port": m.candidate_port, "drafter": m.drafter, "strategy": self.strategy,
             "keep": self.keep, "files": files, "blobs": [b.sha256 for b in self.plan.blobs],
             "engine": m.engine, "model": m.recipe, "gpu": m.gpu, "chat": m.chat, "media": ",".join(m.media),
+            "key_file": m.api_key_file or "",  # a path on the board; the key itself is placed before the playbook
         }
 
 
@@ -85,7 +87,9 @@ def plan_fleet(recipe: Recipe, targets: dict[str, Target], options: DeployOption
     builds once per distinct board kind and converts once); one BoardPlan per target."""
     from edgekit.engines import get_engine
 
-    made = get_engine(recipe.runtime.engine).fleet_releases(recipe, targets, options.src, options.cuda, console)
+    engine = get_engine(recipe.runtime.engine)
+    engine.check_exposure(recipe.runtime.host, is_loopback(recipe.runtime.host))
+    made = engine.fleet_releases(recipe, targets, options.src, options.cuda, console)
     result = FleetPlan(recipe.name, builds=dict(made.builds))
     for name, t in targets.items():
         plan = made.plans[name]

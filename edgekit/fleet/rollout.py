@@ -12,6 +12,7 @@ from rich.console import Console
 
 from edgekit.config.boardfile import BoardFile, Boards
 from edgekit.config.recipes import load_recipe
+from edgekit.deploy import api_key
 from edgekit.deploy.pipeline import DeployOptions
 from edgekit.errors import EdgekitError
 from edgekit.fleet import inventory as inv
@@ -111,6 +112,10 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
         # Boards that already serve their release and answer /health are reported as they are (as when
         # all do); the playbook runs for the rest only. A canary already serving the release has passed.
         limit = [n for n in fleet.targets if n in found and n not in current]
+        if not options.check:
+            limit = _keys_placed(fleet, extra["edgekit_plans"], limit)
+            if any(n in fleet.failed for n in canary):
+                return _stopped(names, fleet.failed, options.check, start)
         run_canary = [n for n in canary if n in limit]
         forks = options.forks or max(1, largest_batch(options.batches, len(limit)))
         console.print(f"[dim]fleet: ansible-playbook rollout.yml on {len(limit)} board(s)"
@@ -134,6 +139,23 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
                      "ansible_seconds": run.seconds, "ansible_rc": run.rc, "log": str(run.log),
                      "task_seconds": run.report.get("tasks", [])}
     return summary
+
+
+def _keys_placed(fleet: Fleet, plans: dict[str, Any], names: list[str]) -> list[str]:
+    """The boards whose release asks for an API key get theirs before the playbook starts it (over each
+    board's own connection: the key never goes into the playbook's variables); a board whose key cannot be
+    placed fails alone."""
+    ready = []
+    for name in names:
+        if plans[name].get("key_file"):
+            target = fleet.targets[name]
+            try:
+                api_key.install(target.runner, target.facts.base, name)
+            except EdgekitError as exc:
+                fleet.failed[name] = str(exc)
+                continue
+        ready.append(name)
+    return ready
 
 
 def _stopped(names: list[str], failed: dict[str, str], check: bool, start: float) -> FleetSummary:

@@ -36,6 +36,7 @@ class ServeSpec(BaseModel):
     gpu: GpuPolicy = "none"
     media: tuple[str, ...] = ()
     chat: bool = False
+    key_file: str = ""  # the board's API key file, when the server asks for a key (runtime.auth: key)
 
     def on_port(self, port: int) -> ServeSpec:
         return self.model_copy(update={"port": port})
@@ -57,6 +58,9 @@ class ReleaseManifest(BaseModel):
     chat: bool = False
     server_args: list[str] | None = None
     runtime: dict[str, Any] = Field(default_factory=dict)  # the recipe's runtime as served (after any guards)
+    # runtime.auth: key — where the board keeps the key and vLLM's environment file of it (paths, never the key)
+    api_key_file: str | None = None
+    api_env_file: str | None = None
 
     @property
     def served_host(self) -> str | None:
@@ -89,4 +93,4 @@ class ReleaseManifest(BaseModel):
     @property
     def serve(self) -> ServeSpec:
         return ServeSpec(port=self.port, drafter=self.drafter, engine=self.engine, model=self.recipe, gpu=self.gpu,
-                         media=tuple(self.media), chat=self.chat)
+                         media=tuple(self.media), chat=self.chat, key_file=self.api_key_file or "")

@@ -53,17 +53,20 @@ def service_ports(board_port: int | None, recipe_port: int) -> tuple[int, int]:
 
 
 def service_units(base: str, rid: str, argv_at: Callable[[str, int], list[str]], ports: tuple[int, int],
-                  server: str, recipe: str, environment: dict[str, str]) -> dict[str, str]:
+                  server: str, recipe: str, environment: dict[str, str],
+                  environment_file: str | None = None) -> dict[str, str]:
     """The release's main and candidate units: the same server (``argv_at(release dir, port)``) on two ports,
-    each logging where activation reads it."""
+    each logging where activation reads it (``environment_file``: read by systemd as the unit starts)."""
 
     rdir = f"{base}/releases/{rid}"
     main, candidate = ports
     return {
         UNIT_NAME: render_unit(rdir, argv_at(rdir, main), service_log(base),
-                               f"edgekit {server} ({recipe}, release {rid})", environment=environment),
+                               f"edgekit {server} ({recipe}, release {rid})", environment=environment,
+                               environment_file=environment_file),
         CANDIDATE_UNIT: render_unit(rdir, argv_at(rdir, candidate), service_log(base, candidate=True),
-                                    f"edgekit candidate {server} ({recipe}, release {rid})", environment=environment),
+                                    f"edgekit candidate {server} ({recipe}, release {rid})", environment=environment,
+                                    environment_file=environment_file),
     }
 
 

@@ -51,6 +51,7 @@ def render_unit(
     description: str,
     user: str | None = None,
     environment: Mapping[str, str] | None = None,
+    environment_file: str | None = None,
 ) -> str:
     """A unit whose ExecStart names the release directory itself (not `current`).
 
@@ -68,6 +69,8 @@ def render_unit(
         "Type=simple",
         f"WorkingDirectory={systemd_path(release_dir)}",
         *(f"Environment={systemd_quote(f'{k}={v}')}" for k, v in env.items()),
+        # A secret (the API key) comes from a 0600 file, so it is in no unit file and no command line.
+        *([f"EnvironmentFile={systemd_path(environment_file)}"] if environment_file else []),
         "ExecStart=" + " ".join(systemd_quote(a, executable=i == 0) for i, a in enumerate(argv)),
         "Restart=on-failure",
         "RestartSec=3",

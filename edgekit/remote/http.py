@@ -42,11 +42,14 @@ def request(
     path: str,
     payload: Any = None,
     timeout: float = 60.0,
+    api_key: str | None = None,
 ) -> HttpResponse:
-    """One HTTP/1.1 request to 127.0.0.1:port on the board; raises ConnectionError if nothing listens."""
+    """One HTTP/1.1 request to 127.0.0.1:port on the board (with ``api_key``, as its bearer); raises
+    ConnectionError if nothing listens."""
     body = json.dumps(payload).encode() if payload is not None else b""
+    auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
     head = (
-        f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n"
+        f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n{auth}"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     try:
