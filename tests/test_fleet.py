@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -391,9 +392,11 @@ def test_a_killed_rollout_keeps_its_boards_locked_until_its_playbook_has_finishe
         shutil.rmtree(work, ignore_errors=True)
 
 
-def test_ansible_rolls_out_litert_lm_and_vllm_releases_health_checks_them_and_rolls_back(sim_session) -> None:
+def test_ansible_rolls_out_litert_lm_and_vllm_releases_health_checks_them_and_rolls_back(sim_session,
+                                                                                         tmp_path: Path) -> None:
     """Every engine's release through the same roles: the board-side health check speaks the engine's
-    dialect (llama-style /completion for LiteRT-LM's front, /v1/completions + /metrics for vLLM)."""
+    dialect (llama-style /completion for LiteRT-LM's front, /v1/completions + /metrics for vLLM), each with the
+    board's API key (runtime.auth: key: the front reads its file, vLLM its unit's environment file)."""
     pair = sim_session.boards(2, fresh=True)
     env = {**os.environ, **sim_session.env}
     file = Boards(Path(sim_session.env["EDGEKIT_CONFIG"]))
@@ -401,7 +404,7 @@ def test_ansible_rolls_out_litert_lm_and_vllm_releases_health_checks_them_and_ro
     data.groups["fleettest-engines"] = [b.name for b in pair]
     file.save(data)
     try:
-        lit = rollout(env, "--recipe", "sim-tiny-mtp-litert", "--group", "fleettest-engines")
+        lit = rollout(env, "--recipe", keyed(tmp_path, "sim-tiny-mtp-litert"), "--group", "fleettest-engines")
         assert sorted(lit["changed"]) == sorted(b.name for b in pair)
         for b in pair:
             health = lit["succeeded"][b.name]["health"]
@@ -409,10 +412,12 @@ def test_ansible_rolls_out_litert_lm_and_vllm_releases_health_checks_them_and_ro
             assert health["method"] == "chat completion", health  # through the bundle's template, on the board
             manifest = json.loads((b.base / "current" / "release.json").read_text())
             assert manifest["engine"] == "litert-lm" and manifest["chat"]
+            assert guarded(b, "/props") == (401, 200)
         board = pair[0]
-        vl = rollout(env, "--recipe", "sim-tiny-mtp-vllm", "--group", board.name)
+        vl = rollout(env, "--recipe", keyed(tmp_path, "sim-tiny-mtp-vllm"), "--group", board.name)
         health = vl["succeeded"][board.name]["health"]
         assert health["ok"] and health["draft_n"] > 0 and health["acceptance"] > 0.2, health  # from /metrics
+        assert guarded(board, "/v1/models") == (401, 200)
         status = json.loads(edgekit(env, "--json", "fleet", "status", "--group", board.name).stdout)["boards"]
         assert status[board.name]["recipe"] == "sim-tiny-mtp-vllm" and status[board.name]["health"]["ok"]
         res = edgekit(env, "--json", "fleet", "rollback", "--group", board.name)
@@ -423,6 +428,29 @@ def test_ansible_rolls_out_litert_lm_and_vllm_releases_health_checks_them_and_ro
         data = file.load()
         data.groups.pop("fleettest-engines", None)
         file.save(data)
+
+
+def keyed(tmp: Path, name: str) -> str:
+    """The built-in recipe ``name`` with runtime.auth: key (on the board's loopback, as it is)."""
+    data = yaml.safe_load((REPO / "edgekit" / "data" / "recipes" / f"{name}.yaml").read_text())
+    data["runtime"]["auth"] = "key"
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def guarded(board: SimBoard, path: str) -> tuple[int, int]:
+    """The statuses of GET ``path`` on the board's service without its key and with it."""
+    key = (board.base / "keys" / "api.key").read_text().strip()
+    out = []
+    for headers in ({}, {"Authorization": f"Bearer {key}"}):
+        try:
+            with urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{board.service_port}{path}",
+                                                               headers=headers), timeout=60) as resp:
+                out.append(resp.status)
+        except urllib.error.HTTPError as exc:
+            out.append(exc.code)
+    return out[0], out[1]
 
 
 def test_ansible_health_checks_the_published_structure_through_its_template_with_an_image_and_audio(
@@ -477,3 +505,31 @@ def test_state_handed_to_the_playbook_is_what_its_state_script_reads(fleet, sim_
     assert found[serving.name].state["active"] and found[serving.name].state["has_release"]
     assert found[serving.name].report is not None and found[fresh.name].report is None
     assert not found[fresh.name].state["releases"] and not found[fresh.name].state["active"]
+
+
+def test_a_release_that_asks_for_a_key_rolls_out_with_each_board_s_own_which_no_plan_or_log_holds(
+        fleet, tmp_path: Path) -> None:
+    boards, env = fleet
+    keyed = variant(tmp_path, host="0.0.0.0", auth="key")
+    report = rollout(env, "--recipe", keyed, *_group(), "--batch", "100%")
+    names = [b.name for b in boards]
+    assert sorted(report["succeeded"]) == sorted(names) and not report["failed"], report
+    keys = {}
+    for b in boards:
+        keys[b.name] = (Path(env["EDGEKIT_CONFIG_DIR"]) / "keys" / f"{b.name}.key").read_text().strip()
+        assert (b.base / "keys" / "api.key").read_text().strip() == keys[b.name]
+        assert report["succeeded"][b.name]["health"]["draft_n"] > 0  # the roles' check sent the key
+        body = json.dumps({"prompt": "Hello", "n_predict": 4}).encode()
+        for key, want in ((None, 401), (keys[b.name], 200)):
+            headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+            req = urllib.request.Request(f"http://127.0.0.2:{b.service_port}/completion", body, headers)
+            try:
+                with urllib.request.urlopen(req, timeout=60) as resp:
+                    assert resp.status == want
+            except urllib.error.HTTPError as exc:
+                assert exc.code == want, b.name
+    assert len(set(keys.values())) == len(boards)  # one key per board
+    logs = Path(report["log"]).read_text() + json.dumps(report)
+    assert not [n for n, k in keys.items() if k in logs]
+    back = rollout(env, "--recipe", "sim-tiny-mtp", *_group(), "--batch", "100%")
+    assert sorted(back["succeeded"]) == sorted(names) and not back["failed"]
