@@ -23,6 +23,7 @@ drafters, GGUFs, LiteRT-LM bundles). A fixture that makes what a deploy makes to
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from edgekit.store import Store
 @dataclass
 class SimSession:
     root: Path
+    made_in_test: list[SimBoard] | None = None  # fresh boards the running test made (None: between tests)
 
     @property
     def env(self) -> dict[str, str]:
@@ -69,7 +71,10 @@ class SimSession:
                 if b.profile == canonical and b.jetpack == line and b.arch == emulated]
         if fresh:  # created now: a board restarted because its sshd died keeps what tests put on it
             pool = [b for b in pool if b.name in created]
-        return [SimBoard.from_state(st, b, self.targets.known_hosts) for b in pool[:n]]
+        out = [SimBoard.from_state(st, b, self.targets.known_hosts) for b in pool[:n]]
+        if fresh and self.made_in_test is not None:
+            self.made_in_test.extend(out)
+        return out
 
     def down(self) -> None:
         sim.down(self.sim_dir)
@@ -82,6 +87,28 @@ def sim_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimSession
         yield session
     finally:
         session.down()
+
+
+SERVING_UNITS = "edgekit-serve.service edgekit-serve-candidate.service edgekit-llama.service"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_boards_stop_serving(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A board a test made for itself (``fresh=True``) stops serving when that test ends: nobody asks it
+    again, and on a 2-core CI an idle vLLM engine left running takes a tenth of a core from every later test.
+    Boards of module- and session-scoped fixtures are made before this runs, and keep serving."""
+    if "sim_session" not in request.fixturenames:
+        yield
+        return
+    session: SimSession = request.getfixturevalue("sim_session")
+    session.made_in_test = []
+    try:
+        yield
+    finally:
+        made, session.made_in_test = session.made_in_test, None
+        for board in made:
+            with contextlib.suppress(Exception):  # a board a test took down itself
+                board.run(f"systemctl stop {SERVING_UNITS}", timeout=120)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from edgekit.config import api_keys
 from edgekit.deploy.health import wait_ready
 from edgekit.deploy.service import Service
+from edgekit.engines import get_engine
 from edgekit.errors import EdgekitError
 from edgekit.release.manifest import ReleaseManifest
 from edgekit.release.units import UNIT_NAME
@@ -22,9 +23,6 @@ from edgekit.remote.http import request
 from edgekit.remote.runner import LocalRunner, SshRunner
 
 Runner = SshRunner | LocalRunner
-# A request each engine answers only with the key (llama-server and the LiteRT-LM front keep /health and
-# /models open; vLLM guards /v1/*).
-_GUARDED = {"llama.cpp": "/props", "litert-lm": "/props", "vllm": "/v1/models"}
 
 
 def install(runner: Runner, base: str, board: str) -> None:
@@ -88,7 +86,7 @@ def rotate(runner: Runner, base: str, board: str, need_sudo: bool, timeout: floa
         raise EdgekitError(f"Board {board!r} did not serve again after its key was replaced ({exc}); the new key "
                            f"is in {api_keys.key_file(board)}.new.") from None
     unserved = time.monotonic() - t
-    path = _GUARDED.get(manifest.engine, "/props")
+    path = get_engine(manifest.engine).key_probe_path
     if _answers(runner, manifest.port, path, new) != 200:
         raise EdgekitError(f"Board {board!r} refuses its new key on {path}; it is in "
                            f"{api_keys.key_file(board)}.new.")

@@ -60,6 +60,8 @@ class EngineBase:
     # With runtime.auth: key, the paths its server answers without the key besides /health (None: it cannot
     # serve a network address at all: its key leaves paths open that serve the model).
     open_without_key: ClassVar[tuple[str, ...] | None] = ()
+    # a GET its server answers only with the key: `board key rotate` checks the new key and the old one on it
+    key_probe_path: ClassVar[str] = "/props"
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:
         raise NotImplementedError

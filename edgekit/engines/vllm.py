@@ -128,6 +128,7 @@ class Vllm(EngineBase):
     # VLLM_API_KEY guards /v1, /v2, /inference and /cohere only: /invocations (SageMaker's, which generates),
     # /tokenize, /detokenize and /metrics stay open (vllm/entrypoints/serve/middleware/authenticate.py).
     open_without_key = None
+    key_probe_path = "/v1/models"  # guarded (/v1), as a loopback server with a key is
     color = "#2ca02c"
 
     def bench_configs(self, manifest: dict[str, Any], release_dir: str, board: Board, port: int,
