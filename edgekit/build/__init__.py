@@ -51,7 +51,7 @@ def sdist_source() -> Path:
 
 
 def host_build_for_tests(target: str = "host", cpu_only: bool = True) -> BuildResult:
-    """The host CPU build from the sdist: cold ≈ 5 min on 2 cores, then cached (< 1 s).
+    """The host CPU build from the sdist: cold 5 to 15 min on 2 cores, then cached (< 1 s).
 
     For conftest.py: ``result.bin_dir / "llama-server"`` is a ready binary with its libraries.
     """

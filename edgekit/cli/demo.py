@@ -48,7 +48,7 @@ def demo(app: App, recipe_name: str, profile: str) -> None:
                  f"power rails {', '.join(r.label for r in facts.power_rails)}")
         # Offline by default: the pinned llama.cpp comes from the llama-cpp-python sdist on PyPI.
         src = os.environ.get("EDGEKIT_LLAMA_SRC") or str(fetch_sdist())
-        app.info(f"[bold]3/3[/] deploying {recipe.name} (the first run builds llama.cpp: ≈ 5 min on 2 cores)")
+        app.info(f"[bold]3/3[/] deploying {recipe.name} (the first run builds llama.cpp: 5 to 15 min on 2 cores)")
         with TransferProgress(console=app.console) as progress:
             report = deploy(name, board, recipe, DeployOptions(src=src), app.console, progress=progress)
     except BaseException:

@@ -145,7 +145,7 @@ def find_llamacpp(src: str | None = None, bin_dir: str | Path | None = None, nee
     """The pinned tree (``src``, $EDGEKIT_LLAMA_SRC, else the PyPI sdist) and, if asked, host tools.
 
     Tools come from ``bin_dir``, $EDGEKIT_LLAMA_BIN, else edgekit's cached host CPU build (built on
-    first use, ≈ 5 min on 2 cores).
+    first use, 5 to 15 min on 2 cores).
     """
     from edgekit.build import fetch_sdist, resolve_source
 
