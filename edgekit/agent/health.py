@@ -225,9 +225,9 @@ def read_key(path: str) -> str:
         return fh.read().strip()
 
 
-def server_of(args: argparse.Namespace, port: int | None = None) -> Server:
-    """The server a check asks (``args.port`` unless ``port``), with the key file the options name."""
-    return Server(args.port if port is None else port, getattr(args, "api_key_file", "") or "")
+def server_of(args: argparse.Namespace) -> Server:
+    """The server a check asks, with the key file its options name."""
+    return Server(args.port, args.api_key_file)
 
 
 def spec_counters(server: Server) -> dict[str, float]:

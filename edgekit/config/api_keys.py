@@ -61,12 +61,8 @@ def save_key(board: str, key: str, suffix: str = "") -> Path:
     return final
 
 
-def ensure_key(board: str) -> str:
-    """The board's key, made and saved the first time a release that asks for one goes to it."""
-    return read_key(board) or _made(board)
-
-
-def _made(board: str) -> str:
+def make_key(board: str) -> str:
+    """A new key, saved as the board's (the first time a release that asks for one goes to it)."""
     key = new_key()
     save_key(board, key)
     return key

@@ -40,7 +40,7 @@ def key_for(runner: Runner, base: str, board: str) -> str:
                 f"Board {board!r} already holds an API key that this workstation does not have "
                 f"({api_keys.key_file(board)}); copy that file here (mode 0600) from the workstation that "
                 f"deployed it, or replace the board's key with `edgekit board key rotate --board {board}`.")
-        key = api_keys.ensure_key(board)
+        key = api_keys.make_key(board)
     return key
 
 
