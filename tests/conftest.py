@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,3 +149,42 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     if not any(allowed in reason for allowed in CI_ALLOWED_SKIPS):
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, where .ci/install must provide what it needs: {reason}"
+
+
+# The llama.cpp builds, made in the background of a CI run (prebuild.py says why); EDGEKIT_TEST_PREBUILD=1 asks for
+# it elsewhere. The tests that need the aarch64 release run last, so its build has the whole run to finish in.
+_prebuild: subprocess.Popen | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "aarch64_release: needs the aarch64 llama.cpp release; runs last")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.get_closest_marker("aarch64_release") is not None)  # stable: order kept
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    global _prebuild
+    wanted = os.environ.get("CI") or os.environ.get("EDGEKIT_TEST_PREBUILD")
+    if not wanted or not session.items or session.config.option.collectonly:
+        return
+    log_dir = Path(str(session.config.rootpath)) / ".pytest_cache"
+    log_dir.mkdir(exist_ok=True)
+    with open(log_dir / "prebuild.log", "w") as log:
+        _prebuild = subprocess.Popen(["nice", "-n", "19", sys.executable, str(Path(__file__).with_name("prebuild.py"))],
+                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A build the run did not need after all (a few tests asked for) is stopped; ninja resumes it next time."""
+    if _prebuild is None or _prebuild.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(_prebuild.pid, signal.SIGTERM)
+    try:
+        _prebuild.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(_prebuild.pid, signal.SIGKILL)
+        _prebuild.wait()

@@ -57,6 +57,7 @@ def test_cli_build_reports_the_cached_artifact(host_build: BuildResult) -> None:
     assert data["cached"] is True and data["key"] == host_build.artifact.key
 
 
+@pytest.mark.aarch64_release
 @pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None or shutil.which("qemu-aarch64") is None,
                     reason="needs g++-aarch64-linux-gnu and qemu-user")
 def test_aarch64_cpu_cross_build_runs_under_qemu() -> None:

@@ -26,6 +26,7 @@ from edgekit.sim import state as sim_state
 from edgekit.sim.testing import SimBoard
 
 REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.aarch64_release
 
 
 def edgekit(env: dict[str, str], *args: str, timeout: float = 1500) -> subprocess.CompletedProcess:

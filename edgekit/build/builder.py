@@ -101,10 +101,9 @@ def build_key(plan: BuildPlan) -> str:
 
 
 @contextlib.contextmanager
-def build_lock(console: Console | None, name: str = ".lock") -> Iterator[None]:
-    """One heavy build at a time on this machine (2 cores do not get faster by sharing);
-    on-board builds take a lock per board instead, as they load the board, not this machine."""
-    path = cache_dir() / "build" / name
+def build_lock(console: Console | None, path: Path) -> Iterator[None]:
+    """One build at a time per build directory (two in one directory would corrupt each other's objects); builds
+    of other targets may run beside it. On-board builds take a lock per board, as they load the board."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
         try:
@@ -117,6 +116,13 @@ def build_lock(console: Console | None, name: str = ".lock") -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _lock_path(plan: BuildPlan, runner: Any = None) -> Path:
+    """Beside the build directory it guards (``build/.lock-host-cpu``); one per board for on-board builds."""
+    if plan.where == "board":
+        return cache_dir() / "build" / f".lock-board-{getattr(runner, 'name', 'board')}"
+    return plan.build_dir.with_name(f".lock-{plan.build_dir.name}")
 
 
 def build(options: BuildOptions, console: Console | None = None, runner: Any = None,
@@ -139,8 +145,7 @@ def build(options: BuildOptions, console: Console | None = None, runner: Any = N
     found = store.get(KIND, key)
     if found is not None and not options.force:
         return BuildResult(found, True, time.monotonic() - start, plan)
-    lock = f".lock-board-{getattr(runner, 'name', 'board')}" if plan.where == "board" else ".lock"
-    with build_lock(console, lock):
+    with build_lock(console, _lock_path(plan, runner)):
         found = store.get(KIND, key)  # another process may have built it while we waited
         if found is not None and not options.force:
             return BuildResult(found, True, time.monotonic() - start, plan)
@@ -264,6 +269,6 @@ def compile_objects(options: BuildOptions, objects: list[str], console: Console 
         raise EdgekitError(f"Cannot compile {options.target} objects here: {plan.notes[0] if plan.notes else ''}.")
     subdir = "ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir"
     targets = [f"{subdir}/{name}.o" for name in objects]
-    with build_lock(console):
+    with build_lock(console, _lock_path(plan)):
         configure_and_compile(plan, console, targets=targets)
     return [plan.build_dir / t for t in targets]
