@@ -92,7 +92,7 @@ def sim_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimSession
         session.down()
 
 
-SERVING_UNITS = "edgekit-serve.service edgekit-serve-candidate.service edgekit-llama.service"
+SERVING_UNITS = "edgekit-watchdog.service edgekit-serve.service edgekit-serve-candidate.service edgekit-llama.service"
 
 
 @pytest.fixture(autouse=True)

@@ -93,7 +93,8 @@ class Plain(EngineBase):
 
         def render(rid: str) -> dict[str, str]:
             return service_units(ctx.facts.base, rid, lambda rdir, port: [f"{rdir}/{SERVER}", *server_argv(rt, port)],
-                                 ports, "llama-server (plain)", ctx.recipe.name, ctx.recipe.runtime.env)
+                                 ports, "llama-server (plain)", ctx.recipe.name, ctx.recipe.runtime.env,
+                                 ctx.recipe.runtime.watchdog)
 
         return EngineRelease(plan_release(ctx.recipe.name, files, describe, render), built.to_dict(), stages)
 

@@ -167,6 +167,7 @@ def activate(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
         if h["ok"]:
             if h.get("method") != "recorded":
                 _record(lay, rid, h, out)
+            _watch(lay, units, args, rid)
             return dict(out, ok=True)
     strategy = args.strategy if serves else "in-place"  # with nothing serving, the service's start is the check
     out["strategy"] = strategy
@@ -195,6 +196,7 @@ def activate(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
     _record(lay, rid, h, out)
     if not _switch(lay, units, args, rid, previous, out):
         return out
+    _watch(lay, units, args, rid)
     try:
         out["pruned"] = lay.prune(args.keep, [rid, previous or ""])
     except OSError as exc:  # the next activation prunes again
@@ -263,7 +265,24 @@ def _restore(lay: Layout, units: Units, args: argparse.Namespace, previous: str 
         return None
     lay.switch(previous)
     lay.mark_serving(previous)
+    _watch(lay, units, args, previous)
     return previous
+
+
+def _watch(lay: Layout, units: Units, args: argparse.Namespace, rid: str) -> None:
+    """The watchdog of the release now served (its own unit file) replaces the one running; a release without one
+    (its recipe turned it off, or an older edgekit made it) runs none. Not asked for (no --watchdog-unit: the
+    watchdog itself, rolling back) it is left alone. A watchdog systemd refuses leaves the service as switched."""
+    unit = getattr(args, "watchdog_unit", "")
+    if not unit:
+        return
+    src = lay.path("releases", rid, unit)
+    with suppress(RuntimeError):
+        if os.path.isfile(src) and os.path.isfile(lay.path("releases", rid, "agent", "watchdog.py")):
+            units.install(unit, src)
+            units.restart(unit)
+        else:
+            units.remove(unit)
 
 
 def rollback(args: argparse.Namespace, units: Units, say: Callable[..., None] = say) -> dict[str, Any]:
@@ -283,6 +302,7 @@ def rollback(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
         return out
     if not _switch(lay, units, args, rid, had, out):
         return dict(out, ok=False)
+    _watch(lay, units, args, rid)
     return dict(out, changed=True)
 
 
@@ -296,6 +316,8 @@ def add_arguments(p: argparse.ArgumentParser, rollback_only: bool = False) -> No
                    help="a unit an older edgekit may have left (its candidate): removed first (repeatable)")
     p.add_argument("--legacy-unit", action="append", default=[],
                    help="an older name of the service: stopped and removed when this one starts (repeatable)")
+    p.add_argument("--watchdog-unit", default="",
+                   help="the watchdog's unit: the served release's own is (re)started with it, or removed")
     if not rollback_only:
         p.add_argument("--host-holds-stdin", action="store_true",
                        help="stdin closes when the host dies: abandon the activation before the service restarts")

@@ -9,8 +9,9 @@
     load      --port P --prompts FILE ...           streaming load against llama-server (see load.py)
     activate  --base B --release ID --port P ...    make a release the one the board serves (see activate.py)
     rollback  --base B --release ID --port P ...    an earlier release back in service, checked first
+    watchdog  --base B --port P --unit U --log L    restart a wedged server, cap its logs (runs as a unit)
 
-Every subcommand prints one JSON object on stdout. Errors: one sentence on stderr, exit 2.
+Every subcommand but watchdog prints one JSON object on stdout. Errors: one sentence on stderr, exit 2.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import time
 from typing import Any, Iterator
 
 from . import activate as activate_cmd
-from . import energy, extras, sources
+from . import energy, extras, sources, watchdog
 from . import load as load_cmd
 from .sampler import Sampler
 
@@ -225,6 +226,9 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rollback", help="restart an earlier release, check it, and only then make it current")
     activate_cmd.add_arguments(p, rollback_only=True)
     p.set_defaults(fn=cmd_rollback)
+    p = sub.add_parser("watchdog", help="restart a service that stops answering /health; cap its logs")
+    watchdog.add_arguments(p)
+    p.set_defaults(fn=watchdog.main)
     return ap
 
 

@@ -80,6 +80,18 @@ def rollback(app: App, board_name: str, to_release: str | None) -> None:
                                                     f"(was {result.previous}); healthy", *notes])))
 
 
+def watchdog_line(wd: dict) -> str:
+    """The watchdog's record in one line: restarts, the newest one, a rollback."""
+    parts = [f"{len(wd['restarts'])} restart(s)"]
+    if wd["restarts"]:
+        last = wd["restarts"][-1]
+        parts.append(f"last {last['at']}: {last['reason']}")
+    if wd["rolled_back"]:
+        rb = wd["rolled_back"]
+        parts.append(f"rolled back {rb['from']} → {rb['to']} at {rb['at']}")
+    return "; ".join(parts)
+
+
 @click.command()
 @board_option
 @json_option
@@ -97,12 +109,15 @@ def status(app: App, board_name: str) -> None:
         health = None
         if manifest is not None and unit is not None:  # the unit says where its server logs (an older one elsewhere)
             health = check_release(runner, manifest, act.BoardPaths(facts.base).log, timeout=30, unit=unit).to_dict()
+        watchdog = releases.read_watchdog(runner, facts.base) or {}
     data = {
         "board": board_name, "engine": manifest.engine if manifest else None,
         "current": lay.current, "serving": lay.serving, "service_active": active,
         "recipe": manifest.recipe if manifest else None, "port": manifest.port if manifest else None,
         "spec_type": manifest.spec_type if manifest else None,
         "server_args": manifest.server_args if manifest else None, "health": health, "releases": lay.releases,
+        "watchdog": {"restarts": watchdog.get("restarts") or [], "last_failure": watchdog.get("last_failure"),
+                     "rolled_back": watchdog.get("rolled_back")},
     }
 
     def human() -> None:
@@ -116,6 +131,7 @@ def status(app: App, board_name: str) -> None:
             if health.get("gpu"):
                 table.add_row("GPU", health["gpu"])
         table.add_row("releases", ", ".join(lay.releases) or "none")
+        table.add_row("watchdog", watchdog_line(data["watchdog"]))
         app.out.print(table)
 
     app.emit(data, human)

@@ -131,6 +131,22 @@ class LitertSettings(BaseModel):
     accelerator: Literal["cpu", "gpu"] = "cpu"  # LiteRT-LM's backend (gpu: its GPU delegate, where it has one)
 
 
+class Watchdog(BaseModel):
+    """The board's own check of what it serves (agent/watchdog.py, a unit of its own): a server that is alive but
+    does not answer /health ``failures`` probes in a row is restarted; a release restarted ``restarts`` times
+    within ``window_s`` is replaced by the release served before it. systemd's Restart= sees only a crash."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    every_s: float = Field(10.0, gt=0.0, le=3600.0)  # between probes
+    timeout_s: float = Field(5.0, gt=0.0, le=600.0)  # a probe without an answer by then has failed
+    failures: int = Field(3, ge=1, le=100)
+    restarts: int = Field(3, ge=1, le=100)
+    window_s: float = Field(1800.0, gt=0.0)
+    start_grace_s: float = Field(600.0, gt=0.0)  # after a (re)start: the model loads before probes count
+
+
 class Runtime(BaseModel):
     """Server settings; names follow the flags of the pinned llama.cpp (engine: llama.cpp, the default)."""
 
@@ -157,6 +173,7 @@ class Runtime(BaseModel):
     port: int = Field(8080, ge=1, le=65535)
     flash_attn: Literal["auto", "on", "off"] = "auto"  # llama-server's -fa; "auto" passes no flag
     env: dict[str, str] = Field(default_factory=dict)  # the service unit's environment
+    watchdog: Watchdog = Field(default_factory=Watchdog)
     allow_quirks: list[str] = Field(default_factory=list)  # guards (edgekit.engines.llamacpp_quirks) not to apply
     extra_args: list[str] = Field(default_factory=list)
 

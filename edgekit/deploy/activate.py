@@ -29,6 +29,7 @@ from edgekit.release.units import (
     LEGACY_CANDIDATE_UNITS,
     LEGACY_UNITS,
     UNIT_NAME,
+    WATCHDOG_UNIT,
     activation_program,
     service_log,
 )
@@ -97,10 +98,10 @@ def active_unit(runner: Runner, need_sudo: bool) -> str | None:
     return next((unit for unit in (UNIT_NAME, *LEGACY_UNITS) if Service(runner, unit, need_sudo).is_active()), None)
 
 
-def legacy_options() -> list[str]:
-    """The service's older names, for the board's program to stop and remove as it starts the service, and an
-    older edgekit's candidate, removed before one starts."""
-    return [*(arg for unit in LEGACY_UNITS for arg in ("--legacy-unit", unit)),
+def unit_options() -> list[str]:
+    """The watchdog's unit; the service's older names, for the board's program to stop and remove as it starts the
+    service, and an older edgekit's candidate, removed before one starts."""
+    return ["--watchdog-unit", WATCHDOG_UNIT, *(arg for unit in LEGACY_UNITS for arg in ("--legacy-unit", unit)),
             *(arg for unit in LEGACY_CANDIDATE_UNITS for arg in ("--stale-unit", unit))]
 
 
@@ -169,7 +170,7 @@ def activate(runner: Runner, base: str, spec: ActivationSpec, need_sudo: bool,
     argv = [*activation_program(base, release_id), "activate", "--base", base, "--release", release_id,
             "--port", str(port), "--unit", UNIT_NAME, "--log", paths.log, "--candidate-unit", CANDIDATE_UNIT,
             "--candidate-log", paths.candidate_log(), "--candidate-port", str(spec.candidate_port),
-            "--strategy", spec.strategy, "--keep", str(spec.keep), "--check-first", *legacy_options(),
+            "--strategy", spec.strategy, "--keep", str(spec.keep), "--check-first", *unit_options(),
             *check_options(spec.serve, spec.timeout)]
     # An SSH session's stdin stays open while this edgekit lives: if it is killed before the service restarts,
     # the board's program abandons the activation (a local board's stdin is this process's own).
@@ -215,7 +216,7 @@ def rollback(runner: Runner, base: str, need_sudo: bool, to: str | None = None,
                            "activation program (both predate it); deploy once with this edgekit, then roll back.")
     paths = BoardPaths(base)
     argv = [*prog, "rollback", "--base", base, "--release", target, "--port", str(manifest.port),
-            "--unit", UNIT_NAME, "--log", paths.log, *legacy_options(), *check_options(manifest.serve, timeout)]
+            "--unit", UNIT_NAME, "--log", paths.log, *unit_options(), *check_options(manifest.serve, timeout)]
     steps = _run_program(runner, argv, timeout * 2 + 120, lambda _m: None)
     h = Health.of_dict(steps.get("main") or {"ok": False, "reason": "no check"})  # type: ignore[arg-type]
     if not steps["result"].get("ok"):  # type: ignore[union-attr]

@@ -51,7 +51,7 @@ def compose(ctx: ReleaseContext, python: str, bundle: dict[str, Any]) -> Release
     }
 
     def render(rid: str) -> dict[str, str]:
-        return service_units(ctx.facts.base, rid, argv_at, ports, "LiteRT-LM", recipe.name, rt.env)
+        return service_units(ctx.facts.base, rid, argv_at, ports, "LiteRT-LM", recipe.name, rt.env, rt.watchdog)
 
     return plan_release(recipe.name, {BUNDLE: Path(bundle["file"]), **agent_files()}, describe, render)
 

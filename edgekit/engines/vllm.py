@@ -117,7 +117,7 @@ def compose(ctx: ReleaseContext, python: str, version: str, models: dict[str, Pa
 
     def render(rid: str) -> dict[str, str]:
         return service_units(ctx.facts.base, rid, argv_at, ports, "vLLM", recipe.name, environment,
-                             auth.get("api_env_file"))
+                             recipe.runtime.watchdog, auth.get("api_env_file"))
 
     return plan_release(recipe.name, {**models, **agent_files()}, describe, render)
 

@@ -118,7 +118,7 @@ class Board:
                 "--candidate-unit", cand, "--candidate-log", self.log(cand),
                 "--candidate-port", str(candidate.port if candidate else 0),
                 "--strategy", "candidate" if candidate is not None else "in-place", "--keep", str(keep),
-                *self._legacy_options(), *check_options(**self._check_settings(serve))]
+                *self._unit_options(), *check_options(**self._check_settings(serve))]
         argv += ["--check-first"] if check_first else []
         return q(argv)
 
@@ -127,13 +127,15 @@ class Board:
         place and checked, `current` switched only when it is healthy, else the release it had put back."""
         main = self.units["main"]
         return q([*activation_program(self.base, via), "rollback", "--base", self.base, "--release", release,
-                  "--port", str(serve.port), "--unit", main, "--log", self.log(main), *self._legacy_options(),
+                  "--port", str(serve.port), "--unit", main, "--log", self.log(main), *self._unit_options(),
                   *check_options(**self._check_settings(serve))])
 
-    def _legacy_options(self) -> list[str]:
-        """The service's older names (release.units.LEGACY_UNITS): the program removes them as it starts it, and an
-        older edgekit's candidate before one starts."""
-        return [*(arg for unit in self.units.get("legacy") or [] for arg in ("--legacy-unit", str(unit))),
+    def _unit_options(self) -> list[str]:
+        """The watchdog's unit; the service's older names (release.units.LEGACY_UNITS): the program removes them as
+        it starts it, and an older edgekit's candidate before one starts."""
+        watchdog = self.units.get("watchdog")
+        return [*(["--watchdog-unit", str(watchdog)] if watchdog else []),
+                *(arg for unit in self.units.get("legacy") or [] for arg in ("--legacy-unit", str(unit))),
                 *(arg for unit in self.units.get("stale") or [] for arg in ("--stale-unit", str(unit)))]
 
     def _check_settings(self, serve: Serve) -> dict[str, Any]:

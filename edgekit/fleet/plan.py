@@ -22,7 +22,7 @@ from edgekit.fleet.connect import Target
 from edgekit.fleet.scripts import health_apis, scripts
 from edgekit.release.health import HEALTH_PROMPT
 from edgekit.release.plan import ReleasePlan
-from edgekit.release.units import CANDIDATE_UNIT, LEGACY_CANDIDATE_UNITS, LEGACY_UNITS, UNIT_NAME
+from edgekit.release.units import CANDIDATE_UNIT, LEGACY_CANDIDATE_UNITS, LEGACY_UNITS, UNIT_NAME, WATCHDOG_UNIT
 
 HEALTH_N_PREDICT = 24  # edgekit.deploy.health.check's default
 
@@ -75,8 +75,8 @@ def fleet_vars(health_timeout: float) -> dict[str, Any]:
     """What every playbook needs: edgekit's board-side scripts, unit names, health-check settings."""
     return {
         "scripts": scripts(),
-        "units": {"main": UNIT_NAME, "candidate": CANDIDATE_UNIT, "legacy": list(LEGACY_UNITS),
-                  "stale": list(LEGACY_CANDIDATE_UNITS)},
+        "units": {"main": UNIT_NAME, "candidate": CANDIDATE_UNIT, "watchdog": WATCHDOG_UNIT,
+                  "legacy": list(LEGACY_UNITS), "stale": list(LEGACY_CANDIDATE_UNITS)},
         "health": {"timeout": health_timeout, "n_predict": HEALTH_N_PREDICT, "prompt": HEALTH_PROMPT,
                    "apis": health_apis()},
     }

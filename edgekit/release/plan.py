@@ -15,8 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.build.memo import remember
+from edgekit.config.recipes import Watchdog
 from edgekit.release.manifest import ReleaseManifest
-from edgekit.release.units import CANDIDATE_UNIT, UNIT_NAME, render_unit, service_log
+from edgekit.release.units import (
+    CANDIDATE_UNIT,
+    UNIT_NAME,
+    WATCHDOG_LOG_NAME,
+    WATCHDOG_UNIT,
+    render_unit,
+    service_log,
+    watchdog_argv,
+)
 from edgekit.remote.transfer import Blob
 from edgekit.store import canonical_json, sha256_file
 
@@ -53,14 +62,19 @@ def service_ports(board_port: int | None, recipe_port: int) -> tuple[int, int]:
 
 
 def service_units(base: str, rid: str, argv_at: Callable[[str, int], list[str]], ports: tuple[int, int],
-                  server: str, recipe: str, environment: dict[str, str],
+                  server: str, recipe: str, environment: dict[str, str], watchdog: Watchdog,
                   environment_file: str | None = None) -> dict[str, str]:
     """The release's main and candidate units: the same server (``argv_at(release dir, port)``) on two ports,
-    each logging where activation reads it (``environment_file``: read by systemd as the unit starts)."""
+    each logging where activation reads it (``environment_file``: read by systemd as the unit starts); and its
+    watchdog's unit, unless the recipe turns it off (activation then removes a watchdog an earlier one left)."""
 
     rdir = f"{base}/releases/{rid}"
     main, candidate = ports
-    return {
+    guard = {} if not watchdog.enabled else {
+        WATCHDOG_UNIT: render_unit(rdir, watchdog_argv(base, rid, main, **watchdog.model_dump(exclude={"enabled"})),
+                                   f"{base}/logs/{WATCHDOG_LOG_NAME}", f"edgekit watchdog (release {rid})",
+                                   restart="always")}
+    return {**guard,
         UNIT_NAME: render_unit(rdir, argv_at(rdir, main), service_log(base),
                                f"edgekit {server} ({recipe}, release {rid})", environment=environment,
                                environment_file=environment_file),

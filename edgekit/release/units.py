@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 
 UNIT_NAME = "edgekit-serve.service"
 CANDIDATE_UNIT = "edgekit-serve-candidate.service"  # a new release, health-checked beside the old one
+WATCHDOG_UNIT = "edgekit-watchdog.service"  # restarts a wedged server, caps its logs (agent/watchdog.py)
+WATCHDOG_LOG_NAME = "watchdog.log"
 LOG_NAME, CANDIDATE_LOG_NAME = "server.log", "server-candidate.log"  # under <base>/logs/
 # The service's names before they were engine-neutral (edgekit 0.1 up to the board-side activation), and where
 # that unit logs. A board such an edgekit deployed is upgraded by the next activation (the old unit stopped and
@@ -52,6 +54,7 @@ def render_unit(
     user: str | None = None,
     environment: Mapping[str, str] | None = None,
     environment_file: str | None = None,
+    restart: str = "on-failure",
 ) -> str:
     """A unit whose ExecStart names the release directory itself (not `current`).
 
@@ -72,7 +75,7 @@ def render_unit(
         # A secret (the API key) comes from a 0600 file, so it is in no unit file and no command line.
         *([f"EnvironmentFile={systemd_path(environment_file)}"] if environment_file else []),
         "ExecStart=" + " ".join(systemd_quote(a, executable=i == 0) for i, a in enumerate(argv)),
-        "Restart=on-failure",
+        f"Restart={restart}",
         "RestartSec=3",
         f"StandardOutput=append:{systemd_path(log_file)}",
         f"StandardError=append:{systemd_path(log_file)}",
@@ -81,3 +84,13 @@ def render_unit(
         lines.append(f"User={user}")
     lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
     return "\n".join(lines)
+
+
+def watchdog_argv(base: str, rid: str, port: int, every_s: float, timeout_s: float, failures: int, restarts: int,
+                  window_s: float, start_grace_s: float) -> list[str]:
+    """The release's watchdog (agent/watchdog.py) over the main unit on ``port``."""
+    return [*activation_program(base, rid), "watchdog", "--base", base, "--port", str(port), "--unit", UNIT_NAME,
+            "--log", service_log(base), "--candidate-log", service_log(base, candidate=True),
+            *(arg for unit in LEGACY_UNITS for arg in ("--legacy-unit", unit)),
+            "--every", f"{every_s:g}", "--timeout", f"{timeout_s:g}", "--failures", str(failures),
+            "--restarts", str(restarts), "--window", f"{window_s:g}", "--start-grace", f"{start_grace_s:g}"]

@@ -154,3 +154,13 @@ def read_manifest(runner: Runner, base: str, release_id: str) -> dict:
         return json.loads(res.stdout) if res.ok else {}
     except ValueError:
         return {}
+
+
+def read_watchdog(runner: Runner, base: str) -> dict | None:
+    """What the board's watchdog did (agent/watchdog.py's record): its restarts, last failure, a rollback."""
+    res = runner.run(["cat", f"{base}/watchdog.json"], check=False, timeout=30)
+    try:
+        data = json.loads(res.stdout) if res.ok else None
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
