@@ -97,7 +97,7 @@ class _RefusingUnits:
     def install(self, unit: str, src: str) -> None:
         self.calls.append(("install", unit, Path(src).parent.name))
 
-    def restart(self, unit: str) -> None:
+    def restart(self, unit: str, enable: bool = True) -> None:
         self.calls.append(("restart", unit))
         if unit == self.refuse and self.calls.count(("restart", unit)) == 1:
             raise RuntimeError(f"`systemctl restart {unit}` failed (exit 1)")

@@ -59,8 +59,11 @@ class Units:
         self._run("mv", "-f", tmp, f"{self.dir}/{unit}")
         self._run("systemctl", "daemon-reload")
 
-    def restart(self, unit: str) -> None:
-        self._run("systemctl", "enable", unit, check=False)
+    def restart(self, unit: str, enable: bool = True) -> None:
+        """``enable``: started at boot too (the service, its watchdog); a candidate is not: a power cut during its
+        check must not bring it back."""
+        if enable:
+            self._run("systemctl", "enable", unit, check=False)
         self._run("systemctl", "restart", unit)
 
     def stop(self, unit: str) -> None:
@@ -177,7 +180,7 @@ def activate(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
         say("begin candidate")
         try:
             units.install(args.candidate_unit, f"{args.base}/releases/{rid}/{args.candidate_unit}")
-            units.restart(args.candidate_unit)
+            units.restart(args.candidate_unit, enable=False)
             h = _check(args, args.candidate_port, args.candidate_unit, args.candidate_log)
         except RuntimeError as exc:
             h = health.unhealthy(f"the candidate did not start: {exc}", args.chat)

@@ -28,10 +28,11 @@ import json
 import os
 import shutil
 import time
+from contextlib import suppress
 from typing import Any, Callable
 
 from . import health
-from .activate import Units, _restore
+from .activate import Units, _restore, _serve
 from .board_releases import Layout
 
 STATE = "watchdog.json"
@@ -125,7 +126,25 @@ class Watch:
             self._save()
             return done
 
+    def reconcile(self) -> str | None:
+        """As the watchdog starts (at boot, after a power cut): the service must run `current`. A cut during an
+        activation can leave the unit installed for a release that never passed its check (restarted on it, then
+        the power went before `current` switched); that release is not served, `current` is."""
+        with activation_lock(self.args.base) as held:
+            current, installed = self.lay.current, installed_release(self.args.unit, self.lay)
+            if not held or not current or installed in (None, current):
+                return None
+            _serve(self.lay, self.units, self.args, current)
+            self.lay.mark_serving(current)
+            self.state["reconciled"] = {"at": _now(), "unit_had": installed, "current": current}
+            self._save()
+            return f"{self.args.unit} ran {installed}, not current {current}: restarted on {current}"
+
     def run(self) -> int:
+        with suppress(OSError, RuntimeError):  # the round's probes see what is left
+            did = self.reconcile()
+            if did:
+                print(f"{_now()} {did}", flush=True)
         while True:
             started = self.clock()
             try:
@@ -154,6 +173,16 @@ class activation_lock:
 
     def __exit__(self, *_exc: object) -> None:
         os.close(self.fd)
+
+
+def installed_release(unit: str, lay: Layout) -> str | None:
+    """The release the installed unit runs (its WorkingDirectory=<base>/releases/<id>), None without one."""
+    prefix = f"WorkingDirectory={lay.path('releases')}/"
+    try:
+        with open(health.installed_unit(unit)) as fh:
+            return next((line.strip()[len(prefix):] for line in fh if line.startswith(prefix)), None)
+    except OSError:
+        return None
 
 
 def cap_logs(paths: list[str], max_bytes: int) -> None:

@@ -1,4 +1,4 @@
-"""`edgekit sim up|status|down`: simulated Jetson boards on this machine (real sshd on 127.0.0.1)."""
+"""`edgekit sim up|status|down|power-cut`: simulated Jetson boards on this machine (real sshd on 127.0.0.1)."""
 
 from __future__ import annotations
 
@@ -73,6 +73,19 @@ def status(app: App, directory: Path | None) -> None:
         _table(app, data)
 
     app.emit(data, human)
+
+
+@sim.command("power-cut")
+@click.argument("board")
+@_DIR
+@json_option
+@click.pass_obj
+def power_cut(app: App, board: str, directory: Path | None) -> None:
+    """Kill every process of simulated BOARD at once, as a power cut would; `edgekit sim up` boots it again
+    (its enabled units start, as systemd starts them)."""
+    killed = sim_boards.power_cut(directory or sim_dir(), board)
+    app.emit({"board": board, "killed": killed},
+             lambda: app.out.print(f"Cut the power of {board}: {killed} processes killed. Boot it: edgekit sim up"))
 
 
 @sim.command("down")

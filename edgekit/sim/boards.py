@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import re
@@ -174,6 +175,31 @@ def _start_board(st: SimState, board: BoardState, sshd_bin: str) -> None:
     sshd.start(sshd_bin, board, avoid=(_ports_in_use(st) | {board.service_port}) - {board.port}, launcher=launcher)
 
 
+def _boot(st: SimState, board: BoardState) -> None:
+    """The board's enabled units started, as systemd starts them at boot (its systemctl stand-in's ``__boot``).
+    A unit that will not start is the board's problem, as on a real one: `status` and the next deploy see it."""
+    subprocess.run([str(board.bin_dir / "systemctl"), "__boot"], env=board_env(board, st.token, st.path),
+                   stdin=subprocess.DEVNULL, capture_output=True, timeout=300, check=False)
+
+
+def power_cut(sim_dir: Path, name: str) -> int:
+    """Every process of board ``name`` killed at once (SIGKILL), as a power cut ends them: its sshd and sessions,
+    its services, and what they left running. `up` boots it again. Returns how many processes were killed."""
+    st = state_mod.load(sim_dir.resolve())
+    if st is None or name not in st.boards:
+        raise EdgekitError(f"No simulated board {name!r} in {sim_dir}.")
+    doomed = {p.pid: p for p in board_processes(st.boards[name])}
+    for proc in _strays(st.token):
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get("EDGEKIT_SIM_BOARD") == name:
+                doomed[proc.pid] = proc
+    for proc in doomed.values():
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(list(doomed.values()), timeout=10)
+    return len(doomed)
+
+
 def _ensure_updater(st: SimState) -> None:
     if procs.alive(st.updater_pid, st.updater_ctime):
         return
@@ -253,6 +279,7 @@ def up(sim_dir: Path, count: int, profile: str, targets: Targets, add: bool = Fa
                     # After a reboot the tmpfs part of the root is gone: write the root again.
                     _make_root(st, board)
                     _start_board(st, board, sshd_bin)
+                    _boot(st, board)
                     restarted.append(board.name)
             have = sum(1 for b in st.boards.values()
                        if b.profile == canonical and b.jetpack == jetpack and b.arch == arch)
