@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,8 +16,7 @@ import yaml
 from cli_helpers import edgekit, ok_json
 
 from edgekit.agent.watchdog import cap_logs
-from edgekit.sim import boards as sim
-from edgekit.sim import state as sim_state
+from edgekit.sim import faults
 from edgekit.sim.testing import SimBoard
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,22 +40,9 @@ def variant(tmp: Path, name: str, **watchdog: object) -> Path:
 
 
 def server_process(board: SimBoard) -> psutil.Process:
-    st = sim_state.load(board.dir.parent)
-    assert st is not None
-    for unit, pid in sim.services(st.boards[board.name]).items():
-        if unit == "edgekit-serve.service":
-            for proc in psutil.Process(pid).children(recursive=True):
-                if any("llama-server" in part for part in proc.cmdline()):
-                    return proc
-    raise AssertionError(f"no llama-server runs on {board.name}")
-
-
-def healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
-            return resp.status == 200
-    except OSError:
-        return False
+    found = [p for p in faults.server_processes(board) if any("llama-server" in part for part in p.cmdline())]
+    assert found, f"no llama-server runs on {board.name}"
+    return found[0]
 
 
 def wedge_and_wait(board: SimBoard, until: Callable[[], object], limit: float = 120.0) -> float:
@@ -66,7 +51,7 @@ def wedge_and_wait(board: SimBoard, until: Callable[[], object], limit: float = 
     stopped.suspend()
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit:
-        if until() and healthy(board.service_port):
+        if until() and faults.answers(board.service_port):
             return time.monotonic() - t0
         time.sleep(0.5)
     said = (board.base / "logs" / "watchdog.log").read_text()

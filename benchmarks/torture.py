@@ -1,0 +1,167 @@
+"""Torture: deploys of two releases, alternating, each hit by one fault at a random instant; after every round
+the board must keep edgekit's invariants (edgekit.sim.faults.violations).
+
+    python benchmarks/torture.py --rounds 100 --boards 2          # the figure in benchmarks/README.md
+    python benchmarks/torture.py --rounds 9 --boards 1 --seed 7   # what tests/test_torture.py runs
+
+Faults, each kind in turn (the order shuffled per cycle; the instant drawn from 5–100 % of the time a switch
+between the two releases took on this machine before the rounds, ≈ 3–5 s for the tiny release):
+- kill:  the deploying edgekit SIGKILLed;
+- power: every process of the board killed at once (a power cut), with the deploying edgekit, then the board
+         booted (`sim up` starts its enabled units, as systemd does);
+- hang:  the board's server SIGSTOPped (alive, answering nothing); the deploy runs on, the board's watchdog
+         (probing every second here) restarts it or the activation replaces it.
+After each round the board must, within 120 s: serve a release that passed its check, with `current`,
+`serving` and the service unit agreeing, /health answering and every blob holding the bytes its name says.
+At the end one more deploy per board must finish (the next deploy finishes the job).
+
+Reports per fault kind: rounds, rounds with a violation, seconds from the fault to a board with none (mean and
+max), and how the deploys ended. JSON first (also `--out DIR/torture.json`), then a Markdown table
+(`torture.md`). Every board is a simulated board on this machine (benchmarks/simenv.py: a throwaway config).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import simenv  # benchmarks/simenv.py
+import yaml
+from rich.progress import Progress
+
+from edgekit.resources import builtin_recipes_dir
+from edgekit.sim import boards as sim
+from edgekit.sim import faults
+from edgekit.sim.testing import SimBoard
+
+FAULTS = ("kill", "power", "hang")
+# The board's watchdog probes every second: a hung server is noticed in seconds (the defaults take ≈ 45 s).
+WATCHDOG = {"every_s": 1, "timeout_s": 1, "failures": 3, "start_grace_s": 5}
+
+
+def recipe(work: Path, name: str) -> Path:
+    data = yaml.safe_load((builtin_recipes_dir() / "sim-tiny-mtp.yaml").read_text())
+    data["name"] = name
+    data["runtime"]["watchdog"] = WATCHDOG
+    path = work / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def deploy_cmd(board: SimBoard, path: Path) -> list[str]:
+    return [sys.executable, "-m", "edgekit", "--json", "deploy", "--board", board.name, "--recipe", str(path)]
+
+
+def one_round(i: int, board: SimBoard, fault: str, path: Path, env: dict[str, str], sim_dir: Path,
+              targets: sim.Targets, n_boards: int, at: float) -> dict[str, Any]:
+    deploying = subprocess.Popen(deploy_cmd(board, path), env=env, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+    time.sleep(at)
+    hit = time.monotonic()
+    if fault == "kill":
+        deploying.kill()
+    elif fault == "power":
+        sim.power_cut(sim_dir, board.name)
+        deploying.kill()
+        sim.up(sim_dir, n_boards, "orin", targets)  # boots it
+    else:
+        faults.hang(board)
+    try:
+        rc = deploying.wait(300)
+    except subprocess.TimeoutExpired:
+        deploying.kill()
+        rc = deploying.wait()
+    took, wrong = faults.settle(board, limit=120)
+    recovered = None if took is None else round(time.monotonic() - hit, 2)
+    return {"round": i, "board": board.name, "fault": fault, "at_s": round(at, 2), "deploy_rc": rc,
+            "recovered_s": recovered, "violations": wrong, "serving": faults.current(board)}
+
+
+def summary(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for kind in FAULTS:
+        mine = [r for r in rounds if r["fault"] == kind]
+        if not mine:
+            continue
+        times = [r["recovered_s"] for r in mine if r["recovered_s"] is not None]
+        rows.append({"fault": kind, "rounds": len(mine), "violations": sum(bool(r["violations"]) for r in mine),
+                     "recovered_mean_s": round(statistics.mean(times), 2) if times else None,
+                     "recovered_max_s": max(times) if times else None,
+                     "deploy_ok": sum(r["deploy_rc"] == 0 for r in mine)})
+    return rows
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    lines = [f"# Torture: {doc['rounds']} rounds on {doc['boards']} board(s), seed {doc['seed']}", "",
+             "| fault | rounds | rounds with a violation | fault → no violation, mean (max) | deploys that finished |",
+             "| --- | --- | --- | --- | --- |"]
+    for row in doc["summary"]:
+        mean, top = row["recovered_mean_s"], row["recovered_max_s"]
+        mean = "—" if mean is None else f"{mean:.1f} s ({top:.1f} s)"
+        lines.append(f"| {row['fault']} | {row['rounds']} | {row['violations']} | {mean} | {row['deploy_ok']} |")
+    lines += ["", f"Final deploys that finished: {doc['final_ok']} of {doc['boards']}.", ""]
+    bad = [r for r in doc["per_round"] if r["violations"]]
+    lines += [f"- round {r['round']} ({r['fault']} at {r['at_s']} s): {'; '.join(r['violations'])}" for r in bad]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--boards", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=None, help="where torture.json and torture.md go")
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    work, env, targets = simenv.isolated("edgekit-torture-")
+    sim_dir = work / "sim"
+    try:
+        st, created, _ = sim.up(sim_dir, args.boards, "orin", targets)
+        boards = [SimBoard.from_state(st, st.boards[n], targets.known_hosts) for n in created]
+        paths = [recipe(work, "torture-a"), recipe(work, "torture-b")]
+        for board in boards:
+            subprocess.run(deploy_cmd(board, paths[0]), env=env, check=True, capture_output=True)
+        # How long a switch takes here (blobs on the board, both releases made): faults fall within it.
+        for path in (paths[1], paths[0]):
+            t0 = time.monotonic()
+            subprocess.run(deploy_cmd(boards[0], path), env=env, check=True, capture_output=True)
+            span = time.monotonic() - t0
+        kinds: list[str] = []
+        rounds = []
+        with Progress(transient=True) as progress:
+            task = progress.add_task("torture", total=args.rounds)
+            for i in range(args.rounds):
+                if not kinds:
+                    kinds = rng.sample(FAULTS, len(FAULTS))
+                board = boards[i % len(boards)]
+                path = paths[1 - (i // len(boards)) % 2]  # each board alternates: b, a, b, …
+                at = rng.uniform(0.05, 1.0) * span
+                rounds.append(one_round(i, board, kinds.pop(), path, env, sim_dir, targets, args.boards, at))
+                progress.update(task, advance=1, description=f"round {i + 1}: {rounds[-1]['fault']}")
+        final_ok = sum(subprocess.run(deploy_cmd(b, paths[0]), env=env, capture_output=True).returncode == 0
+                       for b in boards)
+    finally:
+        sim.down(sim_dir)
+        shutil.rmtree(work, ignore_errors=True)
+    doc = {"rounds": args.rounds, "boards": args.boards, "seed": args.seed, "switch_s": round(span, 2),
+           "summary": summary(rounds),
+           "final_ok": final_ok, "per_round": rounds}
+    print(json.dumps(doc, indent=1))
+    print(markdown(doc))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "torture.json").write_text(json.dumps(doc, indent=1))
+        (args.out / "torture.md").write_text(markdown(doc))
+    return 0 if final_ok == len(boards) and not any(r["violations"] for r in rounds) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
