@@ -17,7 +17,7 @@ from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
 from edgekit.config.serve_address import is_loopback
 from edgekit.deploy import activate as act
-from edgekit.deploy import api_key, exposure
+from edgekit.deploy import api_key, exposure, memory_fit
 from edgekit.errors import EdgekitError
 from edgekit.release.plan import ReleasePlan
 from edgekit.remote import board_key, releases
@@ -168,6 +168,8 @@ def _pushed(name: str, board: Board, recipe: Recipe, options: DeployOptions, con
         key = api_key.key_for(runner, facts.base, name) if recipe.runtime.auth == "key" else None
         made = engine.release(ReleaseContext(name, board, facts, recipe, runner, console, say, options.src,
                                              options.cuda))
+        memory_fit.check(runner, name, facts, made.plan, engine.kv_cache_bytes(made.plan, recipe),
+                         in_place=choose_strategy(options, facts, made.plan) == "in-place")
         stages = dict(made.stages)
         with BoardLock(runner, facts.base, options.wait_s):
             t = time.monotonic()

@@ -66,6 +66,10 @@ class EngineBase:
     def release(self, ctx: ReleaseContext) -> EngineRelease:
         raise NotImplementedError
 
+    def kv_cache_bytes(self, plan: ReleasePlan, recipe: Recipe) -> int:
+        """The KV cache its server allocates for ``plan`` at the recipe's context (0: not known up front)."""
+        return 0
+
     def check_exposure(self, host: str, loopback: bool) -> None:
         """Refuse, before anything is built or sent, a network address this engine's key cannot guard."""
         if not loopback and self.open_without_key is None:

@@ -136,6 +136,29 @@ def fit_mmproj(recipe: Recipe, models: dict[str, Path], mem_total_mb: int | None
     return {rel: path for rel, path in models.items() if rel != "models/mmproj.gguf"}
 
 
+def gguf_kv_bytes_per_token(gguf: Path) -> int:
+    """One token's F16 K and V over the GGUF's layers, from its metadata (0 where it does not say);
+    remembered per file (size, mtime) like the chat template."""
+    from edgekit.build.memo import remember
+
+    def read() -> str:
+        from edgekit.convert.gguf_io import GGUFFile
+
+        f = GGUFFile(gguf)
+        arch = f.arch or ""
+        layers, heads = f.get(f"{arch}.block_count"), f.get(f"{arch}.attention.head_count_kv")
+        embd, q_heads = f.get(f"{arch}.embedding_length"), f.get(f"{arch}.attention.head_count")
+        if not layers or not heads:
+            return "0"
+        per_layer = list(heads) if isinstance(heads, (list, tuple)) else [heads] * int(layers)
+        q = max(list(q_heads) if isinstance(q_heads, (list, tuple)) else [q_heads or 1])
+        k = f.get(f"{arch}.attention.key_length") or (int(embd or 0) // int(q or 1))
+        v = f.get(f"{arch}.attention.value_length") or k
+        return str(sum(int(h) for h in per_layer) * (int(k) + int(v)) * 2)
+
+    return int(remember("kv-bytes-per-token", gguf, read))
+
+
 def gguf_has_chat_template(gguf: Path) -> bool:
     """An instruction-tuned target carries its chat template: health then talks to it through it.
 
@@ -225,6 +248,13 @@ class LlamaCpp(EngineBase):
                        console: Console) -> FleetReleases:
         """One build per board kind, the models once, one release per (build, base, service port)."""
         return _fleet_releases(recipe, targets, src, cuda, console)
+
+    def kv_cache_bytes(self, plan: ReleasePlan, recipe: Recipe) -> int:
+        """F16 K and V of every layer of the target and the drafter at runtime.ctx_size (llama-server's -c, shared
+        by its slots): an upper bound where sliding-window or shared-KV layers hold fewer tokens."""
+        per_token = sum(gguf_kv_bytes_per_token(b.path) for rel, b in plan.files.items()
+                        if rel in ("models/target.gguf", "models/drafter.gguf"))
+        return per_token * recipe.runtime.ctx_size
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:
         from edgekit.build import BuildOptions, build

@@ -138,6 +138,11 @@ class Vllm(EngineBase):
     def tune_point(self, drafter: ServerConfig, n: int, p_min: float | None) -> ServerConfig:
         return vllm_bench.tune_point(drafter, n, p_min)
 
+    def kv_cache_bytes(self, plan: ReleasePlan, recipe: Recipe) -> int:
+        """The cache the recipe fixes (vllm.kv_cache_gib); else vLLM sizes it from what memory is left."""
+        gib = recipe.runtime.vllm.kv_cache_gib
+        return int(gib * (1 << 30)) if gib else 0
+
     def release(self, ctx: ReleaseContext) -> EngineRelease:
         from edgekit.convert.text_only import needs_text_only, text_only
         from edgekit.prepare.pipeline import prepare_inputs

@@ -11,14 +11,15 @@ from typing import Any
 from rich.console import Console
 
 from edgekit.config.boardfile import BoardFile, Boards
-from edgekit.config.recipes import load_recipe
-from edgekit.deploy import api_key
+from edgekit.config.recipes import Recipe, load_recipe
+from edgekit.deploy import api_key, memory_fit
 from edgekit.deploy.pipeline import DeployOptions
+from edgekit.engines import get_engine
 from edgekit.errors import EdgekitError
 from edgekit.fleet import inventory as inv
 from edgekit.fleet.connect import Fleet
 from edgekit.fleet.current import already_current
-from edgekit.fleet.plan import fleet_vars, plan_fleet, rollout_vars
+from edgekit.fleet.plan import FleetPlan, fleet_vars, plan_fleet, rollout_vars
 from edgekit.fleet.playbook import Batch, largest_batch, preflight, run_playbook
 from edgekit.fleet.report import FleetSummary, activation_report, summarize
 
@@ -111,11 +112,11 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
         extra.update({"edgekit_serial": options.batches, "edgekit_max_fail": options.max_fail})
         # Boards that already serve their release and answer /health are reported as they are (as when
         # all do); the playbook runs for the rest only. A canary already serving the release has passed.
-        limit = [n for n in fleet.targets if n in found and n not in current]
+        limit = _memory_fits(fleet, fp, recipe, [n for n in fleet.targets if n in found and n not in current])
         if not options.check:
             limit = _keys_placed(fleet, extra["edgekit_plans"], limit)
-            if any(n in fleet.failed for n in canary):
-                return _stopped(names, fleet.failed, options.check, start)
+        if any(n in fleet.failed for n in canary) or not limit:
+            return _stopped(names, fleet.failed, options.check, start)
         run_canary = [n for n in canary if n in limit]
         forks = options.forks or max(1, largest_batch(options.batches, len(limit)))
         console.print(f"[dim]fleet: ansible-playbook rollout.yml on {len(limit)} board(s)"
@@ -139,6 +140,23 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
                      "ansible_seconds": run.seconds, "ansible_rc": run.rc, "log": str(run.log),
                      "task_seconds": run.report.get("tasks", [])}
     return summary
+
+
+def _memory_fits(fleet: Fleet, fp: FleetPlan, recipe: Recipe, names: list[str]) -> list[str]:
+    """The boards whose memory holds their release (as `deploy` checks it); one that cannot fails alone, with the
+    numbers, and is sent nothing."""
+    engine = get_engine(recipe.runtime.engine)
+    fits = []
+    for name in names:
+        target, bp = fleet.targets[name], fp.boards[name]
+        try:
+            memory_fit.check(target.runner, name, target.facts, bp.plan, engine.kv_cache_bytes(bp.plan, recipe),
+                             in_place=bp.strategy == "in-place")
+        except EdgekitError as exc:
+            fleet.failed[name] = str(exc)
+            continue
+        fits.append(name)
+    return fits
 
 
 def _keys_placed(fleet: Fleet, plans: dict[str, Any], names: list[str]) -> list[str]:

@@ -43,8 +43,11 @@ rest="${un#* }"
 kv kernel "${rest% *}"
 kv hostname "${un%% *}"
 meminfo=/proc/meminfo; [ -r "$root/proc/meminfo" ] && meminfo="$root/proc/meminfo"
-mem=""; while read -r key value _; do [ "$key" = MemTotal: ] && { mem="$value"; break; }; done 2>/dev/null < "$meminfo"
+mem=""; avail=""; while read -r key value _; do
+  case "$key" in MemTotal:) mem="$value" ;; MemAvailable:) avail="$value" ;; esac
+done 2>/dev/null < "$meminfo"
 kv mem_total_kb "$mem"
+kv mem_available_kb "$avail"
 d="$base"; while [ ! -d "$d" ] && [ "$d" != "/" ]; do d="$(dirname "$d")"; done
 kv disk_free_kb "$(df -Pk "$d" 2>/dev/null | { read -r _; read -r _ _ _ avail _; printf '%s' "$avail"; })"
 kv base "$base"
@@ -108,6 +111,8 @@ class BoardFacts:
     power_rails: list[PowerRailInfo] = field(default_factory=list)
     glibc: str | None = None  # "2.35": the newest GLIBC_x.y a shipped binary may ask for
     gpu_driver: str | None = None  # a GPU device node or libcuda the board has (None: no GPU to use)
+    # what the kernel says a new process can take without swapping (on a Jetson, CPU and GPU share it)
+    mem_available_mb: int | None = None
 
     @property
     def is_jetson(self) -> bool:
@@ -178,6 +183,8 @@ def parse_probe(board: str, output: str) -> BoardFacts:
         gpu_driver=values.get("gpu_driver") or None,
         hostname=values.get("hostname", ""),
         mem_total_mb=mem_kb // 1024 if mem_kb is not None else None,
+        mem_available_mb=avail_kb // 1024 if (avail_kb := _int(values.get("mem_available_kb", ""))) is not None
+        else None,
         disk_free_mb=disk_kb // 1024 if disk_kb is not None else None,
         base=values.get("base", ""),
         base_exists=values.get("base_exists") == "1",

@@ -1,0 +1,39 @@
+"""What a release needs of a board's memory, estimated before a byte is sent: its models' weights, its KV cache
+at the recipe's context (the engine says how big: ``EngineBase.kv_cache_bytes``) and the runtime around them.
+A floor, not a promise: a server that needs more still fails its health check and the board goes back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from edgekit.release.plan import ReleasePlan
+
+RUNTIME_MB = 300.0  # the server's own code, compute buffers and threads, beyond weights and cache
+SLACK = 0.05  # of weights and cache: alignment, allocator rounding
+
+
+@dataclass(frozen=True)
+class MemoryNeed:
+    weights_mb: float
+    kv_mb: float
+
+    @property
+    def runtime_mb(self) -> float:
+        return RUNTIME_MB + SLACK * (self.weights_mb + self.kv_mb)
+
+    @property
+    def total_mb(self) -> float:
+        return self.weights_mb + self.kv_mb + self.runtime_mb
+
+    def describe(self) -> str:
+        return (f"≈ {self.total_mb:.0f} MB (models {self.weights_mb:.0f} MB, KV cache {self.kv_mb:.0f} MB, "
+                f"runtime {self.runtime_mb:.0f} MB)")
+
+
+def models_mb(files: dict[str, int]) -> float:
+    """The release's models (path in the release → size): what its server holds in memory."""
+    return sum(size for rel, size in files.items() if rel.startswith("models/")) / 1e6
+
+
+def need_of(plan: ReleasePlan, kv_bytes: int) -> MemoryNeed:
+    return MemoryNeed(models_mb({rel: b.size for rel, b in plan.files.items()}), kv_bytes / 1e6)

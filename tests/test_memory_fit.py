@@ -1,0 +1,84 @@
+"""Memory checked before a byte is sent (edgekit.deploy.memory_fit): a simulated board whose kernel says little
+memory is available refuses, in one sentence with the numbers, a release too big for it — a larger model, or the
+same tiny one at a context whose KV cache does not fit — sends nothing and keeps serving; what fits deploys."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from cli_helpers import edgekit, ok_json
+
+from edgekit.config.boardfile import Boards
+from edgekit.sim.testing import SimBoard
+
+REPO = Path(__file__).resolve().parents[1]
+AVAILABLE_MB = 400
+
+
+@pytest.fixture
+def env(sim_session) -> dict[str, str]:
+    return {**os.environ, **sim_session.env}
+
+
+def leave_available(board: SimBoard, mb: int) -> None:
+    """The board's other software has taken all but ``mb`` MB (its /proc/meminfo, as the probe reads it)."""
+    meminfo = board.root / "proc" / "meminfo"
+    meminfo.write_text(re.sub(r"MemAvailable:\s+\d+ kB", f"MemAvailable:   {mb * 1024} kB", meminfo.read_text()))
+
+
+def tiny_at(tmp: Path, ctx_size: int) -> Path:
+    data = yaml.safe_load((REPO / "edgekit" / "data" / "recipes" / "sim-tiny-mtp.yaml").read_text())
+    data["name"] = f"sim-tiny-ctx{ctx_size}"
+    data["runtime"]["ctx_size"] = ctx_size
+    path = tmp / f"{data['name']}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_release_the_boards_memory_cannot_hold_is_refused_before_anything_is_sent(sim_session, env,
+                                                                                       tmp_path) -> None:
+    (board,) = sim_session.boards(1, fresh=True)
+    serving = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp"))["release"]
+    leave_available(board, AVAILABLE_MB)
+    blobs = sorted(p.name for p in (board.base / "store").iterdir())
+
+    # The tiny release still fits (≈ 0.3 GB with the runtime): the redeploy changes nothing.
+    again = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp"))
+    assert again["release"] == serving and not again["changed"]
+
+    for recipe, why in (("sim-gemma3-270m", "models 2"), (str(tiny_at(tmp_path, 131072)), "KV cache 4")):
+        res = edgekit(env, "deploy", "--board", board.name, "--recipe", recipe)
+        assert res.returncode == 2, res.stderr[-2000:]
+        assert "Traceback" not in res.stderr
+        line = res.stderr.strip().splitlines()[-1]  # after the steps it took (the release made, not sent)
+        assert line.startswith("edgekit: Board "), res.stderr
+        assert f"has {AVAILABLE_MB} MB of memory available but release" in line and why in line, line
+        assert "nothing was sent and what the board serves is unchanged" in line, line
+        assert sorted(p.name for p in (board.base / "store").iterdir()) == blobs  # not a byte
+        assert os.readlink(board.base / "current") == f"releases/{serving}"
+
+    st = ok_json(edgekit(env, "--json", "status", "--board", board.name))
+    assert st["current"] == serving and st["health"]["ok"]
+
+
+def test_a_fleet_board_whose_memory_cannot_hold_the_release_fails_alone_and_is_sent_nothing(sim_session, env) -> None:
+    roomy, tight = sim_session.boards(2, fresh=True)
+    leave_available(tight, AVAILABLE_MB)
+    boards = Boards(Path(sim_session.env["EDGEKIT_CONFIG"]))
+    data = boards.load()
+    data.groups["memtest"] = [roomy.name, tight.name]
+    boards.save(data)
+    res = edgekit(env, "--json", "fleet", "rollout", "--recipe", "sim-gemma3-270m", "--group", "memtest",
+                  "--no-canary")
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    report = json.loads(res.stdout)
+    assert list(report["succeeded"]) == [roomy.name], report
+    reason = report["failed"][tight.name]["reason"]
+    assert f"has {AVAILABLE_MB} MB of memory available but release" in reason and "models 2" in reason, reason
+    assert not (tight.base / "store").exists() or not any((tight.base / "store").iterdir())
+    assert (roomy.base / "current").is_symlink()
