@@ -1,0 +1,104 @@
+"""A link between the workstation and a simulated board that tests and benchmarks can cut and stall: a TCP relay
+on loopback (netem is not in this kernel). Connect to ``link.port`` instead of the board's sshd port.
+
+    with Link(board.port) as link:     # relays 127.0.0.1:link.port → 127.0.0.1:board.port
+        ...; link.cut()                # every connection through it reset at once (a dropped Wi-Fi, a pulled cable)
+        ...; link.stall()              # bytes stop both ways, connections stay open (a link that hangs)
+        link.resume()                  # bytes flow again
+        link.sent_to_board             # payload bytes it has delivered towards the board
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+from types import TracebackType
+
+CHUNK = 64 * 1024
+
+
+class Link:
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+        self.target = (target_host, target_port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._closed = False
+        self.sent_to_board = 0
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+
+    def __enter__(self) -> Link:
+        self._acceptor.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ controls
+
+    def cut(self) -> None:
+        """Reset every connection through the link, both ends (as a router that drops its state resets them);
+        new ones may connect. (The shutdown wakes the relay's threads blocked on the sockets: a bare close from
+        another thread would leave the socket open until they return, and the ends would never learn.)"""
+        with self._lock:
+            doomed, self._sockets = self._sockets, []
+        for sock in doomed:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def stall(self) -> None:
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        self._flowing.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._flowing.set()
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        self.cut()
+
+    # ------------------------------------------------------------------ the relay
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                board = socket.create_connection(self.target, timeout=10)
+                board.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._sockets += [client, board]
+            threading.Thread(target=self._pump, args=(client, board, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(board, client, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, to_board: bool) -> None:
+        try:
+            while True:
+                data = src.recv(CHUNK)
+                if not data:
+                    break
+                self._flowing.wait()  # a stalled link holds the bytes; the connection stays open
+                dst.sendall(data)
+                if to_board:
+                    self.sent_to_board += len(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
