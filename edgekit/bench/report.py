@@ -130,6 +130,10 @@ def render(doc: dict[str, Any]) -> str:
                   f"Energy is integrated from the raw samples over each run's exact window (board monotonic "
                   f"clock); {pw['total_energy_joules']:.3f} J over all measured windows. Per-rail energy is "
                   "in results.json (`runs[].power.rails_energy_joules`).", ""]
+        longer = [r for r in doc["runs"] if r.get("lengthened")]
+        if longer:
+            lines += [f"{len(longer)} of {len(doc['runs'])} runs were run again with more requests: their first "
+                      "window was too short to hold 20 power samples (`runs[].lengthened`).", ""]
     else:
         lines += [f"Power unavailable: {pw.get('reason')}. Throughput and acceptance are still measured.", ""]
     if doc.get("llama_bench"):

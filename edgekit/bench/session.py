@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import secrets
 import signal
 import tempfile
@@ -64,6 +65,9 @@ class SessionOptions:
     lock_wait_s: int = 0
     keep_board_files: bool = False
     raw_prompts: bool = False  # prompts as written, not through the model's chat template
+    # A run's window must hold this many power samples (at ``hz``): a shorter one is run again, longer. J/token
+    # from two or three samples is noise (a tiny model on a fast CPU finishes a run in 0.1 s).
+    min_window_samples: int = 20
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,7 @@ class Run:
     cooldown: dict[str, Any] | None
     server_ready_s: float | None
     power: dict[str, Any] | None = None
+    lengthened: dict[str, Any] | None = None  # run again with more requests: its first window was too short
 
     @property
     def window(self) -> tuple[float, float]:
@@ -102,7 +107,7 @@ class Run:
                 "window": {"start": t0, "end": t1, "duration_s": round(t1 - t0, 6)},
                 "cooldown": self.cooldown, "server_ready_s": self.server_ready_s, **self.metrics,
                 "power": self.power, "chat_template": self.output.get("chat_template"),
-                "raw_prompts": bool(self.output.get("raw_prompts")),
+                "raw_prompts": bool(self.output.get("raw_prompts")), "lengthened": self.lengthened,
                 "requests_detail": self.output.get("requests", [])}
 
 
@@ -157,6 +162,7 @@ class Session:
         self.cleanup_errors: list[str] = []
         self._jobs: list[Job] = []
         self._sampler: Sampler | None = None
+        self.sampling = False  # the sampler records power: short windows are lengthened (_run)
         self.power_text = ""  # the sampler's raw file, read back at the end
         self._stack = contextlib.ExitStack()
 
@@ -235,6 +241,7 @@ class Session:
             self.say("power unavailable: " + ("; ".join(f"{k}: {v}" for k, v in reasons.items()) or "no samples"))
             return False
         self.say(f"power: {meta.get('source')} at {self.opts.hz:g} Hz, total = {self.rail.method}")
+        self.sampling = True
         return True
 
     def idle(self, seconds: float) -> tuple[float, float]:
@@ -342,25 +349,47 @@ class Session:
 
     def _run(self, k: int, cfg: ServerConfig, point: Point, rep: int, n_gen: int, warmup: int,
              n_requests: int, ignore_eos: bool, ready: float | None) -> Run:
+        """One run of the load; a window too short to hold ``opts.min_window_samples`` power samples is run again
+        with proportionally more requests (the same prompts, cycled), and the run says so (``lengthened``)."""
         cool = self.cooldown()
         label = f"{cfg.name} {point.label()} rep {rep + 1}"
-        out_file = f"{self.work}/load-{k}.json"
-        argv = workloads.load_argv(PYTHON, self.agent, self.bench_port, self.prompts, point, n_requests, n_gen,
-                                   warmup, rep, ignore_eos, out_file, label, cfg.api, cfg.model,
-                                   self.opts.raw_prompts, cfg.key_file)
-        job = self._job(f"load-{k}", argv, "the load")
-        rc = job.wait(self.opts.run_timeout_s, collect=out_file)
-        raw = job.collected.strip()
-        if rc != 0 or not raw:
-            raise EdgekitError(f"The load ({label}) failed on board {self.name!r} (exit {rc}): {job.tail()}")
-        output = json.loads(raw)
+        output = self._load(k, cfg, point, rep, n_gen, warmup, n_requests, ignore_eos, label)
+        lengthened = None
+        for again in range(1, 4):  # a window still short after three tries keeps its count (the report shows it)
+            start, end = float(output["window"]["start"]), float(output["window"]["end"])
+            expected = (end - start) * self.opts.hz
+            if not self.sampling or expected >= self.opts.min_window_samples:
+                break
+            more = min(64, math.ceil(1.25 * self.opts.min_window_samples / max(expected, 0.5)))
+            lengthened = {"requests_before": lengthened["requests_before"] if lengthened else n_requests,
+                          "window_s_before": lengthened["window_s_before"] if lengthened else round(end - start, 3),
+                          "requests": n_requests * more}
+            self.say(f"{label}: {end - start:.2f} s holds ≈ {expected:.0f} power samples, fewer than "
+                     f"{self.opts.min_window_samples}: again with {n_requests * more} requests")
+            n_requests *= more
+            output = self._load(k, cfg, point, rep, n_gen, 0, n_requests, ignore_eos, label, again)
         run = Run(k, cfg.name, point, rep, output, workloads.load_metrics(output), cool,
-                  round(ready, 3) if ready is not None else None)
+                  round(ready, 3) if ready is not None else None, lengthened=lengthened)
         t0, t1 = run.window
         self.phases.append(Phase(f"run {k}", t0, t1, cfg.name))
         if run.metrics["errors"]:
             self.say(f"warning: {run.metrics['errors']} of {run.metrics['requests']} requests failed in {label}")
         return run
+
+    def _load(self, k: int, cfg: ServerConfig, point: Point, rep: int, n_gen: int, warmup: int, n_requests: int,
+              ignore_eos: bool, label: str, again: int = 0) -> dict[str, Any]:
+        """The agent's load against the bench server: its output (requests, window, counters)."""
+        name = f"load-{k}" + (f"-again{again}" if again else "")  # a lengthened run's load is a job of its own
+        out_file = f"{self.work}/{name}.json"
+        argv = workloads.load_argv(PYTHON, self.agent, self.bench_port, self.prompts, point, n_requests, n_gen,
+                                   warmup, rep, ignore_eos, out_file, label, cfg.api, cfg.model,
+                                   self.opts.raw_prompts, cfg.key_file)
+        job = self._job(name, argv, "the load")
+        rc = job.wait(self.opts.run_timeout_s, collect=out_file)
+        raw = job.collected.strip()
+        if rc != 0 or not raw:
+            raise EdgekitError(f"The load ({label}) failed on board {self.name!r} (exit {rc}): {job.tail()}")
+        return json.loads(raw)
 
     # ---------------------------------------------------------------------------------- close
 
