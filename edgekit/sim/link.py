@@ -5,6 +5,7 @@ on loopback (netem is not in this kernel). Connect to ``link.port`` instead of t
         ...; link.cut()                # every connection through it reset at once (a dropped Wi-Fi, a pulled cable)
         ...; link.stall()              # bytes stop both ways, connections stay open (a link that hangs)
         link.resume()                  # bytes flow again
+        link.partition(); link.heal()  # cut, and new connections refused until healed (the board is unreachable)
         link.sent_to_board             # payload bytes it has delivered towards the board
 """
 
@@ -29,6 +30,7 @@ class Link:
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
         self._closed = False
+        self._refusing = False
         self.sent_to_board = 0
         self._acceptor = threading.Thread(target=self._accept, daemon=True)
 
@@ -49,11 +51,15 @@ class Link:
         with self._lock:
             doomed, self._sockets = self._sockets, []
         for sock in doomed:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                sock.shutdown(socket.SHUT_RDWR)
-            with contextlib.suppress(OSError):
-                sock.close()
+            _reset(sock)
+
+    def partition(self) -> None:
+        """Cut, and refuse every new connection until ``heal``: the board is unreachable."""
+        self._refusing = True
+        self.cut()
+
+    def heal(self) -> None:
+        self._refusing = False
 
     def stall(self) -> None:
         self._flowing.clear()
@@ -76,6 +82,9 @@ class Link:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            if self._refusing:
+                _reset(client)
+                continue
             try:
                 board = socket.create_connection(self.target, timeout=10)
                 board.settimeout(None)
@@ -102,3 +111,12 @@ class Link:
         finally:
             with contextlib.suppress(OSError):
                 dst.shutdown(socket.SHUT_WR)
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with a reset (SO_LINGER 0) after a shutdown, which wakes a relay thread blocked on it."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        sock.close()

@@ -1,7 +1,7 @@
-"""A link cut in the middle of a push (edgekit.sim.link: a relay between edgekit and a simulated board's sshd,
-reset at once as a dropped Wi-Fi resets it): one sentence, the board serves what it served, and the next push
-resumes from what arrived — the bytes that crossed the link before the cut are not sent again, but for what was
-still in flight."""
+"""Links that break, through edgekit.sim.link (a relay between edgekit and a simulated board's sshd). A link cut
+in the middle of a push: one sentence, the board serves what it served, and the next push resumes from what
+arrived — the bytes that crossed before the cut are not sent again, but for what was still in flight. A board
+partitioned away in the middle of a fleet rollout fails alone, with its reason, and the rest proceed."""
 
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from cli_helpers import edgekit, ok_json
 
 from edgekit.config.boardfile import Boards
 from edgekit.remote import hostkeys
+from edgekit.sim import faults
 from edgekit.sim.link import Link
 
 IN_FLIGHT = 8 << 20  # what a cut may lose: TCP and ssh buffers between the relay and the board's disk
@@ -74,3 +76,40 @@ def test_a_push_cut_mid_blob_says_so_and_the_next_push_resumes_from_what_arrived
         blob = next(p for p in (board.base / "store").iterdir() if p.name == next(iter(parts))[: -len(".part")])
         assert not list((board.base / "store").glob("*.part"))
         assert again["bytes_sent"] <= blob.stat().st_size - kept + 2e6, json.dumps(again)  # + the small blobs
+
+
+def playbook_started(proc: subprocess.Popen) -> None:
+    me = psutil.Process(proc.pid)
+
+    def is_playbook(child: psutil.Process) -> bool:
+        try:
+            return "ansible-playbook" in " ".join(child.cmdline()[:2])
+        except psutil.Error:
+            return False
+
+    while not any(is_playbook(c) for c in me.children()):
+        assert proc.poll() is None, "the rollout ended before its playbook started"
+        time.sleep(0.01)
+
+
+def test_a_board_partitioned_away_mid_rollout_fails_alone_and_the_rest_proceed(sim_session, env) -> None:
+    away, other = sim_session.boards(2, fresh=True)
+    with Link(away.port) as link:
+        name = via(sim_session, away.name, link)
+        boards = Boards(Path(sim_session.env["EDGEKIT_CONFIG"]))
+        data = boards.load()
+        data.groups["partition"] = [name, other.name]
+        boards.save(data)
+        rolling = subprocess.Popen([sys.executable, "-m", "edgekit", "--json", "fleet", "rollout", "--recipe",
+                                    "sim-tiny-mtp", "--group", "partition", "--no-canary", "--max-fail", "50"],
+                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        playbook_started(rolling)
+        link.partition()  # the board's link goes, and stays gone
+        out, err = rolling.communicate(timeout=900)
+    assert "Traceback" not in err, err[-3000:]
+    report = json.loads(out)
+    assert list(report["succeeded"]) == [other.name], report
+    assert name in report["failed"] and report["failed"][name]["reason"], report["failed"]
+    print(f"partitioned board: {report['failed'][name]['reason'][:200]}")
+    assert faults.violations(other) == []
+    assert faults.current(away) is None or faults.violations(away) == []  # nothing, or a whole checked release
