@@ -78,6 +78,7 @@ def test_a_fleet_board_whose_memory_cannot_hold_the_release_fails_alone_and_is_s
     assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-3000:]
     report = json.loads(res.stdout)
     assert list(report["succeeded"]) == [roomy.name], report
+    assert report["failed"][tight.name]["phase"] == "memory"
     reason = report["failed"][tight.name]["reason"]
     assert f"has {AVAILABLE_MB} MB of memory available but release" in reason and "models 2" in reason, reason
     assert not (tight.base / "store").exists() or not any((tight.base / "store").iterdir())

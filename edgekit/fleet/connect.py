@@ -47,6 +47,7 @@ class Fleet:
     max_workers: int = 16
     targets: dict[str, Target] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
+    phases: dict[str, str] = field(default_factory=dict)  # a failed board's phase when not "connect" (memory, key)
     control: Path | None = None  # the masters' control dir: hand it to run_playbook
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, init=False, repr=False)
 

@@ -87,12 +87,13 @@ def _reason(host: dict[str, Any]) -> str:
 
 
 def summarize(operation: str, boards: list[str], report: dict[str, Any], preflight: dict[str, str],
-              check: bool = False) -> FleetSummary:
+              check: bool = False, phases: dict[str, str] | None = None) -> FleetSummary:
+    """``preflight``: boards that failed before the playbook (name → reason), in ``phases`` (else "connect")."""
     summary = FleetSummary(operation, boards, check=check, stopped=bool(report.get("stopped")))
     hosts: dict[str, Any] = report.get("hosts") or {}
     for name in boards:
         if name in preflight:
-            summary.failed[name] = {"reason": preflight[name], "phase": "connect"}
+            summary.failed[name] = {"reason": preflight[name], "phase": (phases or {}).get(name, "connect")}
             continue
         host = hosts.get(name)
         if host is None or not host.get("touched"):

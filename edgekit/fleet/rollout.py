@@ -89,19 +89,19 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
                   f"{'' if options.check else ' and locking'} them[/dim]")
     with Fleet({n: data.boards[n] for n in names}, lock=not options.check, wait_s=options.wait_s) as fleet:
         if any(n in fleet.failed for n in canary) or not fleet.targets:
-            return _stopped(names, fleet.failed, options.check, start)
+            return _stopped(names, fleet.failed, options.check, start, fleet.phases)
         fp = plan_fleet(recipe, fleet.targets, deploy_opts, console)
         found, unread = already_current(fleet, fp)
         fleet.failed.update(unread)
         if any(n in unread for n in canary) or not found:
-            return _stopped(names, fleet.failed, options.check, start)
+            return _stopped(names, fleet.failed, options.check, start, fleet.phases)
         # --check sends every board through the playbook, which says what it would do to each.
         current = {} if options.check else {n: f.report for n, f in found.items() if f.report is not None}
         left_alone = {n: {"touched": True, "stats": {}, "data": {"edgekit": r}} for n, r in current.items()}
         if current and len(current) == len(found):
             console.print(f"[dim]fleet: all {len(current)} board(s) already serve their planned release and "
                           "answer /health: nothing to do, no playbook run[/dim]")
-            summary = summarize("rollout", names, {"hosts": left_alone}, fleet.failed)
+            summary = summarize("rollout", names, {"hosts": left_alone}, fleet.failed, phases=fleet.phases)
             summary.seconds = round(time.monotonic() - start, 2)
             summary.extra = {"recipe": recipe.name, "canary": canary, "planned": fp.releases(), "builds": fp.builds,
                              "ansible_seconds": 0.0, "ansible_rc": None, "playbook": "skipped: nothing to do"}
@@ -116,7 +116,7 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
         if not options.check:
             limit = _keys_placed(fleet, extra["edgekit_plans"], limit)
         if any(n in fleet.failed for n in canary) or not limit:
-            return _stopped(names, fleet.failed, options.check, start)
+            return _stopped(names, fleet.failed, options.check, start, fleet.phases)
         run_canary = [n for n in canary if n in limit]
         forks = options.forks or max(1, largest_batch(options.batches, len(limit)))
         console.print(f"[dim]fleet: ansible-playbook rollout.yml on {len(limit)} board(s)"
@@ -133,7 +133,7 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
             if made is not None:
                 host["data"] = {"edgekit": made}
     report = {**run.report, "hosts": {**left_alone, **hosts}}
-    summary = summarize("rollout", names, report, fleet.failed, options.check)
+    summary = summarize("rollout", names, report, fleet.failed, options.check, fleet.phases)
     summary.seconds = round(time.monotonic() - start, 2)
     summary.extra = {"recipe": recipe.name, "canary": canary, "batches": options.batches,
                      "max_fail_percentage": options.max_fail, "planned": fp.releases(), "builds": fp.builds,
@@ -153,7 +153,7 @@ def _memory_fits(fleet: Fleet, fp: FleetPlan, recipe: Recipe, names: list[str]) 
             memory_fit.check(target.runner, name, target.facts, bp.plan, engine.kv_cache_bytes(bp.plan, recipe),
                              in_place=bp.strategy == "in-place")
         except EdgekitError as exc:
-            fleet.failed[name] = str(exc)
+            fleet.failed[name], fleet.phases[name] = str(exc), "memory"
             continue
         fits.append(name)
     return fits
@@ -170,15 +170,16 @@ def _keys_placed(fleet: Fleet, plans: dict[str, Any], names: list[str]) -> list[
             try:
                 api_key.install(target.runner, target.facts.base, name)
             except EdgekitError as exc:
-                fleet.failed[name] = str(exc)
+                fleet.failed[name], fleet.phases[name] = str(exc), "key"
                 continue
         ready.append(name)
     return ready
 
 
-def _stopped(names: list[str], failed: dict[str, str], check: bool, start: float) -> FleetSummary:
+def _stopped(names: list[str], failed: dict[str, str], check: bool, start: float,
+             phases: dict[str, str] | None = None) -> FleetSummary:
     """The canary (or every board) failed before the playbook: nothing else is touched."""
-    summary = summarize("rollout", names, {}, failed, check)
+    summary = summarize("rollout", names, {}, failed, check, phases)
     summary.untouched = [n for n in names if n not in failed]
     summary.stopped = True
     summary.seconds = round(time.monotonic() - start, 2)
