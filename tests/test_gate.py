@@ -179,6 +179,28 @@ def test_other_boards_and_recipes_are_not_a_baseline(tmp_path: Path) -> None:
     assert not report.window and not report.failed
 
 
+def at_mode(doc: dict, name: str) -> dict:
+    doc["board"]["nvpmodel"] = {"id": {"MAXN": 0, "15W": 2}[name], "name": name}
+    return doc
+
+
+def test_a_night_is_compared_only_with_nights_at_its_power_mode(tmp_path: Path) -> None:
+    # Seven nights at MAXN, then three at 15 W (slower, as a lower mode is): the 15 W night is no regression
+    # against MAXN, and a MAXN night is judged against MAXN alone.
+    db = tmp_path / "h.sqlite"
+    with History(db) as h:
+        for day in range(1, 8):
+            h.add(at_mode(night(day), "MAXN"))
+        for day in range(8, 11):
+            h.add(at_mode(night(day, tps=24.0), "15W"))
+        low = run_gate(h, at_mode(night(11, tps=24.0), "15W"))
+        maxn = run_gate(h, at_mode(night(11, tps=36.0), "MAXN"))
+    assert len(low.window) == 3 and not low.failed, low.lines()
+    assert any("power mode 15W" in n for n in low.notes)
+    assert len(maxn.window) == 7 and maxn.failed  # 10 % below the MAXN nights: a regression
+    assert any("power mode MAXN" in n for n in maxn.notes)
+
+
 def test_gate_cli_exit_codes_markdown_and_json(tmp_path: Path) -> None:
     db = tmp_path / "h.sqlite"
     _history(db)

@@ -220,12 +220,19 @@ def run_gate(history: History, doc: dict[str, Any], *, k: int = DEFAULT_K, thres
         samples = [s for s in samples if s.metric in wanted]
     digest = digest_of(doc)
     until = timestamp(labels["created"])
-    window = history.window(labels["board"], labels["recipe"], k, until_ts=until, exclude_digest=digest)
+    # A night at another nvpmodel mode measures another machine (clocks, cores, power cap): not a baseline.
+    window = history.window(labels["board"], labels["recipe"], k, until_ts=until, exclude_digest=digest,
+                            power_mode=labels["power_mode"])
+    recent = history.window(labels["board"], labels["recipe"], k, until_ts=until, exclude_digest=digest)
+    other = {r.id for r in recent} - {r.id for r in window}  # recent nights at another mode
     values = history.values([r.id for r in window])
     verdicts = [judge(s, [values.get(s.series, {}).get(r.id, []) for r in window], thresholds.of(s.metric),
                       level=level, seed=seed) for s in samples]
     current = {key: labels[key] for key in ("created", "release", "llama_ref")}
     report = GateReport(labels["board"], labels["recipe"], current, window, verdicts, k)
+    if other:
+        report.notes.append(f"Compared only with nights at power mode {labels['power_mode'] or '(none)'}: "
+                            f"{len(other)} of the {len(recent)} most recent nights ran at another mode.")
     start = history.baseline_start(labels["board"], labels["recipe"])
     if start is not None:
         report.notes.append(f"Baseline window starts at run {start.id} ({start.when} UTC, release {start.release}).")

@@ -124,6 +124,8 @@ def run_labels(results: dict[str, Any]) -> dict[str, Any]:
         "edgekit_version": results.get("edgekit_version"),
         "sim": bool(board.get("sim")) if isinstance(board, dict) else False,
         "profile": board.get("profile") if isinstance(board, dict) else None,
+        # nvpmodel's mode name (None where the board has none): a night is compared only with nights of its mode
+        "power_mode": ((board.get("nvpmodel") or {}).get("name") if isinstance(board, dict) else None),
     }
 
 

@@ -249,11 +249,14 @@ class History:
         return _run(row) if row else None
 
     def window(self, board: str, recipe: str, k: int, *, until_ts: float | None = None,
-               exclude_digest: str | None = None) -> list[Run]:
-        """The gate's baseline: the k most recent nights up to ``until_ts``, from the baseline start on."""
+               exclude_digest: str | None = None, power_mode: str | bool | None = False) -> list[Run]:
+        """The gate's baseline: the k most recent nights up to ``until_ts``, from the baseline start on; with
+        ``power_mode`` (a name, or None for boards without one) only nights at that nvpmodel mode."""
         start = self.baseline_start(board, recipe)
         sql = f"SELECT {_RUN_COLS} FROM runs WHERE board = ? AND recipe = ?"
         args: list[Any] = [board, recipe]
+        if power_mode is not False:
+            sql, args = sql + " AND json_extract(info, '$.nvpmodel') IS ?", [*args, power_mode]
         if start is not None:
             sql, args = sql + " AND (created_ts > ? OR (created_ts = ? AND id >= ?))", \
                 [*args, start.created_ts, start.created_ts, start.id]
