@@ -45,6 +45,24 @@ def test_snapshot_reads_what_is_there(tmp_path: Path) -> None:
     assert snap["temperatures_c"] == {"cpu-thermal": 45.5, "tj-thermal": 47.25}  # -256 °C: sensor off
     assert snap["nvpmodel"] == {"id": 2, "name": "30W", "via": "/var/lib/nvpmodel/status"}
     assert snap["power"]["power"] == "unavailable"
+    assert snap["clocks_locked"] is None  # no min/max frequencies to compare
+
+
+def test_clocks_are_locked_when_every_minimum_is_the_maximum(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "root"
+    _board(root)
+    monkeypatch.setenv(ROOT_ENV, str(root))
+    freq = root / "sys/devices/system/cpu"
+    gpu = root / "sys/devices/platform/17000000.gpu/devfreq/17000000.gpu"
+    for c in range(3):
+        (freq / f"cpu{c}/cpufreq/scaling_max_freq").write_text("2201600\n")
+        (freq / f"cpu{c}/cpufreq/scaling_min_freq").write_text("729600\n")  # schedutil's floor: not locked
+    (gpu / "max_freq").write_text("1300500000\n")
+    (gpu / "min_freq").write_text("1300500000\n")
+    assert extras.clocks_locked() is False
+    for c in range(3):  # what jetson_clocks does
+        (freq / f"cpu{c}/cpufreq/scaling_min_freq").write_text("2201600\n")
+    assert extras.clocks_locked() is True
 
 
 def test_nvpmodel_command_wins_when_present(tmp_path: Path) -> None:

@@ -88,6 +88,18 @@ def nvpmodel() -> dict[str, Any] | None:
     return None
 
 
+def clocks_locked() -> bool | None:
+    """Whether the clocks are pinned at their top, as `jetson_clocks` leaves them: every CPU's scaling_min_freq
+    equals its scaling_max_freq and every GPU's devfreq min_freq its max_freq. None when none can be read."""
+    pairs = [(os.path.join(d, "scaling_min_freq"), os.path.join(d, "scaling_max_freq"))
+             for d in board_glob("/sys/devices/system/cpu/cpu[0-9]*/cpufreq")]
+    pairs += [(os.path.join(d, "min_freq"), os.path.join(d, "max_freq")) for d in board_glob("/sys/class/devfreq/*")
+              if any(g in os.path.basename(d).lower() for g in _GPU_NAMES)]
+    read = [(read_int(lo), read_int(hi)) for lo, hi in pairs]
+    read = [(lo, hi) for lo, hi in read if lo is not None and hi is not None]
+    return all(lo == hi for lo, hi in read) if read else None
+
+
 def snapshot() -> dict[str, Any]:
     return {
         "t": time.monotonic(),
@@ -96,6 +108,7 @@ def snapshot() -> dict[str, Any]:
         "gpu_mhz": gpu_mhz(),
         "temperatures_c": temperatures_c(),
         "nvpmodel": nvpmodel(),
+        "clocks_locked": clocks_locked(),
     }
 
 

@@ -84,7 +84,9 @@ def render(doc: dict[str, Any]) -> str:
              f"**{s['headline']['text']}**", "",
              _what(doc, rel) +
              f"{b.get('model') or 'board'} · L4T {b.get('l4t') or '?'} · nvpmodel "
-             f"{(b.get('nvpmodel') or {}).get('name') or '?'}" + (" · simulated board" if b.get("sim") else ""), "",
+             f"{(b.get('nvpmodel') or {}).get('name') or '?'}"
+             + {True: " · clocks locked (jetson_clocks)", False: " · clocks not locked"}.get(b.get("clocks_locked"), "")
+             + (" · simulated board" if b.get("sim") else ""), "",
              f"{st['repetitions']} repetitions per point, configurations alternated "
              f"({' '.join(st['order'])} …), {st['warmup']} warm-up round(s) per run, n_gen {st['n_gen']}, "
              f"cool-down below {st['cooldown_temp_c']} °C" if st.get("cooldown_temp_c") is not None else

@@ -201,7 +201,8 @@ class History:
         settings = doc.get("settings") or {}
         board = doc.get("board") if isinstance(doc.get("board"), dict) else {}
         info = {"profile": labels["profile"], "repetitions": settings.get("repetitions"),
-                "quick": settings.get("quick"), "nvpmodel": (board.get("nvpmodel") or {}).get("name")}
+                "quick": settings.get("quick"), "nvpmodel": (board.get("nvpmodel") or {}).get("name"),
+                "clocks_locked": board.get("clocks_locked")}
         with self._write() as db:
             row = db.execute(f"SELECT {_RUN_COLS} FROM runs WHERE digest = ?", (digest,)).fetchone()
             if row:
