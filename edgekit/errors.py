@@ -12,3 +12,7 @@ class EdgekitError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+class LinkLost(EdgekitError):
+    """The connection to a board broke or stalled mid-way (not a refusal by the board): worth retrying."""

@@ -1,6 +1,7 @@
 """Links that break, through edgekit.sim.link (a relay between edgekit and a simulated board's sshd). A link cut
-in the middle of a push: one sentence, the board serves what it served, and the next push resumes from what
-arrived — the bytes that crossed before the cut are not sent again, but for what was still in flight. A board
+or stalled in the middle of a push: the push reconnects, takes the board's lock again and resumes from what
+arrived — the bytes that crossed before the fault are not sent again, but for what was still in flight. A link
+that stays down: one sentence after the retries, the board serves what it served, the next push resumes. A board
 partitioned away in the middle of a fleet rollout fails alone, with its reason, and the rest proceed."""
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ def env(sim_session) -> dict[str, str]:
     return {**os.environ, **sim_session.env}
 
 
-def via(sim_session, board_name: str, link: Link) -> str:
+def via(sim_session, board_name: str, link: Link, **update: object) -> str:
     """The board again, under another name, reached through ``link`` (its host key pinned for that port)."""
     boards = Boards(Path(sim_session.env["EDGEKIT_CONFIG"]))
     entry = boards.load().boards[board_name]
     name = f"{board_name}-via-link"
-    boards.update(add={name: entry.model_copy(update={"port": link.port})})
+    boards.update(add={name: entry.model_copy(update={"port": link.port, **update})})
     known = Path(sim_session.env["EDGEKIT_CONFIG_DIR"]) / "known_hosts"
     key = hostkeys.known_key(known, entry.host, entry.port)
     assert key is not None
@@ -43,39 +44,92 @@ def via(sim_session, board_name: str, link: Link) -> str:
     return name
 
 
-def test_a_push_cut_mid_blob_says_so_and_the_next_push_resumes_from_what_arrived(sim_session, env) -> None:
+def store_sizes(board) -> dict[str, int]:
+    return {p.name: p.stat().st_size for p in (board.base / "store").iterdir()}
+
+
+def push_through(env: dict[str, str], name: str, link: Link, at_bytes: float, fault) -> tuple[subprocess.Popen, str,
+                                                                                                 str, float]:
+    """``edgekit --json push`` of the 274 MB release through ``link``; ``fault(link)`` once ``at_bytes`` crossed.
+    (returncode, stdout, stderr, seconds from the fault to the end)."""
+    pushing = subprocess.Popen([sys.executable, "-m", "edgekit", "--json", "push", "--board", name, "--recipe",
+                                "sim-gemma3-270m"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    fault_at: list[float] = []
+
+    def inject() -> None:  # the 274 MB model is the big blob: the fault lands inside it
+        while pushing.poll() is None and link.sent_to_board < at_bytes:
+            time.sleep(0.005)
+        fault(link)
+        fault_at.append(time.monotonic())
+
+    threading.Thread(target=inject, daemon=True).start()
+    out, err = pushing.communicate(timeout=600)
+    assert fault_at, f"the push ended before {at_bytes / 1e6:.0f} MB crossed: {err[-2000:]}"
+    return pushing, out, err, time.monotonic() - fault_at[0]
+
+
+def test_a_push_cut_mid_blob_resumes_on_a_new_connection_and_sends_only_what_had_not_arrived(sim_session, env) -> None:
+    (board,) = sim_session.boards(1, fresh=True)
+    serving = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp"))["release"]
+    before = store_sizes(board)
+    with Link(board.port) as link:
+        name = via(sim_session, board.name, link)
+        pushing, out, err, after_cut = push_through(env, name, link, 120e6, Link.cut)
+        crossed = link.sent_to_board
+    assert pushing.returncode == 0 and "Traceback" not in err, err[-3000:]
+    assert json.loads(out)["link_retries"] == 1, out
+    assert "the link broke" in err and "retry 1 of 3" in err, err[-2000:]
+    new = {sha: size for sha, size in store_sizes(board).items() if sha not in before}
+    assert not [n for n in new if n.endswith(".part")] and faults.violations(board) == []
+    payload = sum(new.values())
+    print(f"cut at 120 MB: {crossed / 1e6:.1f} MB crossed the link for {payload / 1e6:.1f} MB of new blobs; "
+          f"done {after_cut:.1f} s after the cut")
+    # What crossed twice is what was in flight at the cut, plus ssh's framing (GCM: ≈ 0.1 %) and the commands.
+    assert payload <= crossed <= payload * 1.01 + IN_FLIGHT + 2e6
+    assert os.readlink(board.base / "current") == f"releases/{serving}"
+
+
+def test_a_stalled_link_is_given_up_after_stall_s_and_the_push_resumes(sim_session, env) -> None:
+    (board,) = sim_session.boards(1, fresh=True)
+    before = store_sizes(board)
+    with Link(board.port) as link:
+        name = via(sim_session, board.name, link, stall_s=6)
+        # Only the connections open now hang (a NAT that lost their state): new ones flow.
+        pushing, out, err, after_stall = push_through(env, name, link, 60e6, lambda lk: lk.stall(existing_only=True))
+    assert pushing.returncode == 0 and "Traceback" not in err, err[-3000:]
+    assert json.loads(out)["link_retries"] == 1, out
+    new = {sha: size for sha, size in store_sizes(board).items() if sha not in before}
+    assert not [n for n in new if n.endswith(".part")] and faults.violations(board) == []
+    print(f"stall at 60 MB: the push finished {after_stall:.1f} s after it (stall_s 6; the lost session's lock "
+          "freed by the board's sshd, 15 s)")
+    # stall_s to notice (ssh keep-alives every 2 s), 1 s to wait, ≤ 15 s for the board's sshd to end the stalled
+    # session that held the lock, then the rest of the blob: bounded, where a hung push would never end.
+    assert after_stall < 6 + 3 + 1 + 15 + 30
+
+
+def test_a_push_whose_link_stays_down_gives_up_in_one_sentence_and_the_next_push_resumes(sim_session, env) -> None:
     (board,) = sim_session.boards(1, fresh=True)
     serving = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp"))["release"]
     with Link(board.port) as link:
         name = via(sim_session, board.name, link)
-        pushing = subprocess.Popen([sys.executable, "-m", "edgekit", "push", "--board", name, "--recipe",
-                                    "sim-gemma3-270m"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True)
-        cut_at = threading.Event()
-
-        def cut_when_half_crossed() -> None:  # the 274 MB model is the big blob: cut inside it
-            while pushing.poll() is None and link.sent_to_board < 120e6:
-                time.sleep(0.005)
-            link.cut()
-            cut_at.set()
-
-        threading.Thread(target=cut_when_half_crossed, daemon=True).start()
-        _, err = pushing.communicate(timeout=600)
+        pushing, _, err, _ = push_through(env, name, link, 120e6, Link.partition)
         crossed = link.sent_to_board
-        assert cut_at.is_set() and pushing.returncode == 2, err[-3000:]
-        assert "Traceback" not in err and "run the push again to resume" in err.strip().splitlines()[-1], err
+        assert pushing.returncode == 2 and "Traceback" not in err, err[-3000:]
+        last = err.strip().splitlines()[-1]
+        assert "gave up after 3 retries" in last and "run the push again to resume" in last, err[-2000:]
 
         parts = {p.name: p.stat().st_size for p in (board.base / "store").glob("*.part")}
         assert len(parts) == 1, parts
         kept = next(iter(parts.values()))
-        print(f"cut after {crossed / 1e6:.1f} MB crossed the link; the board kept {kept / 1e6:.1f} MB")
+        print(f"partitioned after {crossed / 1e6:.1f} MB crossed the link; the board kept {kept / 1e6:.1f} MB")
         assert crossed - IN_FLIGHT <= kept <= crossed
         assert os.readlink(board.base / "current") == f"releases/{serving}"
 
+        link.heal()
         again = ok_json(edgekit(env, "--json", "push", "--board", name, "--recipe", "sim-gemma3-270m"))
-        blob = next(p for p in (board.base / "store").iterdir() if p.name == next(iter(parts))[: -len(".part")])
-        assert not list((board.base / "store").glob("*.part"))
-        assert again["bytes_sent"] <= blob.stat().st_size - kept + 2e6, json.dumps(again)  # + the small blobs
+    blob = board.base / "store" / next(iter(parts))[: -len(".part")]
+    assert not list((board.base / "store").glob("*.part"))
+    assert again["bytes_sent"] <= blob.stat().st_size - kept + 2e6, json.dumps(again)  # + the small blobs
 
 
 def playbook_started(proc: subprocess.Popen) -> None:

@@ -35,6 +35,8 @@ class Board(BaseModel):
     local: bool = False  # the machine edgekit runs on (nightly CI on the board itself)
     vllm_python: str | None = None  # a Python on the board that imports vllm (engine: vllm); None → python3
     litert_python: str | None = None  # a Python on the board that imports litert_lm (engine: litert-lm); None → python3
+    # A link that carries no byte for this long is given up and the push resumed on a new connection.
+    stall_s: int = Field(60, ge=3, le=3600)
 
     @field_validator("host")
     @classmethod

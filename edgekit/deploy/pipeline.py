@@ -17,7 +17,7 @@ from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
 from edgekit.config.serve_address import is_loopback
 from edgekit.deploy import activate as act
-from edgekit.deploy import api_key, exposure, memory_fit
+from edgekit.deploy import api_key, exposure, link_retry, memory_fit
 from edgekit.errors import EdgekitError
 from edgekit.release.plan import ReleasePlan
 from edgekit.remote import board_key, releases
@@ -58,6 +58,7 @@ class DeployReport:
     previous: str | None = None
     strategy: str = ""
     stages: dict[str, float] = field(default_factory=dict)
+    link_retries: int = 0  # new connections after the link broke mid-push
     notes: list[str] = field(default_factory=list)  # what changed on the board besides the release
 
     def to_dict(self) -> dict[str, Any]:
@@ -121,6 +122,7 @@ class PushOutcome:
     seconds: float
     build: dict[str, Any] = field(default_factory=dict)
     stages: dict[str, float] = field(default_factory=dict)
+    link_retries: int = 0  # new connections after the link broke mid-push
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -130,13 +132,14 @@ class PushOutcome:
                 f"({self.blobs_sent} blobs, {self.blobs_skipped} already there) in {self.seconds:.1f} s")
 
 
-def _push_blobs(runner: Runner, base: str, plan: ReleasePlan, say: Any, progress: Any) -> PushReport:
-    from edgekit.remote.transfer import push_blobs
-
+def _push_blobs(runner: Runner, base: str, plan: ReleasePlan, stack: contextlib.ExitStack, wait_s: int, say: Any,
+                progress: Any) -> PushReport:
+    """Under the board's deploy lock (entered on ``stack``, held until the caller's block ends)."""
     say(f"push {plan.payload_bytes / 1e6:.1f} MB of blobs (only what the board lacks is sent)")
     if isinstance(runner, LocalRunner):
+        stack.enter_context(BoardLock(runner, base, wait_s))
         return push_local(base, plan.blobs)
-    return push_blobs(runner, base, plan.blobs, progress=progress)
+    return link_retry.push_with_retries(runner, base, plan, stack, wait_s, say, progress)
 
 
 def _say(name: str, console: Console, on_step: Any) -> Any:
@@ -171,9 +174,9 @@ def _pushed(name: str, board: Board, recipe: Recipe, options: DeployOptions, con
         memory_fit.check(runner, name, facts, made.plan, engine.kv_cache_bytes(made.plan, recipe),
                          in_place=choose_strategy(options, facts, made.plan) == "in-place")
         stages = dict(made.stages)
-        with BoardLock(runner, facts.base, options.wait_s):
+        with contextlib.ExitStack() as locked:
             t = time.monotonic()
-            report = _push_blobs(runner, facts.base, made.plan, say, progress)
+            report = _push_blobs(runner, facts.base, made.plan, locked, options.wait_s, say, progress)
             stages["push"] = time.monotonic() - t
             yield _Pushed(runner, facts, engine, made, stages, report, key)
 
@@ -187,7 +190,7 @@ def push(name: str, board: Board, recipe: Recipe, options: DeployOptions, consol
         releases.pin(done.runner, done.facts.base, done.made.plan.release_id, [b.sha256 for b in done.made.plan.blobs])
     return PushOutcome(
         board=name, recipe=recipe.name, release=done.made.plan.release_id, bytes_sent=done.report.sent_bytes,
-        blobs_sent=done.report.sent_blobs, blobs_skipped=done.report.skipped_blobs,
+        blobs_sent=done.report.sent_blobs, blobs_skipped=done.report.skipped_blobs, link_retries=done.report.retries,
         seconds=round(time.monotonic() - start, 2), build=done.made.build,
         stages={k: round(v, 2) for k, v in done.stages.items()},
     )
@@ -217,6 +220,7 @@ def deploy(name: str, board: Board, recipe: Recipe, options: DeployOptions, cons
     return DeployReport(
         board=name, recipe=recipe.name, release=plan.release_id, changed=activation.changed,
         bytes_sent=report.sent_bytes, blobs_sent=report.sent_blobs, blobs_skipped=report.skipped_blobs,
+        link_retries=report.retries,
         seconds=round(time.monotonic() - start, 2), health=activation.health.to_dict(),
         build=done.made.build, previous=activation.previous, strategy=activation.strategy,
         stages={k: round(v, 2) for k, v in stages.items()}, notes=notes,

@@ -129,6 +129,12 @@ def openssh_options(board: Board) -> list[str]:
     return args
 
 
+def keepalive_options(board: Board) -> list[str]:
+    """ssh gives up a link that answers no keep-alive for ``board.stall_s`` (3 probes): a stall ends in exit 255."""
+    every = max(1, board.stall_s // 3)
+    return ["-o", f"ServerAliveInterval={every}", "-o", "ServerAliveCountMax=3"]
+
+
 def ssh_binary() -> str | None:
     return shutil.which("ssh")
 
@@ -139,8 +145,7 @@ def ssh_argv(board: Board) -> list[str]:
     if exe is None:
         raise EdgekitError("OpenSSH's ssh client is not installed.")
     argv = [exe, "-F", "/dev/null", "-p", str(board.port), "-l", board.user, "-o", "BatchMode=yes",
-            "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", "-o", "ServerAliveInterval=30",
-            *openssh_options(board)]
+            "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", *keepalive_options(board), *openssh_options(board)]
     if board.key_path() is not None:
         argv += ["-i", str(board.key_path())]
     return [*argv, board.host]

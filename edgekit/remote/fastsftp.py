@@ -16,7 +16,6 @@ from edgekit.errors import EdgekitError
 
 MAX_WRITE_REQUEST = 261120  # OpenSSH sftp-server: 256 KiB message limit minus headers
 LOCAL_READ = 1 << 20
-IO_TIMEOUT_S = 120.0  # a board that accepts nothing for this long is treated as gone
 GCM_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 
 

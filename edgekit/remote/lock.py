@@ -8,6 +8,7 @@ lock too (``holder_fd``): it is released only when both have ended.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import select
@@ -15,6 +16,8 @@ import shlex
 import subprocess
 import time
 from pathlib import Path
+
+import paramiko
 
 from edgekit.errors import EdgekitError
 from edgekit.remote.mux import MuxRunner
@@ -26,6 +29,10 @@ from edgekit.remote.runner import LocalRunner, SshRunner
 _LOCK_SH = ('mkdir -p "$1" && exec flock -w "$2" "$1/.deploy.lock" sh -c '
             '\'flock -w "$(($2 + 20))" "$1/.activate.lock" true || exit 75; echo locked; exec cat >/dev/null\' '
             'edgekit-lock "$1" "$2"')
+
+
+class BoardBusy(EdgekitError):
+    """Another deploy (or a finishing activation) holds the board."""
 
 
 class BoardLock:
@@ -42,9 +49,9 @@ class BoardLock:
         if code == 127 or b"not found" in stderr:
             return EdgekitError(f"Board {self.runner.name!r} has no `flock` (util-linux); install it there.")
         if code == 75:
-            return EdgekitError(f"An activation is still finishing on board {self.runner.name!r} "
+            return BoardBusy(f"An activation is still finishing on board {self.runner.name!r} "
                                 f"({self.base}/.activate.lock); try again in a minute or pass --wait SECONDS.")
-        return EdgekitError(
+        return BoardBusy(
             f"Another deploy holds board {self.runner.name!r} ({self.base}/.deploy.lock); "
             "wait for it to finish or pass --wait SECONDS."
         )
@@ -140,7 +147,8 @@ class BoardLock:
                 self._proc.kill()
                 self._proc.wait()
         if self._chan is not None:
-            self._chan.shutdown_write()  # EOF to `cat`: the remote flock ends
-            self._chan.close()
+            with contextlib.suppress(OSError, EOFError, paramiko.SSHException):  # a lost link ended it already
+                self._chan.shutdown_write()  # EOF to `cat`: the remote flock ends
+                self._chan.close()
         if self._fd is not None:
             os.close(self._fd)

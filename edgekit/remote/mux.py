@@ -30,7 +30,7 @@ from typing import IO
 from fabric import Connection
 
 from edgekit.config.boardfile import Board
-from edgekit.errors import EdgekitError
+from edgekit.errors import EdgekitError, LinkLost
 from edgekit.remote.connection import CONNECT_TIMEOUT_S, open_connection, ssh_argv
 from edgekit.remote.runner import RemoteCommandError, Result, SshRunner, _with_env
 
@@ -48,7 +48,7 @@ class MuxRunner(SshRunner):
         self._connected = False
         full = ssh_argv(board)
         self._ssh = [*full[:-1], "-o", f"ControlPath={control_dir}/{CONTROL_NAME}",
-                     "-o", f"ControlPersist={PERSIST}", "-o", "ServerAliveInterval=15"]
+                     "-o", f"ControlPersist={PERSIST}"]
         self._host = full[-1]
 
     def argv(self, *tail: str) -> list[str]:
@@ -70,7 +70,7 @@ class MuxRunner(SshRunner):
             why = (proc.stderr.strip().splitlines() or ["the master connection ended"])[-1]
             if not self._connected:
                 raise self._cannot_connect(why)
-            raise EdgekitError(f"Lost the SSH connection to board {self.name!r}: {why}.")
+            raise LinkLost(f"Lost the SSH connection to board {self.name!r}: {why}.")
         self._connected = True
         result = Result(tuple(full), proc.returncode, proc.stdout, proc.stderr)
         if check and not result.ok:
@@ -106,6 +106,10 @@ class MuxRunner(SshRunner):
         if self._conn is None:
             self._conn = open_connection(self.board, self.name)
         return self._conn
+
+    def reconnect(self) -> None:
+        """The next command makes a new master (the lost one has exited); paramiko reconnects on first use."""
+        self.close()
 
     def close(self) -> None:
         """Closes the paramiko connection if one was opened; the master is closed with its control dir."""

@@ -6,6 +6,7 @@ path or recipe value is ever parsed by the remote shell as code.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -15,7 +16,7 @@ from typing import Protocol
 import paramiko
 
 from edgekit.config.boardfile import Board
-from edgekit.errors import EdgekitError
+from edgekit.errors import EdgekitError, LinkLost
 from edgekit.remote.connection import open_connection
 
 
@@ -68,7 +69,7 @@ class SshRunner:
         except Exception as exc:  # invoke's CommandTimedOut and transport errors
             if type(exc).__name__ == "CommandTimedOut":
                 raise EdgekitError(f"`{shlex.join(full)[:120]}` timed out on board {self.name!r}.") from None
-            raise EdgekitError(f"Lost the SSH connection to board {self.name!r}: {exc}.") from None
+            raise LinkLost(f"Lost the SSH connection to board {self.name!r}: {exc}.") from None
         result = Result(tuple(full), res.exited, res.stdout, res.stderr)
         if check and not result.ok:
             raise RemoteCommandError(self.name, result)
@@ -76,6 +77,12 @@ class SshRunner:
 
     def sftp(self) -> paramiko.SFTPClient:
         return self.conn.sftp()
+
+    def reconnect(self) -> None:
+        """A new connection in place of a lost one (what ran on the old one has ended with it)."""
+        with contextlib.suppress(Exception):  # the old transport may be half dead: closing it must not raise
+            self.conn.close()
+        self.conn = open_connection(self.board, self.name)
 
     def close(self) -> None:
         self.conn.close()

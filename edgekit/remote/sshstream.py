@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.config.boardfile import Board
-from edgekit.errors import EdgekitError
+from edgekit.errors import EdgekitError, LinkLost
 from edgekit.remote import child
 from edgekit.remote.connection import ssh_argv
 
@@ -148,8 +148,11 @@ def upload(board: Board, name: str, store: str, item: Item,
     word = (out.decode(errors="replace").strip().splitlines() or [None])[-1]
     if proc.returncode != 0 or word is None:
         why = (err.decode(errors="replace").strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-        raise EdgekitError(f"Uploading {item.path.name} to board {name!r} failed ({why[:300]}); run the push "
-                           "again to resume where it stopped.")
+        # 255: ssh's own failure (a cut, or no answer to its keep-alives); 3: the board saw the stream end early.
+        lost = proc.returncode in (255, 3)
+        raise (LinkLost if lost else EdgekitError)(
+            f"Uploading {item.path.name} to board {name!r} failed ({why[:300]}); run the push again to resume "
+            "where it stopped.")
     if os.path.getsize(item.path) != item.size:
         raise EdgekitError(f"{item.path} changed size while it was being sent; rebuild the artifact.")
     return word, sent

@@ -32,7 +32,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from edgekit.errors import EdgekitError
+from edgekit.errors import EdgekitError, LinkLost
 from edgekit.remote import fastsftp, sshstream
 from edgekit.remote.boardscripts import HASH_SH, HOME_SH, INVENTORY_SH, VERIFY_PY
 from edgekit.remote.connection import ssh_binary
@@ -74,6 +74,7 @@ class PushReport:
     skipped_blobs: int = 0
     resumed_bytes: int = 0
     seconds: float = 0.0
+    retries: int = 0  # new connections after a lost link (edgekit.deploy.link_retry)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -267,7 +268,7 @@ class _Push:
         if self._sftp is None:
             fastsftp.prefer_gcm(self.runner.conn.client.get_transport())
             self._sftp = self.runner.sftp()
-            self._sftp.get_channel().settimeout(fastsftp.IO_TIMEOUT_S)
+            self._sftp.get_channel().settimeout(float(self.runner.board.stall_s))  # a stall ends as a timeout
         return self._sftp
 
     def openssh_round(self, todo: list[tuple[Blob, int]]) -> list[tuple[Blob, int]]:
@@ -305,7 +306,7 @@ class _Push:
                     try:
                         sent = fastsftp.upload(sftp, blob.path, self.part(blob), blob.size, offset, self.on_bytes)
                     except (OSError, EOFError, paramiko.SSHException) as exc:
-                        raise EdgekitError(
+                        raise LinkLost(
                             f"Uploading {blob.path.name} to board {self.name!r} failed ({exc or type(exc).__name__});"
                             " run the push again to resume where it stopped."
                         ) from None
@@ -420,7 +421,7 @@ def push_blobs(
         if todo:
             raise EdgekitError(f"Uploads to board {runner.name!r} kept failing their sha256 check.")
     except (OSError, EOFError, paramiko.SSHException) as exc:
-        raise EdgekitError(f"The push to board {runner.name!r} failed: {exc or type(exc).__name__}.") from None
+        raise LinkLost(f"The push to board {runner.name!r} failed: {exc or type(exc).__name__}.") from None
     push.report.seconds = round(time.monotonic() - t0, 3)
     if progress is not None:
         r = push.report

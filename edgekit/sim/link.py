@@ -4,6 +4,7 @@ on loopback (netem is not in this kernel). Connect to ``link.port`` instead of t
     with Link(board.port) as link:     # relays 127.0.0.1:link.port → 127.0.0.1:board.port
         ...; link.cut()                # every connection through it reset at once (a dropped Wi-Fi, a pulled cable)
         ...; link.stall()              # bytes stop both ways, connections stay open (a link that hangs)
+        link.stall(existing_only=True) # only the connections open now hang (a NAT that lost their state)
         link.resume()                  # bytes flow again
         link.partition(); link.heal()  # cut, and new connections refused until healed (the board is unreachable)
         link.sent_to_board             # payload bytes it has delivered towards the board
@@ -29,6 +30,7 @@ class Link:
         self._flowing.set()
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
+        self._gates: list[threading.Event] = []  # one per connection: cleared, that connection hangs
         self._closed = False
         self._refusing = False
         self.sent_to_board = 0
@@ -50,8 +52,11 @@ class Link:
         another thread would leave the socket open until they return, and the ends would never learn.)"""
         with self._lock:
             doomed, self._sockets = self._sockets, []
+            gates, self._gates = self._gates, []
         for sock in doomed:
             _reset(sock)
+        for gate in gates:  # a relay thread held at a stalled gate meets its reset socket and ends
+            gate.set()
 
     def partition(self) -> None:
         """Cut, and refuse every new connection until ``heal``: the board is unreachable."""
@@ -61,15 +66,22 @@ class Link:
     def heal(self) -> None:
         self._refusing = False
 
-    def stall(self) -> None:
-        self._flowing.clear()
+    def stall(self, existing_only: bool = False) -> None:
+        if not existing_only:
+            self._flowing.clear()
+        with self._lock:
+            for gate in self._gates:
+                gate.clear()
 
     def resume(self) -> None:
         self._flowing.set()
+        with self._lock:
+            for gate in self._gates:
+                gate.set()
 
     def close(self) -> None:
         self._closed = True
-        self._flowing.set()
+        self.resume()
         with contextlib.suppress(OSError):
             self._listener.close()
         self.cut()
@@ -91,18 +103,22 @@ class Link:
             except OSError:
                 client.close()
                 continue
+            gate = threading.Event()
+            gate.set()
             with self._lock:
                 self._sockets += [client, board]
-            threading.Thread(target=self._pump, args=(client, board, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(board, client, False), daemon=True).start()
+                self._gates.append(gate)
+            threading.Thread(target=self._pump, args=(client, board, gate, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(board, client, gate, False), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, to_board: bool) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, gate: threading.Event, to_board: bool) -> None:
         try:
             while True:
                 data = src.recv(CHUNK)
                 if not data:
                     break
                 self._flowing.wait()  # a stalled link holds the bytes; the connection stays open
+                gate.wait()
                 dst.sendall(data)
                 if to_board:
                     self.sent_to_board += len(data)

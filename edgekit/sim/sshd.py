@@ -49,6 +49,10 @@ def config_text(board: BoardState, authorized_keys: Path, env: Mapping[str, str]
         "Subsystem sftp internal-sftp",
         "MaxStartups 100:30:200",  # fleet tests open many connections at once
         "MaxSessions 100",
+        # As docs/deploy.md asks of real boards (15 s × 4), shorter: a workstation whose link died silently
+        # loses its sessions, and the deploy lock with them, within 15 s.
+        "ClientAliveInterval 5",
+        "ClientAliveCountMax 3",
         "UseDNS no",
         "PrintMotd no",
         "PrintLastLog no",
