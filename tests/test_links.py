@@ -19,9 +19,8 @@ import pytest
 from cli_helpers import edgekit, ok_json
 
 from edgekit.config.boardfile import Boards
-from edgekit.remote import hostkeys
 from edgekit.sim import faults
-from edgekit.sim.link import Link
+from edgekit.sim.link import Link, route
 
 IN_FLIGHT = 8 << 20  # what a cut may lose: TCP and ssh buffers between the relay and the board's disk
 
@@ -32,16 +31,9 @@ def env(sim_session) -> dict[str, str]:
 
 
 def via(sim_session, board_name: str, link: Link, **update: object) -> str:
-    """The board again, under another name, reached through ``link`` (its host key pinned for that port)."""
-    boards = Boards(Path(sim_session.env["EDGEKIT_CONFIG"]))
-    entry = boards.load().boards[board_name]
-    name = f"{board_name}-via-link"
-    boards.update(add={name: entry.model_copy(update={"port": link.port, **update})})
-    known = Path(sim_session.env["EDGEKIT_CONFIG_DIR"]) / "known_hosts"
-    key = hostkeys.known_key(known, entry.host, entry.port)
-    assert key is not None
-    hostkeys.record(known, entry.host, link.port, key)
-    return name
+    env = sim_session.env
+    return route(Path(env["EDGEKIT_CONFIG"]), Path(env["EDGEKIT_CONFIG_DIR"]) / "known_hosts", board_name, link,
+                 **update)
 
 
 def store_sizes(board) -> dict[str, int]:

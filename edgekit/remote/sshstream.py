@@ -148,6 +148,9 @@ def upload(board: Board, name: str, store: str, item: Item,
     word = (out.decode(errors="replace").strip().splitlines() or [None])[-1]
     if proc.returncode != 0 or word is None:
         why = (err.decode(errors="replace").strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        if "No space left on device" in why:
+            raise EdgekitError(f"Board {name!r} ran out of disk space while receiving {item.path.name}; what arrived "
+                               "is kept (a .part) and nothing was activated: free space there and run the push again.")
         # 255: ssh's own failure (a cut, or no answer to its keep-alives); 3: the board saw the stream end early.
         lost = proc.returncode in (255, 3)
         raise (LinkLost if lost else EdgekitError)(

@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import shutil
+import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -39,6 +43,63 @@ def hang(board: SimBoard) -> int:
         except psutil.Error:
             continue
     return stopped
+
+
+FILLER = ".filler"  # the file that fills a board's disk (``fill_disk``)
+
+
+def can_mount() -> bool:
+    """Whether this process may mount a tmpfs (root, with the capability): what ``small_disk`` needs."""
+    if os.geteuid() != 0:
+        return False
+    probe = Path(os.environ.get("TMPDIR", "/tmp")) / f"edgekit-mount-probe-{os.getpid()}"
+    probe.mkdir(exist_ok=True)
+    try:
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(probe)],
+                          capture_output=True).returncode != 0:
+            return False
+        subprocess.run(["umount", str(probe)], capture_output=True)
+        return True
+    finally:
+        probe.rmdir()
+
+
+@contextlib.contextmanager
+def small_disk(board: SimBoard, mb: int) -> Iterator[Path]:
+    """The board's base on a filesystem of its own of ``mb`` MB (a tmpfs: root only), so that it can fill; what the
+    base held is moved onto it. Unmounted at the end (lazily: the board's processes may still hold files)."""
+    base = board.base
+    aside = base.with_name(base.name + ".aside")
+    if base.exists():
+        base.rename(aside)
+    base.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mb}m,mode=0755", "tmpfs", str(base)], check=True,
+                   capture_output=True)
+    try:
+        if aside.exists():
+            shutil.copytree(aside, base, symlinks=True, dirs_exist_ok=True)
+            shutil.rmtree(aside)
+        yield base
+    finally:
+        subprocess.run(["umount", "-l", str(base)], capture_output=True)
+
+
+def fill_disk(board: SimBoard) -> int:
+    """Take every free byte of the board's base filesystem (a file ``.filler``); returns how many were taken."""
+    st = os.statvfs(board.base)
+    free = st.f_bavail * st.f_frsize
+    with open(board.base / FILLER, "ab", buffering=0) as fh, contextlib.suppress(OSError):
+        os.posix_fallocate(fh.fileno(), 0, free)
+        fh.seek(0, os.SEEK_END)
+        while fh.write(bytes(1 << 16)):  # what fallocate's rounding left, until ENOSPC
+            pass
+    return free
+
+
+def free_disk(board: SimBoard) -> None:
+    """What ``fill_disk`` took, given back (the board's owner cleaned up)."""
+    with contextlib.suppress(FileNotFoundError):
+        (board.base / FILLER).unlink()
 
 
 def answers(port: int, timeout: float = 2.0) -> bool:

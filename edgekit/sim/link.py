@@ -16,7 +16,11 @@ import contextlib
 import socket
 import struct
 import threading
+from pathlib import Path
 from types import TracebackType
+
+from edgekit.config.boardfile import Boards
+from edgekit.remote import hostkeys
 
 CHUNK = 64 * 1024
 
@@ -136,3 +140,17 @@ def _reset(sock: socket.socket) -> None:
         sock.shutdown(socket.SHUT_RDWR)
     with contextlib.suppress(OSError):
         sock.close()
+
+
+def route(board_file: Path, known_hosts: Path, board_name: str, link: Link, **update: object) -> str:
+    """The board again in the board file as ``<name>-via-link``, reached through ``link`` (``update``: other fields
+    of that entry, e.g. ``stall_s``), its host key pinned for the link's port. Returns the new name."""
+    boards = Boards(board_file)
+    entry = boards.load().boards[board_name]
+    name = f"{board_name}-via-link"
+    boards.update(add={name: entry.model_copy(update={"port": link.port, **update})})
+    key = hostkeys.known_key(known_hosts, entry.host, entry.port)
+    if key is None:
+        raise ValueError(f"board {board_name!r} has no pinned host key in {known_hosts}")
+    hostkeys.record(known_hosts, entry.host, link.port, key)
+    return name
