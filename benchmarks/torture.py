@@ -2,7 +2,7 @@
 the board must keep edgekit's invariants (edgekit.sim.faults.violations).
 
     python benchmarks/torture.py --rounds 100 --boards 2          # the figure in benchmarks/README.md
-    python benchmarks/torture.py --rounds 9 --boards 1 --seed 7   # what tests/test_torture.py runs
+    python benchmarks/torture.py --rounds 12 --boards 1 --seed 7  # what tests/test_torture.py runs
 
 Faults, each kind in turn (the order shuffled per cycle; the instant drawn from 5–100 % of the time a switch
 between the two releases took on this machine before the rounds, ≈ 3–5 s for the tiny release):
@@ -10,7 +10,12 @@ between the two releases took on this machine before the rounds, ≈ 3–5 s for
 - power: every process of the board killed at once (a power cut), with the deploying edgekit, then the board
          booted (`sim up` starts its enabled units, as systemd does);
 - hang:  the board's server SIGSTOPped (alive, answering nothing); the deploy runs on, the board's watchdog
-         (probing every second here) restarts it or the activation replaces it.
+         (probing every second here) restarts it or the activation replaces it;
+- cut:   the link reset (every board is reached through an edgekit.sim.link relay);
+- stall: the link's open connections hang (new ones flow: a NAT that lost their state); the board file gives
+         each board `stall_s: 6`, so edgekit gives a stalled connection up after ≈ 6 s;
+- disk:  the board's disk filled (its base is a tmpfs of its own: root only, else this kind is left out),
+         and freed once the deploy has ended.
 After each round the board must, within 120 s: serve a release that passed its check, with `current`,
 `serving` and the service unit agreeing, /health answering and every blob holding the bytes its name says.
 At the end one more deploy per board must finish (the next deploy finishes the job).
@@ -23,6 +28,7 @@ max), and how the deploys ended. JSON first (also `--out DIR/torture.json`), the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import shutil
@@ -30,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +47,11 @@ from rich.progress import Progress
 from edgekit.resources import builtin_recipes_dir
 from edgekit.sim import boards as sim
 from edgekit.sim import faults
+from edgekit.sim.link import Link, route
 from edgekit.sim.testing import SimBoard
 
-FAULTS = ("kill", "power", "hang")
+FAULTS = ("kill", "power", "hang", "cut", "stall", "disk")
+DISK_MB = 384  # each board's tmpfs: both tiny releases with room to spare
 # The board's watchdog probes every second: a hung server is noticed in seconds (the defaults take ≈ 45 s).
 WATCHDOG = {"every_s": 1, "timeout_s": 1, "failures": 3, "start_grace_s": 5}
 
@@ -56,13 +65,23 @@ def recipe(work: Path, name: str) -> Path:
     return path
 
 
-def deploy_cmd(board: SimBoard, path: Path) -> list[str]:
-    return [sys.executable, "-m", "edgekit", "--json", "deploy", "--board", board.name, "--recipe", str(path)]
+@dataclass
+class Target:
+    """A board under torture: the simulated board, its link, and its name in the board file (through the link)."""
+
+    board: SimBoard
+    link: Link
+    name: str
 
 
-def one_round(i: int, board: SimBoard, fault: str, path: Path, env: dict[str, str], sim_dir: Path,
+def deploy_cmd(target: Target, path: Path) -> list[str]:
+    return [sys.executable, "-m", "edgekit", "--json", "deploy", "--board", target.name, "--recipe", str(path)]
+
+
+def one_round(i: int, target: Target, fault: str, path: Path, env: dict[str, str], sim_dir: Path,
               targets: sim.Targets, n_boards: int, at: float) -> dict[str, Any]:
-    deploying = subprocess.Popen(deploy_cmd(board, path), env=env, stdout=subprocess.DEVNULL,
+    board = target.board
+    deploying = subprocess.Popen(deploy_cmd(target, path), env=env, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL)
     time.sleep(at)
     hit = time.monotonic()
@@ -72,13 +91,20 @@ def one_round(i: int, board: SimBoard, fault: str, path: Path, env: dict[str, st
         sim.power_cut(sim_dir, board.name)
         deploying.kill()
         sim.up(sim_dir, n_boards, "orin", targets)  # boots it
-    else:
+    elif fault == "hang":
         faults.hang(board)
+    elif fault == "cut":
+        target.link.cut()
+    elif fault == "stall":
+        target.link.stall(existing_only=True)
+    else:
+        faults.fill_disk(board)
     try:
         rc = deploying.wait(300)
     except subprocess.TimeoutExpired:
         deploying.kill()
         rc = deploying.wait()
+    faults.free_disk(board)
     took, wrong = faults.settle(board, limit=120)
     recovered = None if took is None else round(time.monotonic() - hit, 2)
     return {"round": i, "board": board.name, "fault": fault, "at_s": round(at, 2), "deploy_rc": rc,
@@ -121,18 +147,28 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="where torture.json and torture.md go")
     args = ap.parse_args()
     rng = random.Random(args.seed)
+    kinds_here = FAULTS if faults.can_mount() else tuple(k for k in FAULTS if k != "disk")
     work, env, targets = simenv.isolated("edgekit-torture-")
     sim_dir = work / "sim"
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, work, ignore_errors=True)
         st, created, _ = sim.up(sim_dir, args.boards, "orin", targets)
         boards = [SimBoard.from_state(st, st.boards[n], targets.known_hosts) for n in created]
-        paths = [recipe(work, "torture-a"), recipe(work, "torture-b")]
+        for board in boards if "disk" in kinds_here else ():
+            stack.enter_context(faults.small_disk(board, DISK_MB))
+        stack.callback(sim.down, sim_dir)  # first of all at the end: then the disks are unmounted
+        tortured = []
         for board in boards:
-            subprocess.run(deploy_cmd(board, paths[0]), env=env, check=True, capture_output=True)
+            link = stack.enter_context(Link(board.port))
+            tortured.append(Target(board, link, route(targets.board_file, targets.known_hosts, board.name, link,
+                                                      stall_s=6)))
+        paths = [recipe(work, "torture-a"), recipe(work, "torture-b")]
+        for target in tortured:
+            subprocess.run(deploy_cmd(target, paths[0]), env=env, check=True, capture_output=True)
         # How long a switch takes here (blobs on the board, both releases made): faults fall within it.
         for path in (paths[1], paths[0]):
             t0 = time.monotonic()
-            subprocess.run(deploy_cmd(boards[0], path), env=env, check=True, capture_output=True)
+            subprocess.run(deploy_cmd(tortured[0], path), env=env, check=True, capture_output=True)
             span = time.monotonic() - t0
         kinds: list[str] = []
         rounds = []
@@ -140,17 +176,14 @@ def main() -> int:
             task = progress.add_task("torture", total=args.rounds)
             for i in range(args.rounds):
                 if not kinds:
-                    kinds = rng.sample(FAULTS, len(FAULTS))
-                board = boards[i % len(boards)]
-                path = paths[1 - (i // len(boards)) % 2]  # each board alternates: b, a, b, …
+                    kinds = rng.sample(kinds_here, len(kinds_here))
+                target = tortured[i % len(tortured)]
+                path = paths[1 - (i // len(tortured)) % 2]  # each board alternates: b, a, b, …
                 at = rng.uniform(0.05, 1.0) * span
-                rounds.append(one_round(i, board, kinds.pop(), path, env, sim_dir, targets, args.boards, at))
+                rounds.append(one_round(i, target, kinds.pop(), path, env, sim_dir, targets, args.boards, at))
                 progress.update(task, advance=1, description=f"round {i + 1}: {rounds[-1]['fault']}")
-        final_ok = sum(subprocess.run(deploy_cmd(b, paths[0]), env=env, capture_output=True).returncode == 0
-                       for b in boards)
-    finally:
-        sim.down(sim_dir)
-        shutil.rmtree(work, ignore_errors=True)
+        final_ok = sum(subprocess.run(deploy_cmd(t, paths[0]), env=env, capture_output=True).returncode == 0
+                       for t in tortured)
     doc = {"rounds": args.rounds, "boards": args.boards, "seed": args.seed, "switch_s": round(span, 2),
            "summary": summary(rounds),
            "final_ok": final_ok, "per_round": rounds}
@@ -160,7 +193,7 @@ def main() -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "torture.json").write_text(json.dumps(doc, indent=1))
         (args.out / "torture.md").write_text(markdown(doc))
-    return 0 if final_ok == len(boards) and not any(r["violations"] for r in rounds) else 1
+    return 0 if final_ok == len(tortured) and not any(r["violations"] for r in rounds) else 1
 
 
 if __name__ == "__main__":

@@ -7,8 +7,11 @@ only through `edgekit board trust`, which shows the fingerprint first.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
+import threading
+import time
 
 import paramiko
 from fabric import Config, Connection
@@ -102,7 +105,35 @@ def open_connection(board: Board, name: str, timeout: int = CONNECT_TIMEOUT_S) -
         raise EdgekitError(f"Board {name!r} ({where}) did not answer within {timeout} s.") from None
     except OSError as exc:
         raise EdgekitError(f"Cannot reach board {name!r} ({where}): {exc.strerror or exc}.") from None
+    _Liveness(conn.client.get_transport(), board.stall_s).start()
     return conn
+
+
+def _ask(transport: paramiko.Transport, answered: threading.Event) -> None:
+    """One keep-alive that wants a reply; any reply will do (sshd refuses the request: that is an answer)."""
+    with contextlib.suppress(Exception):
+        transport.global_request("keepalive@openssh.com", wait=True)
+    answered.set()
+
+
+class _Liveness(threading.Thread):
+    """OpenSSH's ServerAliveInterval for a paramiko connection: a keep-alive every ``stall_s / 3`` s that needs an
+    answer; none within ``stall_s`` closes the transport, so a command waiting on a stalled link ends (and the
+    runner says the link was lost) instead of waiting forever. Ends with the transport."""
+
+    def __init__(self, transport: paramiko.Transport | None, stall_s: int) -> None:
+        super().__init__(daemon=True, name="edgekit-liveness")
+        self.transport, self.stall_s = transport, stall_s
+
+    def run(self) -> None:
+        transport = self.transport
+        while transport is not None and transport.is_active():
+            time.sleep(max(1, self.stall_s // 3))
+            answered = threading.Event()
+            threading.Thread(target=_ask, args=(transport, answered), daemon=True).start()
+            if not answered.wait(self.stall_s):
+                transport.close()
+                return
 
 
 # The OpenSSH client's preferences, as edgekit's paramiko connections: AES-GCM first (hardware AES on x86,

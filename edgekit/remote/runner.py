@@ -70,6 +70,8 @@ class SshRunner:
             if type(exc).__name__ == "CommandTimedOut":
                 raise EdgekitError(f"`{shlex.join(full)[:120]}` timed out on board {self.name!r}.") from None
             raise LinkLost(f"Lost the SSH connection to board {self.name!r}: {exc}.") from None
+        if not self.conn.is_connected:  # the link was given up while the command ran (connection._Liveness)
+            raise LinkLost(f"Lost the SSH connection to board {self.name!r} while `{shlex.join(full)[:80]}` ran.")
         result = Result(tuple(full), res.exited, res.stdout, res.stderr)
         if check and not result.ok:
             raise RemoteCommandError(self.name, result)
