@@ -103,6 +103,8 @@ def open_connection(board: Board, name: str, timeout: int = CONNECT_TIMEOUT_S) -
         raise EdgekitError(f"SSH to board {name!r} ({where}) failed: {exc}.") from None
     except TimeoutError:
         raise EdgekitError(f"Board {name!r} ({where}) did not answer within {timeout} s.") from None
+    except EOFError:  # accepted, then closed before SSH began (a firewall, a relay with nowhere to go)
+        raise EdgekitError(f"Board {name!r} ({where}) closed the connection before SSH began.") from None
     except OSError as exc:
         raise EdgekitError(f"Cannot reach board {name!r} ({where}): {exc.strerror or exc}.") from None
     _Liveness(conn.client.get_transport(), board.stall_s).start()
