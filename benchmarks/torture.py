@@ -134,6 +134,7 @@ def markdown(doc: dict[str, Any]) -> str:
         mean = "—" if mean is None else f"{mean:.1f} s ({top:.1f} s)"
         lines.append(f"| {row['fault']} | {row['rounds']} | {row['violations']} | {mean} | {row['deploy_ok']} |")
     lines += ["", f"Final deploys that finished: {doc['final_ok']} of {doc['boards']}.", ""]
+    lines += [f"- final deploy to {name}: {why}" for name, why in doc["final_errors"].items()]
     bad = [r for r in doc["per_round"] if r["violations"]]
     lines += [f"- round {r['round']} ({r['fault']} at {r['at_s']} s): {'; '.join(r['violations'])}" for r in bad]
     return "\n".join(lines) + "\n"
@@ -182,11 +183,14 @@ def main() -> int:
                 at = rng.uniform(0.05, 1.0) * span
                 rounds.append(one_round(i, target, kinds.pop(), path, env, sim_dir, targets, args.boards, at))
                 progress.update(task, advance=1, description=f"round {i + 1}: {rounds[-1]['fault']}")
-        final_ok = sum(subprocess.run(deploy_cmd(t, paths[0]), env=env, capture_output=True).returncode == 0
-                       for t in tortured)
+        finals = {t.board.name: subprocess.run(deploy_cmd(t, paths[0]), env=env, capture_output=True, text=True)
+                  for t in tortured}
+        final_ok = sum(res.returncode == 0 for res in finals.values())
+        final_errors = {name: (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1]
+                        for name, res in finals.items() if res.returncode != 0}
     doc = {"rounds": args.rounds, "boards": args.boards, "seed": args.seed, "switch_s": round(span, 2),
            "summary": summary(rounds),
-           "final_ok": final_ok, "per_round": rounds}
+           "final_ok": final_ok, "final_errors": final_errors, "per_round": rounds}
     print(json.dumps(doc, indent=1))
     print(markdown(doc))
     if args.out:
