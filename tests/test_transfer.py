@@ -117,7 +117,7 @@ def test_fresh_push_then_noop(runner: SshRunner, base: Path, blobs: list[Blob], 
 
     again = push_blobs(runner, str(base), blobs, verify=verify)
     assert (again.sent_bytes, again.sent_blobs, again.skipped_blobs) == (0, 0, 3)
-    assert set(again.to_dict()) == {"sent_bytes", "sent_blobs", "skipped_blobs", "resumed_bytes", "seconds"}
+    assert set(again.to_dict()) == {"sent_bytes", "sent_blobs", "skipped_blobs", "resumed_bytes", "seconds", "retries"}
 
 
 @pytest.mark.parametrize("verify", ["openssh", "stream"])
