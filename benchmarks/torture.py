@@ -75,7 +75,10 @@ class Target:
 
 
 def deploy_cmd(target: Target, path: Path) -> list[str]:
-    return [sys.executable, "-m", "edgekit", "--json", "deploy", "--board", target.name, "--recipe", str(path)]
+    # A server hung during the deploy's own check is waited for until the check's timeout, then the deploy goes
+    # back to the old release: 30 s here (the tiny release starts in ≈ 1 s), not the default 180 s.
+    return [sys.executable, "-m", "edgekit", "--json", "deploy", "--board", target.name, "--recipe", str(path),
+            "--health-timeout", "30"]
 
 
 def one_round(i: int, target: Target, fault: str, path: Path, env: dict[str, str], sim_dir: Path,
