@@ -11,16 +11,13 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-import yaml
-from cli_helpers import edgekit, ok_json
+from cli_helpers import edgekit, ok_json, recipe_variant
 
 from edgekit.sim import boards as sim
 from edgekit.sim import faults
 
-REPO = Path(__file__).resolve().parents[1]
 # Seconds into the second deploy (≈ 5 s in all for the tiny release, its blobs already in the store): its probe
 # and push, the candidate's start and check, the service's restart, the switch.
 INSTANTS = (0.7, 1.8, 2.9, 4.0, 5.2)
@@ -31,19 +28,11 @@ def env(sim_session) -> dict[str, str]:
     return {**os.environ, **sim_session.env}
 
 
-def variant(tmp: Path, name: str) -> Path:
-    data = yaml.safe_load((REPO / "edgekit" / "data" / "recipes" / "sim-tiny-mtp.yaml").read_text())
-    data["name"] = name
-    path = tmp / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
 def test_a_power_cut_at_any_instant_of_a_deploy_leaves_a_verified_release_serving(sim_session, env, tmp_path) -> None:
     (board,) = sim_session.boards(1, fresh=True)
     old = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe",
-                          str(variant(tmp_path, "sim-tiny-before-cut"))))["release"]
-    new_recipe = variant(tmp_path, "sim-tiny-after-cut")
+                          str(recipe_variant(tmp_path, "sim-tiny-before-cut"))))["release"]
+    new_recipe = recipe_variant(tmp_path, "sim-tiny-after-cut")
     kept_old = 0
     for delay in INSTANTS:
         deploying = subprocess.Popen([sys.executable, "-m", "edgekit", "--json", "deploy", "--board", board.name,

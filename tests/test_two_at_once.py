@@ -12,26 +12,16 @@ from pathlib import Path
 
 import psutil
 import pytest
-import yaml
 from build_helpers import sdist_or_skip
+from cli_helpers import recipe_variant
 
 from edgekit.config.boardfile import Boards
 from edgekit.sim import faults
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
 def env(sim_session) -> dict[str, str]:
     return {**os.environ, **sim_session.env, "EDGEKIT_LLAMA_SRC": str(sdist_or_skip())}
-
-
-def variant(tmp: Path, name: str) -> Path:
-    data = yaml.safe_load((REPO / "edgekit" / "data" / "recipes" / "sim-tiny-mtp.yaml").read_text())
-    data["name"] = name
-    path = tmp / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 def rollout_cmd(recipe: Path, group: str, *extra: str) -> list[str]:
@@ -60,7 +50,7 @@ def test_two_rollouts_over_a_shared_board_never_work_on_it_at_once(sim_session, 
     data = boards.load()
     data.groups["first"], data.groups["second"] = [a.name, shared.name], [shared.name, c.name]
     boards.save(data)
-    one, two = variant(tmp_path, "sim-tiny-first"), variant(tmp_path, "sim-tiny-second")
+    one, two = recipe_variant(tmp_path, "sim-tiny-first"), recipe_variant(tmp_path, "sim-tiny-second")
 
     first = subprocess.Popen(rollout_cmd(one, "first"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
