@@ -306,7 +306,7 @@ class _Push:
                     try:
                         sent = fastsftp.upload(sftp, blob.path, self.part(blob), blob.size, offset, self.on_bytes)
                     except (OSError, EOFError, paramiko.SSHException) as exc:
-                        raise LinkLost(
+                        raise _lost_or_refused(self.runner, exc)(
                             f"Uploading {blob.path.name} to board {self.name!r} failed ({exc or type(exc).__name__});"
                             " run the push again to resume where it stopped."
                         ) from None
@@ -346,6 +346,14 @@ class _Push:
             f"{blob.path.name} arrived on board {self.name!r} with {got}, not sha256 {blob.sha256[:16]}…; "
             "the upload was deleted. The local file no longer matches its manifest: rebuild the artifact."
         )
+
+
+def _lost_or_refused(runner: SshRunner, exc: BaseException) -> type[EdgekitError]:
+    """LinkLost (worth a new connection) when the link went or stalled; EdgekitError when the board refused
+    (a full disk, a permission) on a connection that still works."""
+    transport = runner.conn.client.get_transport()
+    alive = transport is not None and transport.is_active()
+    return EdgekitError if alive and not isinstance(exc, (TimeoutError, EOFError)) else LinkLost
 
 
 def _unique(blobs: Iterable[Blob]) -> dict[str, Blob]:
@@ -421,7 +429,8 @@ def push_blobs(
         if todo:
             raise EdgekitError(f"Uploads to board {runner.name!r} kept failing their sha256 check.")
     except (OSError, EOFError, paramiko.SSHException) as exc:
-        raise LinkLost(f"The push to board {runner.name!r} failed: {exc or type(exc).__name__}.") from None
+        why = exc or type(exc).__name__
+        raise _lost_or_refused(runner, exc)(f"The push to board {runner.name!r} failed: {why}.") from None
     push.report.seconds = round(time.monotonic() - t0, 3)
     if progress is not None:
         r = push.report
