@@ -26,9 +26,10 @@ CHUNK = 64 * 1024
 
 
 class Link:
-    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1", listen: tuple[str, int] = ("127.0.0.1", 0)
+                 ) -> None:
         self.target = (target_host, target_port)
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = socket.create_server(listen)
         self.port: int = self._listener.getsockname()[1]
         self._flowing = threading.Event()
         self._flowing.set()
@@ -145,12 +146,41 @@ def _reset(sock: socket.socket) -> None:
 def route(board_file: Path, known_hosts: Path, board_name: str, link: Link, **update: object) -> str:
     """The board again in the board file as ``<name>-via-link``, reached through ``link`` (``update``: other fields
     of that entry, e.g. ``stall_s``), its host key pinned for the link's port. Returns the new name."""
+    return route_to(board_file, known_hosts, board_name, "127.0.0.1", link.port, **update)
+
+
+def route_to(board_file: Path, known_hosts: Path, board_name: str, host: str, port: int, **update: object) -> str:
+    """``route`` to any address that leads to the board (e.g. a relay in a network namespace)."""
     boards = Boards(board_file)
     entry = boards.load().boards[board_name]
     name = f"{board_name}-via-link"
-    boards.update(add={name: entry.model_copy(update={"port": link.port, **update})})
+    boards.update(add={name: entry.model_copy(update={"host": host, "port": port, **update})})
     key = hostkeys.known_key(known_hosts, entry.host, entry.port)
     if key is None:
         raise ValueError(f"board {board_name!r} has no pinned host key in {known_hosts}")
-    hostkeys.record(known_hosts, entry.host, link.port, key)
+    hostkeys.record(known_hosts, host, port, key)
     return name
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m edgekit.sim.link --listen HOST:PORT --to HOST:PORT``: a relay on its own, e.g. inside a network
+    namespace (edgekit.sim.netns), until SIGTERM. Prints "ready" once it listens."""
+    import argparse
+    import signal
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--listen", required=True)
+    ap.add_argument("--to", required=True)
+    args = ap.parse_args(argv)
+    lhost, _, lport = args.listen.rpartition(":")
+    thost, _, tport = args.to.rpartition(":")
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    with Link(int(tport), thost, listen=(lhost, int(lport))):
+        print("ready", flush=True)
+        done.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
