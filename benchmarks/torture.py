@@ -186,8 +186,10 @@ def main() -> int:
                 at = rng.uniform(0.05, 1.0) * span
                 rounds.append(one_round(i, target, kinds.pop(), path, env, sim_dir, targets, args.boards, at))
                 progress.update(task, advance=1, description=f"round {i + 1}: {rounds[-1]['fault']}")
-        finals = {t.board.name: subprocess.run(deploy_cmd(t, paths[0]), env=env, capture_output=True, text=True)
-                  for t in tortured}
+        # The next deploy finishes the job — waiting, as a user would with --wait, for the deploy lock a session
+        # lost to a stalled link still holds until the board's sshd ends it (≤ 20 s here; docs/deploy.md).
+        finals = {t.board.name: subprocess.run([*deploy_cmd(t, paths[0]), "--wait", "60"], env=env,
+                                               capture_output=True, text=True) for t in tortured}
         final_ok = sum(res.returncode == 0 for res in finals.values())
         final_errors = {name: (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1]
                         for name, res in finals.items() if res.returncode != 0}
