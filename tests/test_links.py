@@ -95,9 +95,9 @@ def test_a_stalled_link_is_given_up_after_stall_s_and_the_push_resumes(sim_sessi
     assert new and all(faults.sha256(board.base / "store" / sha) == sha for sha in new), new  # no .part among them
     print(f"stall at 60 MB: the push finished {after_stall:.1f} s after it (stall_s 6; the lost session's lock "
           "freed by the board's sshd, 15 s)")
-    # stall_s to notice (ssh keep-alives every 2 s), 1 s to wait, ≤ 15 s for the board's sshd to end the stalled
-    # session that held the lock, then the rest of the blob: bounded, where a hung push would never end.
-    assert after_stall < 6 + 3 + 1 + 15 + 30
+    # stall_s to notice (ssh keep-alives every 2 s), 1 s to wait, ≈ 15–20 s for the board's sshd to end the stalled
+    # session that held the lock, then the rest of the blob: bounded (≈ 40 s here), where a hung push never ends.
+    assert after_stall < 120
 
 
 def test_a_push_whose_link_stays_down_gives_up_in_one_sentence_and_the_next_push_resumes(sim_session, env) -> None:
