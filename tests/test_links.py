@@ -6,12 +6,14 @@ partitioned away in the middle of a fleet rollout fails alone, with its reason, 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -30,10 +32,17 @@ def env(sim_session) -> dict[str, str]:
     return {**os.environ, **sim_session.env}
 
 
-def via(sim_session, board_name: str, link: Link, **update: object) -> str:
+@contextlib.contextmanager
+def via(sim_session, board_name: str, link: Link, **update: object) -> Iterator[str]:
+    """The board under another name in the session's board file, through ``link``; the entry removed after (the
+    session's board file is read by every test, the previous edgekit's in test_upgrade_from_legacy too)."""
     env = sim_session.env
-    return route(Path(env["EDGEKIT_CONFIG"]), Path(env["EDGEKIT_CONFIG_DIR"]) / "known_hosts", board_name, link,
+    name = route(Path(env["EDGEKIT_CONFIG"]), Path(env["EDGEKIT_CONFIG_DIR"]) / "known_hosts", board_name, link,
                  **update)
+    try:
+        yield name
+    finally:
+        Boards(Path(env["EDGEKIT_CONFIG"])).update(remove=[name])
 
 
 def store_sizes(board) -> dict[str, int]:
@@ -65,8 +74,7 @@ def test_a_push_cut_mid_blob_resumes_on_a_new_connection_and_sends_only_what_had
     (board,) = sim_session.boards(1, fresh=True)
     serving = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp"))["release"]
     before = store_sizes(board)
-    with Link(board.port) as link:
-        name = via(sim_session, board.name, link)
+    with Link(board.port) as link, via(sim_session, board.name, link) as name:
         pushing, out, err, after_cut = push_through(env, name, link, 120e6, Link.cut)
         crossed = link.sent_to_board
     assert pushing.returncode == 0 and "Traceback" not in err, err[-3000:]
@@ -85,8 +93,7 @@ def test_a_push_cut_mid_blob_resumes_on_a_new_connection_and_sends_only_what_had
 def test_a_stalled_link_is_given_up_after_stall_s_and_the_push_resumes(sim_session, env) -> None:
     (board,) = sim_session.boards(1, fresh=True)
     before = store_sizes(board)
-    with Link(board.port) as link:
-        name = via(sim_session, board.name, link, stall_s=6)
+    with Link(board.port) as link, via(sim_session, board.name, link, stall_s=6) as name:
         # Only the connections open now hang (a NAT that lost their state): new ones flow.
         pushing, out, err, after_stall = push_through(env, name, link, 60e6, lambda lk: lk.stall(existing_only=True))
     assert pushing.returncode == 0 and "Traceback" not in err, err[-3000:]
@@ -103,8 +110,7 @@ def test_a_stalled_link_is_given_up_after_stall_s_and_the_push_resumes(sim_sessi
 def test_a_push_whose_link_stays_down_gives_up_in_one_sentence_and_the_next_push_resumes(sim_session, env) -> None:
     (board,) = sim_session.boards(1, fresh=True)
     serving = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp"))["release"]
-    with Link(board.port) as link:
-        name = via(sim_session, board.name, link)
+    with Link(board.port) as link, via(sim_session, board.name, link) as name:
         pushing, _, err, _ = push_through(env, name, link, 120e6, Link.partition)
         crossed = link.sent_to_board
         assert pushing.returncode == 2 and "Traceback" not in err, err[-3000:]
@@ -141,8 +147,7 @@ def playbook_started(proc: subprocess.Popen) -> None:
 
 def test_a_board_partitioned_away_mid_rollout_fails_alone_and_the_rest_proceed(sim_session, env) -> None:
     away, other = sim_session.boards(2, fresh=True)
-    with Link(away.port) as link:
-        name = via(sim_session, away.name, link)
+    with Link(away.port) as link, via(sim_session, away.name, link) as name:
         boards = Boards(Path(sim_session.env["EDGEKIT_CONFIG"]))
         data = boards.load()
         data.groups["partition"] = [name, other.name]
