@@ -6,7 +6,8 @@ A simulated board behind a veth pair into a network namespace whose way in is ca
 netem is not in this kernel). For each rate, one fresh blob is pushed by each of edgekit's two paths — the OpenSSH
 stream (blobs of 16 MiB and more) and SFTP with the board hashing as it arrives (smaller blobs, or `verify:
 stream`) — and the ratio is blob bytes per second over the link's rate. What the ratio includes: the whole push
-(inventory, upload, the board's sha256 and fsync, the rename), SSH's framing and TCP/IP headers on the link; the
+(inventory, upload, the board's sha256 and fsync, the rename; not the SSH connection opened before it, one key
+exchange that `edgekit push` pays too), SSH's framing and TCP/IP headers on the link; the
 goal is ≥ 0.90. JSON first (also DIR/link_rate.json), then a Markdown table (DIR/link_rate.md). Root only.
 """
 
