@@ -161,6 +161,7 @@ class Session:
         self.snapshots: dict[str, Any] = {}
         self.cleanup_errors: list[str] = []
         self._jobs: list[Job] = []
+        self.runs_done = 0
         self._sampler: Sampler | None = None
         self.sampling = False  # the sampler records power: short windows are lengthened (_run)
         self.power_text = ""  # the sampler's raw file, read back at the end
@@ -312,23 +313,25 @@ class Session:
 
     def run_matrix(self, matrix: list[tuple[ServerConfig, list[Point]]], reps: int, n_gen: int,
                    warmup: int, requests: Callable[[Point], int], ignore_eos: bool,
-                   on_run: Callable[[Run, int], None] | None = None) -> list[Run]:
+                   on_run: Callable[[Run, int], None] | None = None, first_rep: int = 0) -> list[Run]:
         """Each repetition: every configuration in turn (A B A B …), each of its points on one warm server.
 
-        The same repetition number gives the same prompts to every configuration (a fair pair).
+        The same repetition number gives the same prompts to every configuration (a fair pair); ``first_rep``
+        continues an earlier call's numbering (more pairs on other prompts).
         """
         runs: list[Run] = []
         total = reps * sum(len(points) for _, points in matrix)
-        for rep in range(reps):
+        for rep in range(first_rep, first_rep + reps):
             for cfg, points in matrix:
                 ready: float | None = self.svc.start_server(cfg.args, self.bench_port, f"edgekit bench: {cfg.name}",
                                                             self.opts.server_timeout_s, cfg.exe, cfg.env,
                                                             cfg.release_dir, cfg.env_file)
-                self.say(f"server {cfg.name} ready in {ready:.1f} s (repetition {rep + 1}/{reps})")
+                self.say(f"server {cfg.name} ready in {ready:.1f} s (repetition {rep + 1}/{first_rep + reps})")
                 for point in points:
-                    runs.append(self._run(len(runs), cfg, point, rep, n_gen, warmup, requests(point), ignore_eos,
+                    runs.append(self._run(self.runs_done, cfg, point, rep, n_gen, warmup, requests(point), ignore_eos,
                                           ready))
                     ready = None  # only the first run after a start carries the server's start-up time
+                    self.runs_done += 1  # the run's index: its jobs' names on the board, across calls
                     if on_run:
                         on_run(runs[-1], total)
                 self._probe_media(cfg, rep, n_gen)

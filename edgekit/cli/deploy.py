@@ -39,11 +39,18 @@ def _fail_with_logs(app: App, exc: HealthCheckFailed) -> None:
 @click.option("--cuda", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="A Jetson's CUDA build: auto = when the board has a GPU driver (an emulated board has "
                    "none); on = also without one (it then runs on the CPU, and health says so).")
+@click.option("--remeasure", is_flag=True,
+              help="runtime.spec auto: measure the drafter against the target alone again, even where this "
+                   "release was decided before.")
 @json_option
 @click.pass_obj
 def deploy(app: App, board_name: str, recipe_name: str, src: str | None, strategy: str, keep: int | None,
-           wait_s: int, health_timeout: float, cuda: str) -> None:
-    """Build, convert, push and start RECIPE on a board; roll back if it is not healthy."""
+           wait_s: int, health_timeout: float, cuda: str, remeasure: bool) -> None:
+    """Build, convert, push and start RECIPE on a board; roll back if it is not healthy.
+
+    With `runtime.spec: auto` (the built-in Jetson recipes), the drafter is then measured against the target
+    alone on the board, and the target alone is served unless the drafter wins.
+    """
     from edgekit.deploy.pipeline import DeployOptions
     from edgekit.deploy.pipeline import deploy as run_deploy
     from edgekit.remote.transfer import TransferProgress
@@ -54,7 +61,14 @@ def deploy(app: App, board_name: str, recipe_name: str, src: str | None, strateg
                             cuda=cuda)
     try:
         with TransferProgress(console=app.console) as progress:
-            report = run_deploy(board_name, board, recipe, options, app.console, progress=progress)
+            if recipe.runtime.spec == "auto" and recipe.drafter is not None:
+                from edgekit.bench.spec_auto import deploy_auto
+
+                report = deploy_auto(board_name, board, recipe, options, app.console,
+                                     say=lambda m: app.info(f"[dim]{board_name}: {m}[/dim]"), progress=progress,
+                                     remeasure=remeasure)
+            else:
+                report = run_deploy(board_name, board, recipe, options, app.console, progress=progress)
     except HealthCheckFailed as exc:
         _fail_with_logs(app, exc)
     app.emit(report.to_dict(), lambda: app.out.print(report.headline()))
@@ -115,6 +129,7 @@ def status(app: App, board_name: str) -> None:
         "current": lay.current, "serving": lay.serving, "service_active": active,
         "recipe": manifest.recipe if manifest else None, "port": manifest.port if manifest else None,
         "spec_type": manifest.spec_type if manifest else None,
+        "spec_decision": manifest.runtime.get("spec_decision") if manifest else None,
         "server_args": manifest.server_args if manifest else None, "health": health, "releases": lay.releases,
         "watchdog": {"restarts": watchdog.get("restarts") or [], "last_failure": watchdog.get("last_failure"),
                      "rolled_back": watchdog.get("rolled_back")},
@@ -130,6 +145,9 @@ def status(app: App, board_name: str) -> None:
                 table.add_row("tok/s", f"{health['tokens_per_second']:.1f}")
             if health.get("gpu"):
                 table.add_row("GPU", health["gpu"])
+        if data["spec_decision"]:
+            table.add_row("drafter", f"{data['spec_decision'].get('reason')} "
+                                     f"(measured {data['spec_decision'].get('measured_at')})")
         table.add_row("releases", ", ".join(lay.releases) or "none")
         table.add_row("watchdog", watchdog_line(data["watchdog"]))
         app.out.print(table)

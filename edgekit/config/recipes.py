@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -159,6 +159,13 @@ class Runtime(BaseModel):
     ctx_size: int = Field(4096, ge=64)
     n_gpu_layers: int = Field(99, ge=0)
     spec_type: Literal[SPEC_TYPES] = "none"  # type: ignore[valid-type]
+    # on: serve the drafter the recipe names; off: the target alone (the drafter is not even converted); auto:
+    # `edgekit deploy` measures both on the board after health and serves the drafter only where it wins
+    # (edgekit.bench.spec_auto), by at least spec_min_gain× for the recipe's bench.objective.
+    spec: Literal["auto", "on", "off"] = "on"
+    spec_min_gain: float = Field(1.0, gt=0.0, le=10.0)
+    # Written by edgekit, not by hand: why `spec: auto` served the target alone, with the figures (release.json).
+    spec_decision: dict[str, Any] | None = None
     draft_n_max: int = Field(3, ge=1, le=64)
     draft_n_min: int = Field(0, ge=0, le=64)
     draft_p_min: float | None = Field(None, ge=0.0, le=1.0)
@@ -217,6 +224,7 @@ class BenchSpec(BaseModel):
     repetitions: int = Field(3, ge=1)
     warmup: int = Field(1, ge=0)
     cooldown_temp_c: float | None = 55.0
+    objective: Literal["speed", "energy"] = "speed"  # what `spec: auto` and `tune` maximise: tok/s, or tokens per J
 
     @field_validator("concurrency", "context_lengths")
     @classmethod
@@ -247,12 +255,20 @@ class Recipe(BaseModel):
 
     @model_validator(mode="after")
     def _drafter_matches_spec(self) -> Recipe:
+        if self.runtime.spec == "off" and self.drafter is not None:  # the target alone: the drafter is left out
+            self.drafter = None
+            self.runtime = self.runtime.model_copy(update={"spec_type": "none"})
         needs_model = self.runtime.spec_type.startswith("draft-")
         if needs_model and self.drafter is None:
             raise ValueError(f"runtime.spec_type {self.runtime.spec_type} needs a drafter")
         if self.drafter is not None and not needs_model:
             raise ValueError("a drafter is given but runtime.spec_type does not use one (use draft-mtp)")
         return self
+
+    def target_alone(self, decision: dict[str, Any] | None = None) -> Recipe:
+        """This recipe without its drafter (``spec: off``), carrying why into its release.json."""
+        runtime = self.runtime.model_copy(update={"spec": "off", "spec_type": "none", "spec_decision": decision})
+        return self.model_copy(update={"drafter": None, "runtime": runtime})
 
     @property
     def sources(self) -> dict[str, str]:

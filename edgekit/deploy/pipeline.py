@@ -60,6 +60,7 @@ class DeployReport:
     stages: dict[str, float] = field(default_factory=dict)
     link_retries: int = 0  # new connections after the link broke mid-push
     notes: list[str] = field(default_factory=list)  # what changed on the board besides the release
+    spec_auto: dict[str, Any] | None = None  # runtime.spec auto: the A/B's decision and figures (bench.spec_auto)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
