@@ -86,6 +86,25 @@ def test_where_the_drafter_wins_it_is_served(board: SimBoard, env: dict[str, str
     assert not again["changed"] and again["spec_auto"]["remeasured"] is False
 
 
+def test_tune_deploys_the_target_alone_where_no_drafted_setting_beats_it(board: SimBoard, env: dict[str, str],
+                                                                         tmp_path: Path) -> None:
+    recipe = _recipe(tmp_path, "sim-tune-alone", spec="on")
+    ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", str(recipe)))
+    res = edgekit(env, "tune", "--board", board.name, "--recipe", str(recipe), "--quick", "--draft-n", "1,3",
+                  "--no-power", "--out", str(tmp_path / "tune"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "Best by tok/s: no drafter." in " ".join(res.stdout.split())
+    result = json.loads((tmp_path / "tune" / "tune.json").read_text())
+    print(f"\ntune: {result['message']}")
+    assert not result["drafter"] and result["best"]["name"] == "baseline" and result["drafter_gain"] <= 1.0
+    manifest = _current(board)
+    assert manifest["release"] == result["deployed"]["release"] and not manifest["drafter"]
+    assert manifest["runtime"]["spec_decision"]["by"] == "tune"
+    assert manifest["runtime"]["spec_decision"]["reason"].startswith("the target alone is served: the best drafted")
+    tuned = yaml.safe_load((tmp_path / "tune" / "sim-tune-alone.tuned.yaml").read_text())
+    assert "drafter" not in tuned and tuned["runtime"]["spec"] == "off"
+
+
 def test_judge_needs_the_interval_above_the_bar() -> None:
     assert judge(estimate([1.3, 1.4, 1.35]), 1.0, final=False) == "drafter"
     assert judge(estimate([0.7, 0.68, 0.71]), 1.0, final=False) == "target alone"

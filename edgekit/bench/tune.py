@@ -54,6 +54,7 @@ class TuneOptions:
     deploy: bool = True
     src: str | None = None
     out_dir: Path | None = None
+    min_gain: float | None = None  # the drafter is deployed only above this gain (None: runtime.spec_min_gain)
 
 
 def fmt(e: dict[str, Any] | None, digits: int) -> str:
@@ -178,16 +179,29 @@ def tune(name: str, board: Board, recipe: Recipe, grid: Grid, opts: TuneOptions,
     for r in rows:
         r["tied"] = r["name"] in tied
     ref = next((r for r in rows if not r["speculative"] and r["parallel"] == best["parallel"]), None)
+    min_gain = recipe.runtime.spec_min_gain if opts.min_gain is None else opts.min_gain
+    gain = _gain(best, ref, opts.objective)
     message = ""
-    key = "_tps" if opts.objective == "speed" else "_jpt"
-    if ref and ref[key] and best[key] and (ref[key].mean > best[key].mean) == (opts.objective == "speed"):
-        better = "faster" if opts.objective == "speed" else "more frugal per token"
-        message = f"Without the drafter this board is {better} at this load: consider the recipe without it. "
-    runtime = recipe.runtime.model_copy(update={
-        "draft_n_max": best["draft_n_max"], "draft_p_min": best["draft_p_min"],
-        "draft_n_min": min(recipe.runtime.draft_n_min, best["draft_n_max"]),
-        "parallel": best["parallel"] or recipe.runtime.parallel})
-    tuned = recipe.model_copy(update={"runtime": runtime, "drafter": _measured_drafter(recipe)})
+    if gain is not None and gain <= min_gain:  # the target alone wins: that is what gets deployed
+        what = "tok/s" if opts.objective == "speed" else "tokens per joule"
+        message = (f"the target alone is served: the best drafted setting, {best['name']}, gives {gain:.2f}× its "
+                   f"{what} at {best['parallel']} slot(s), not above {min_gain:g}×")
+        decision = {"serve": "target alone", "reason": message, "by": "tune", "objective": opts.objective,
+                    "min_gain": min_gain, "gain": round(gain, 4), "measured_release": sess.release,
+                    "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    "drafter": {k: v for k, v in best.items() if not k.startswith("_")},
+                    "target_alone": {k: v for k, v in ref.items() if not k.startswith("_")} if ref else None}
+        best, message = ref or best, message[0].upper() + message[1:] + ". "
+        tuned = recipe.target_alone(decision)
+        tuned = tuned.model_copy(update={"runtime": tuned.runtime.model_copy(update={
+            "parallel": best["parallel"] or recipe.runtime.parallel})})
+        runtime = tuned.runtime
+    else:
+        runtime = recipe.runtime.model_copy(update={
+            "draft_n_max": best["draft_n_max"], "draft_p_min": best["draft_p_min"],
+            "draft_n_min": min(recipe.runtime.draft_n_min, best["draft_n_max"]),
+            "parallel": best["parallel"] or recipe.runtime.parallel})
+        tuned = recipe.model_copy(update={"runtime": runtime, "drafter": _measured_drafter(recipe)})
     deployed = None
     if opts.deploy:
         from edgekit.deploy.pipeline import DeployOptions, deploy
@@ -206,7 +220,8 @@ def tune(name: str, board: Board, recipe: Recipe, grid: Grid, opts: TuneOptions,
               "objective": opts.objective, "repetitions": reps, "n_gen": n_gen, "context_length": ctx,
               "power": {"available": bool(log and log.available), "total_rail_method": sess.rail.method
                         if sess.rail else None},
-              "table": clean, "best": best_clean, "tied_with_best": tied,
+              "table": clean, "best": best_clean, "tied_with_best": tied, "drafter": bool(best["speculative"]),
+              "drafter_gain": round(gain, 4) if gain is not None else None, "min_gain": min_gain,
               "runtime": runtime.model_dump(mode="json"), "deployed": deployed, "message": message.strip(),
               "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if opts.out_dir is not None:
@@ -217,6 +232,14 @@ def tune(name: str, board: Board, recipe: Recipe, grid: Grid, opts: TuneOptions,
         data = tuned.model_dump(mode="json", exclude_defaults=True)
         (opts.out_dir / f"{recipe.name}.tuned.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     return result
+
+
+def _gain(best: dict[str, Any], ref: dict[str, Any] | None, objective: str) -> float | None:
+    """The best drafted row over the target alone at its slots: tok/s ratio, or the inverse J/token ratio."""
+    key = "_tps" if objective == "speed" else "_jpt"
+    if ref is None or not ref[key] or not best[key] or not ref[key].mean or not best[key].mean:
+        return None
+    return best[key].mean / ref[key].mean if objective == "speed" else ref[key].mean / best[key].mean
 
 
 def _measured_drafter(recipe: Recipe) -> ModelSource | None:

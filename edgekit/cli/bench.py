@@ -185,8 +185,8 @@ def bench(app: App, board_name: str, recipe_name: str, out_dir: Path | None, con
 
 @click.command()
 @_common
-@click.option("--objective", type=click.Choice(["speed", "energy"]), default="speed", show_default=True,
-              help="Maximise tok/s, or minimise J/token.")
+@click.option("--objective", type=click.Choice(["speed", "energy"]),
+              help="Maximise tok/s, or minimise J/token (default: the recipe's bench.objective, speed).")
 @click.option("--draft-n", "draft_n", default="1,2,3,4,5,6,7,8", show_default=True,
               help="Draft lengths to try (llama-server's --spec-draft-n-max, vLLM's num_speculative_tokens).")
 @click.option("--p-min", "p_min", default=None,
@@ -195,22 +195,30 @@ def bench(app: App, board_name: str, recipe_name: str, out_dir: Path | None, con
 @click.option("--parallel", "parallel", default=None,
               help="Server slots to try, e.g. 1,2,4 (each measured at that many concurrent requests).")
 @click.option("--context-length", type=click.IntRange(1, 1 << 20), help="Prompt length (default: recipe's first).")
+@click.option("--min-gain", type=click.FloatRange(0, 10, min_open=True), metavar="X",
+              help="Deploy a drafted setting only if it beats the target alone by more than X× (default: the "
+                   "recipe's runtime.spec_min_gain, 1.0); otherwise the target alone is deployed.")
 @click.option("--no-deploy", is_flag=True, help="Show the table only; don't write the best setting to the board.")
 @click.option("--src", metavar="PATH", help="llama.cpp source for the deploy (as for `edgekit deploy`).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Also write tune.json and the tuned recipe (<recipe>.tuned.yaml) here.")
 @json_option
 @click.pass_obj
-def tune(app: App, board_name: str, recipe_name: str, objective: str, draft_n: str, p_min: str | None,
-         parallel: str | None, context_length: int | None, no_deploy: bool, src: str | None, out_dir: Path | None,
-         **kw: Any) -> None:
-    """Sweep draft length and p-min (and slots) on a board, pick the best, deploy it as a new release."""
+def tune(app: App, board_name: str, recipe_name: str, objective: str | None, draft_n: str, p_min: str | None,
+         parallel: str | None, context_length: int | None, min_gain: float | None, no_deploy: bool, src: str | None,
+         out_dir: Path | None, **kw: Any) -> None:
+    """Sweep draft length and p-min (and slots) on a board, pick the best, deploy it as a new release.
+
+    Where no drafted setting beats the target alone (by --min-gain), the target alone is deployed, and its
+    release.json says why.
+    """
     from rich.table import Table
 
     from edgekit.bench import tune as tune_mod
 
     board = app.board(board_name)
     recipe = load_recipe(recipe_name)
+    objective = objective or recipe.bench.objective
     if kw["quick"] and draft_n == "1,2,3,4,5,6,7,8":
         draft_n = "1,3"
     grid = tune_mod.Grid(draft_n=_ints(draft_n) or [recipe.runtime.draft_n_max],
@@ -220,7 +228,7 @@ def tune(app: App, board_name: str, recipe_name: str, objective: str, draft_n: s
                                 repetitions=kw["repetitions"], warmup=kw["warmup"],
                                 cooldown_temp_c=_cooldown(kw["cooldown"]), context_length=context_length,
                                 session=_session_opts(kw), ignore_eos=kw["ignore_eos"], deploy=not no_deploy, src=src,
-                                out_dir=out_dir)
+                                out_dir=out_dir, min_gain=min_gain)
     result = tune_mod.tune(board_name, board, recipe, grid, opts, app.console,
                            say=lambda m: app.info(f"[dim]{board_name}:[/] {m}"))
 
@@ -238,6 +246,7 @@ def tune(app: App, board_name: str, recipe_name: str, objective: str, draft_n: s
                           "–" if row["acceptance"] is None else f"{row['acceptance']:.0%}",
                           "best" if row["name"] == result["best"]["name"] else ("tie" if row.get("tied") else ""))
         app.out.print(table)
-        app.out.print(f"Best by {unit}: {result['best']['name']}. " + result["message"])
+        best = result["best"]["name"] if result["drafter"] else "no drafter"
+        app.out.print(f"Best by {unit}: {best}. " + result["message"])
 
     app.emit(result, human)
