@@ -135,6 +135,13 @@ def test_bench_results_plots_and_the_known_power_integral(traced_nx, env: dict[s
         else:
             assert run["draft_n"] == 0 and run["acceptance"] is None
     assert doc["summary"]["speedups"] and "drafter" in doc["summary"]["headline"]["text"]
+    # Where the drafter wins: over all requests and per category, at each point, each from the paired runs.
+    where = doc["summary"]["drafter_map"]
+    assert {r["category"] for r in where} == {"all", "code", "qa", "chat", "math", "repetitive"}
+    assert all(r["speedup"]["n"] == 2 and r["verdict"] in ("wins", "loses", "tie") for r in where)
+    overall = {(r["concurrency"], r["context_length"]): r["speedup"] for r in where if r["category"] == "all"}
+    assert overall == {(u["concurrency"], u["context_length"]): u["speedup"] for u in doc["summary"]["speedups"]}
+    assert "## Where the drafter wins" in (out / "report.md").read_text()
     assert doc["llama_bench"] and all("error" not in lb for lb in doc["llama_bench"])
     assert doc["roofline"]["ceiling_tokens_per_second"] > 0 and doc["llama_cpp"]["ref"]
 

@@ -198,7 +198,7 @@ def build_document(sess: Session, plan: Plan, configs: list[ServerConfig], runs:
         "llama_bench": llama_bench,
         "runs": run_docs,
         "summary": {"points": summary, "speedups": ups, "headline": head,
-                    **({"engines": table} if table is not None else {})},
+                    **({"engines": table} if table is not None else {"drafter_map": results.drafter_map(run_docs)})},
         "roofline": (roofline.roofline(gguf, profile.mem_bandwidth_gbs, decode(base_pt), decode(spec_pt))
                      if gguf is not None else None),  # the GGUF's bytes: llama.cpp's backend only
         "phases": [p.to_json() for p in sess.phases],

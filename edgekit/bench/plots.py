@@ -4,6 +4,7 @@
     acceptance_by_category.png  drafted tokens accepted, per prompt category
     power_trace.png             total power over the bench, phases shaded, idle baseline drawn
     joules_per_token.png        J/token per point and configuration (CI95 bars)
+    drafter_wins.png            the drafter's ratio per prompt category and load point: where it wins, loses
 """
 
 from __future__ import annotations
@@ -121,6 +122,38 @@ def acceptance_by_category(doc: dict[str, Any], path: Path) -> None:
     _save(plt, fig, path)
 
 
+def drafter_wins(doc: dict[str, Any], path: Path) -> None:
+    """A map of the drafter's ratio: prompt categories × load points, green where it wins, red where it loses."""
+    import math
+
+    plt = _plt()
+    rows = doc["summary"].get("drafter_map") or []
+    points = list(dict.fromkeys((r["concurrency"], r["context_length"]) for r in rows))
+    cats = list(dict.fromkeys(r["category"] for r in rows))
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(points) + 2.5), max(3.0, 0.5 * len(cats) + 1.5)))
+    if not rows:
+        _empty(ax, "no drafter measured beside a baseline")
+    else:
+        cell = {(r["category"], r["concurrency"], r["context_length"]): r for r in rows}
+        grid = [[math.log2(cell[(c, *p)]["speedup"]["mean"]) if (c, *p) in cell else float("nan") for p in points]
+                for c in cats]
+        span = max(0.25, max((abs(v) for row in grid for v in row if v == v), default=0.25))
+        ax.imshow(grid, cmap="RdYlGn", vmin=-span, vmax=span, aspect="auto")
+        for i, c in enumerate(cats):
+            for j, p in enumerate(points):
+                r = cell.get((c, *p))
+                if r:
+                    ax.text(j, i, f"{r['speedup']['mean']:.2f}×\n{r['verdict']}", ha="center", va="center",
+                            fontsize=8)
+        ax.set_xticks(range(len(points)))
+        ax.set_xticklabels([f"c={c}" + (f"\nctx {x}" if len({q[1] for q in points}) > 1 else "") for c, x in points])
+        ax.set_yticks(range(len(cats)))
+        ax.set_yticklabels(cats)
+        ax.set_xlabel("concurrent requests")
+    ax.set_title("Drafter ÷ target alone\n(green: wins, its CI95 above 1×)", fontsize=10)
+    _save(plt, fig, path)
+
+
 def power_trace(doc: dict[str, Any], path: Path) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 4))
@@ -184,6 +217,7 @@ def joules_per_token(doc: dict[str, Any], path: Path) -> None:
 PLOTS = {
     "tps_vs_concurrency.png": tps_vs_concurrency,
     "acceptance_by_category.png": acceptance_by_category,
+    "drafter_wins.png": drafter_wins,
     "power_trace.png": power_trace,
     "joules_per_token.png": joules_per_token,
 }

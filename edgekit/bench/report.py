@@ -77,6 +77,26 @@ def _engines(doc: dict[str, Any]) -> list[str]:
                      for r in s["engines"]])]
 
 
+def _drafter_map(rows: list[dict[str, Any]]) -> list[str]:
+    """Categories down, load points across: the drafter's ratio and whether it wins there."""
+    if not rows:
+        return []
+    points = list(dict.fromkeys((r["concurrency"], r["context_length"]) for r in rows))
+    cats = list(dict.fromkeys(r["category"] for r in rows))
+    cell = {(r["category"], r["concurrency"], r["context_length"]): r for r in rows}
+    mark = {"wins": "**wins**", "loses": "loses", "tie": "tie", "unknown": "?"}
+
+    def text(r: dict[str, Any] | None) -> str:
+        return "–" if r is None else f"{r['speedup']['mean']:.2f}× {mark[r['verdict']]}"
+
+    return ["## Where the drafter wins", "",
+            "Drafter ÷ baseline per repetition pair: over all requests, tok/s; per prompt category, each request's "
+            "decode tok/s. **wins**: its CI95 lies above 1×; loses: below; tie: it spans 1×.", "",
+            *_table(["category", *(f"c={c}" + (f" ctx={x}" if len({p[1] for p in points}) > 1 else "")
+                                   for c, x in points)],
+                    [[cat, *(text(cell.get((cat, c, x))) for c, x in points)] for cat in cats])]
+
+
 def render(doc: dict[str, Any]) -> str:
     b, rel, s, pw = doc["board"], doc["release"], doc["summary"], doc["power"]
     st = doc["settings"]
@@ -102,6 +122,7 @@ def render(doc: dict[str, Any]) -> str:
                         [[u.get("engine") or _engine_of(doc),
                           str(u["concurrency"]), str(u["context_length"] or "–"), _e(u["speedup"], 2, "×"),
                           _e(u["energy_ratio"], 2, "×")] for u in s["speedups"]])
+    lines += _drafter_map(s.get("drafter_map") or [])
     lines += ["## Throughput, latency, acceptance, energy", ""]
     lines += _table(
         ["config", "conc.", "ctx", "prompt tok", "tok/s", "decode tok/s per request", "TTFT p50 s",

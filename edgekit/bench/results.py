@@ -115,6 +115,44 @@ def speedups(runs: list[dict[str, Any]], spec: str = "drafter", base: str = "bas
     return out
 
 
+def _verdict(e: Estimate | None) -> str:
+    if e is None or e.low is None or e.high is None:
+        return "unknown"
+    return "wins" if e.low > 1.0 else "loses" if e.high < 1.0 else "tie"
+
+
+def _category_tps(run: dict[str, Any], category: str) -> float | None:
+    """A run's mean decode tok/s over its requests of one prompt category (what a user of that task sees)."""
+    vals = [r["decode_tps"] for r in run.get("requests_detail") or []
+            if r.get("category") == category and "error" not in r and r.get("decode_tps")]
+    return sum(vals) / len(vals) if vals else None
+
+
+def drafter_map(runs: list[dict[str, Any]], spec: str = "drafter", base: str = "baseline") -> list[dict[str, Any]]:
+    """Where the drafter wins: per point, over all requests (tok/s) and per prompt category (each request's
+    decode tok/s), the paired drafter ÷ baseline ratio and its verdict (wins: CI95 above 1; loses: below; tie)."""
+    pts = sorted({(r["concurrency"], r["context_length"]) for r in runs if r["config"] == spec},
+                 key=lambda p: ((p[1] or 0), p[0]))
+    cats = sorted({q["category"] for r in runs for q in r.get("requests_detail") or [] if q.get("category")})
+    out = []
+    for c, ctx in pts:
+        overall = _paired(runs, spec, base, c, ctx, "tokens_per_second")
+        if overall is None:
+            continue
+        out.append({"category": "all", "concurrency": c, "context_length": ctx, "speedup": overall.to_json(),
+                    "verdict": _verdict(overall)})
+        for cat in cats:
+            by_rep: dict[int, dict[str, float | None]] = {}
+            for r in runs:
+                if r["concurrency"] == c and r["context_length"] == ctx and r["config"] in (spec, base):
+                    by_rep.setdefault(r["repetition"], {})[r["config"]] = _category_tps(r, cat)
+            e = estimate([v[spec] / v[base] for v in by_rep.values() if v.get(spec) and v.get(base)])
+            if e is not None:
+                out.append({"category": cat, "concurrency": c, "context_length": ctx, "speedup": e.to_json(),
+                            "verdict": _verdict(e)})
+    return out
+
+
 def engine_speedups(runs: list[dict[str, Any]], engines: list[str]) -> list[dict[str, Any]]:
     """Each engine's drafter ÷ its own baseline (configs ``<engine>/drafter`` and ``<engine>/baseline``)."""
     return [{**u, "engine": e} for e in engines for u in speedups(runs, f"{e}/drafter", f"{e}/baseline")]
