@@ -108,6 +108,7 @@ def snapshot() -> dict[str, Any]:
         "gpu_mhz": gpu_mhz(),
         "temperatures_c": temperatures_c(),
         "nvpmodel": nvpmodel(),
+        "nvpmodel_modes": {str(i): n for i, n in sorted(_mode_names().items())},  # what `nvpmodel -m` takes
         "clocks_locked": clocks_locked(),
     }
 

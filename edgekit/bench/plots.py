@@ -154,6 +154,32 @@ def drafter_wins(doc: dict[str, Any], path: Path) -> None:
     _save(plt, fig, path)
 
 
+def pareto(doc: dict[str, Any], path: Path) -> None:
+    """`bench --power-modes`: tok/s against J/token per mode and configuration, the front joined."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    pts = [p for p in doc["table"] if p["tokens_per_second"] and p["joules_per_token"]]
+    if not pts:
+        _empty(ax, "no power figures: the front needs J/token")
+    else:
+        for k, cfg in enumerate(dict.fromkeys(p["config"] for p in pts)):
+            mine = [p for p in pts if p["config"] == cfg]
+            ax.scatter([p["joules_per_token"] for p in mine], [p["tokens_per_second"] for p in mine],
+                       color=_color(cfg, k), label=cfg, zorder=3)
+            for p in mine:
+                ax.annotate(f"{p['mode_name']} c={p['concurrency']}", (p["joules_per_token"], p["tokens_per_second"]),
+                            textcoords="offset points", xytext=(4, 4), fontsize=8)
+        front = sorted((p for p in pts if p["front"]), key=lambda p: p["joules_per_token"])
+        ax.plot([p["joules_per_token"] for p in front], [p["tokens_per_second"] for p in front], color="#2ca02c",
+                linestyle="--", label="front", zorder=2)
+        ax.set_xlabel("J/token (lower is better)")
+        ax.set_ylabel("tok/s (higher is better)")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    ax.set_title(f"{doc['recipe']} on {doc['board']}: power modes")
+    _save(plt, fig, path)
+
+
 def power_trace(doc: dict[str, Any], path: Path) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 4))

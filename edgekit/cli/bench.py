@@ -143,11 +143,18 @@ def _engines(text: str | None, backend: str) -> list[str] | None:
               help="The board's Python with litert_lm (default: python3; a simulated board: this machine's).")
 @click.option("--litert-accelerator", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True,
               help="LiteRT-LM's backend on the board (gpu: its GPU delegate, where the board's build has one).")
+@click.option("--power-modes", "power_modes", metavar="M1,M2,…",
+              help="Run the bench at each of these nvpmodel modes (ids or names, e.g. 0,15W) and compare them: "
+                   "tok/s, J/token, W and the Pareto front (modes.json, modes.md, pareto.png). The board's mode is "
+                   "put back afterwards, also after Ctrl-C or if edgekit is killed.")
+@click.option("--lock-clocks", is_flag=True,
+              help="With --power-modes: pin the clocks with jetson_clocks in each mode (restored afterwards).")
 @json_option
 @click.pass_obj
 def bench(app: App, board_name: str, recipe_name: str, out_dir: Path | None, concurrency: str | None,
           context_lengths: str | None, slots: str, idle_s: float | None, no_llama_bench: bool, no_plots: bool,
-          engines: str | None, backend: str, litert_python: str | None, litert_accelerator: str, **kw: Any) -> None:
+          engines: str | None, backend: str, litert_python: str | None, litert_accelerator: str,
+          power_modes: str | None, lock_clocks: bool, **kw: Any) -> None:
     """Measure the deployed release on a board with and without its drafter: tok/s, TTFT, acceptance, J/token.
 
     The board's service is stopped while measuring (unless --shared) and started again afterwards,
@@ -168,6 +175,11 @@ def bench(app: App, board_name: str, recipe_name: str, out_dir: Path | None, con
                                     backend=_backend(backend), engines=_engines(engines, backend),
                                     litert_python=litert_python,
                                     litert_accelerator=litert_accelerator)
+    if lock_clocks and not power_modes:
+        raise click.BadParameter("--lock-clocks goes with --power-modes.", param_hint="--lock-clocks")
+    if power_modes:
+        _modes(app, board_name, board, recipe, opts, power_modes, lock_clocks, out_dir)
+        return
     # Ctrl-C inside: the session puts the board back and raises Interrupted (exit 130).
     doc = orchestrate.measure(board_name, board, recipe, opts, say=lambda m: app.info(f"[dim]{board_name}:[/] {m}"))
     target = out_dir or orchestrate.default_out_dir(board_name, recipe.name)
@@ -179,6 +191,27 @@ def bench(app: App, board_name: str, recipe_name: str, out_dir: Path | None, con
         if not pw.get("available"):
             app.out.print(f"Power unavailable: {pw.get('reason')}")
         app.out.print(f"Results: {files['results']}  report: {files['report']}")
+
+    app.emit(doc, human)
+
+
+def _modes(app: App, board_name: str, board: Any, recipe: Any, opts: Any, power_modes: str, lock_clocks: bool,
+           out_dir: Path | None) -> None:
+    from edgekit.bench import orchestrate
+    from edgekit.bench import power_modes as pm
+
+    wanted = [m.strip() for m in power_modes.split(",") if m.strip()]
+    if not wanted:
+        raise click.BadParameter("name at least one mode, e.g. 0,15W", param_hint="--power-modes")
+    target = out_dir or orchestrate.default_out_dir(board_name, recipe.name)
+    doc = pm.measure_modes(board_name, board, recipe, opts, wanted, lock_clocks, target,
+                           say=lambda m: app.info(f"[dim]{board_name}:[/] {m}"))
+
+    def human() -> None:
+        for p in doc["front"]:
+            app.out.print(f"front: mode {p['mode']} ({p['mode_name']}) {p['config']} c={p['concurrency']}: "
+                          f"{p['tokens_per_second']:.1f} tok/s, {p['joules_per_token']:.4f} J/token")
+        app.out.print(f"Results: {target / 'modes.json'}  report: {target / 'modes.md'}")
 
     app.emit(doc, human)
 

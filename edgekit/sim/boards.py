@@ -25,7 +25,7 @@ from edgekit.sim import emulation, keys, procs, rootfs, sshd
 from edgekit.sim import state as state_mod
 from edgekit.sim.state import BoardState, SimState
 
-BIN_TOOLS = {"nvpmodel": "nvpmodel"}  # on-board name → file
+BIN_TOOLS = {"nvpmodel": "nvpmodel", "jetson_clocks": "jetson_clocks"}  # on-board name → file
 # systemctl and journalctl: small launchers of one module, bin/systemctl, compiled once by the board's
 # python3. A deploy runs them several times per board, and compiling 650 lines on every call cost more
 # than the call's own work.
@@ -346,6 +346,15 @@ def board_processes(board: BoardState) -> list[psutil.Process]:
     return found
 
 
+def _remove_power_cap(board: BoardState) -> None:
+    """The cpu cgroup the board's nvpmodel stand-in made for a power mode (empty once its services stopped)."""
+    try:
+        procs_file = (board.root / "run/nvpmodel-sim/cgroup").read_text().strip()
+        os.rmdir(os.path.dirname(procs_file))
+    except OSError:
+        pass  # never made, or already gone
+
+
 def down(sim_dir: Path, purge: bool = False) -> dict[str, Any]:
     """Stop every process of the sim dir, unpublish its boards; ``purge`` also deletes the dir."""
     sim_dir = sim_dir.resolve()
@@ -364,6 +373,8 @@ def down(sim_dir: Path, purge: bool = False) -> dict[str, Any]:
         if st.updater_pid:
             victims += procs.tree(st.updater_pid, st.updater_ctime)
         left = procs.stop(victims)
+        for board in st.boards.values():
+            _remove_power_cap(board)
         try:
             _unpublish(st)  # may fail on a board file the user broke: the boards are down anyway
         finally:

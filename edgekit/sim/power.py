@@ -30,7 +30,14 @@ from pathlib import Path
 from edgekit.config.profiles import get_profile
 from edgekit.sim import procs as procs_mod
 from edgekit.sim import state as state_mod
-from edgekit.sim.rootfs import CELSIUS_PER_BUSY_CORE, nominal_mv, rail_files, thermal_zones, write_atomic
+from edgekit.sim.rootfs import (
+    CELSIUS_PER_BUSY_CORE,
+    mode_cpu_fraction,
+    nominal_mv,
+    rail_files,
+    thermal_zones,
+    write_atomic,
+)
 from edgekit.sim.state import BoardState
 
 TICK_S = 0.05  # 20 Hz: comfortably above the ≥ 10 Hz readers are promised
@@ -179,6 +186,7 @@ class Meter:
         self.hist: deque[tuple[float, int]] = deque()
         self.primed = False  # the first scan only learns what is there
         self.heat = 0.0  # busy cores, low-pass filtered for the thermal zones
+        self.mode_scale = 1.0  # watts per busy core at the board's nvpmodel mode (bin/nvpmodel)
         self.trace: Trace | None = None
         self.trace_mtime: float | None = None
 
@@ -222,6 +230,8 @@ class Meter:
 
     def write(self, now: float, busy: float, thermal: bool) -> None:
         traced = self._trace_watts(now)
+        if thermal:  # the power mode: a busy core at a lower ceiling draws ~ f² (dynamic power ~ f·V², V ~ f)
+            self.mode_scale = mode_cpu_fraction(self.board.root) ** 2
         for i, (rail, volt, curr, power) in enumerate(self.rails):
             if thermal or not self.mv[i]:
                 # Bus voltage and sensor noise wobble slowly (2 Hz); the load term moves every tick.
@@ -233,7 +243,7 @@ class Meter:
             if traced is not None and rail.label == self.profile.total_power_rail:
                 watts = traced
             else:
-                watts = (rail.idle_watts + rail.watts_per_busy_core * busy) * self.noise[i]
+                watts = (rail.idle_watts + rail.watts_per_busy_core * busy * self.mode_scale) * self.noise[i]
             ma = round(max(watts, 0.0) * 1e6 / self.mv[i])
             if (ma, self.mv[i]) == self.last[i]:
                 continue  # same reading: rewriting it would only cost CPU

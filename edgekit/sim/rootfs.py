@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -165,16 +166,43 @@ def make_root(root: Path, profile: BoardProfile, volatile: Path | None = None) -
          f"MemTotal:       {total_kb} kB\nMemFree:        {int(total_kb * 0.85)} kB\n"
          f"MemAvailable:   {int(total_kb * 0.9)} kB\nSwapTotal:      {total_kb // 2} kB\n")
     # Power mode (nvpmodel -q reads these; see bin/nvpmodel).
-    _put(root / "etc/nvpmodel.conf",
-         "< POWER_MODEL ID=0 NAME=MAXN >\n"
-         + "".join(f"CPU_ONLINE CORE_{c} 1\n" for c in range(profile.cpu_cores))
-         + f"< POWER_MODEL ID=1 NAME={'50W' if fam == 'orin' else '120W'} >\n< PM_CONFIG DEFAULT=0 >\n")
+    _put(root / "etc/nvpmodel.conf", _nvpmodel_conf(fam, profile.cpu_cores))
     _put(root / "var/lib/nvpmodel/status", "pmode:0000 fmode:quiet\n")
     _cpus_and_gpu(root, profile)
     _power_tree(root, profile)
     _thermal(root, profile)
     for d in ("etc/systemd/system", "run/systemd-sim", "var/log/journal-sim", "tmp"):
         (root / d).mkdir(parents=True, exist_ok=True)
+
+
+# Power modes as the family's nvpmodel.conf names them, with each mode's CPU ceiling (kHz): the sim's nvpmodel
+# caps the board's services at that fraction of the top one, and its power updater scales watts to match.
+SIM_POWER_MODES = {"orin": (("MAXN", 2201600), ("50W", 1728000), ("30W", 1420800), ("15W", 1113600)),
+                   "thor": (("MAXN", 2601000), ("120W", 2080800), ("90W", 1560600))}
+
+
+def _nvpmodel_conf(family: str, cores: int) -> str:
+    out = []
+    for i, (name, khz) in enumerate(SIM_POWER_MODES[family]):
+        out.append(f"< POWER_MODEL ID={i} NAME={name} >\n"
+                   + "".join(f"CPU_ONLINE CORE_{c} 1\n" for c in range(cores))
+                   + f"CPU_A78_0 MAX_FREQ {khz}\n")
+    return "".join(out) + "< PM_CONFIG DEFAULT=0 >\n"
+
+
+def mode_cpu_fraction(root: Path) -> float:
+    """The board's current power mode's CPU ceiling over the top mode's (what bin/nvpmodel caps with)."""
+    try:
+        status = (root / "var/lib/nvpmodel/status").read_text()
+        conf = (root / "etc/nvpmodel.conf").read_text()
+    except OSError:
+        return 1.0
+    m = re.search(r"pmode:(\d+)", status)
+    freqs = {int(i): int(f) for i, f in re.findall(r"<\s*POWER_MODEL\s+ID=(\d+)[^>]*>[^<]*?^CPU\S*\s+MAX_FREQ\s+(\d+)",
+                                                   conf, re.M)}
+    top = max(freqs.values(), default=0)
+    mode = int(m.group(1)) if m else 0
+    return freqs[mode] / top if top and mode in freqs else 1.0
 
 
 def _cpus_and_gpu(root: Path, profile: BoardProfile) -> None:
