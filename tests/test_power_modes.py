@@ -80,12 +80,12 @@ def test_a_killed_run_still_gets_its_mode_back(board: SimBoard, env: dict[str, s
     proc = subprocess.Popen([sys.executable, "-m", "edgekit", "bench", "--board", board.name, "--recipe",
                              "sim-tiny-mtp", "--n-gen", "400", "--ignore-eos", "--no-llama-bench", "--no-power",
                              "--power-modes", "30W", "--out", str(tmp_path / "killed")], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=(tmp_path / "stderr").open("w"))
     try:
         deadline = time.monotonic() + 120
         while _mode(board) != "pmode:0002" and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
-        assert _mode(board) == "pmode:0002", "the run never switched the board to 30W"
+        assert _mode(board) == "pmode:0002", (tmp_path / "stderr").read_text()[-2000:]
         time.sleep(2)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
@@ -104,3 +104,23 @@ def test_an_unknown_mode_is_one_sentence_and_changes_nothing(board: SimBoard, en
     res = edgekit(env, "bench", "--board", board.name, "--recipe", "sim-tiny-mtp", "--power-modes", "0,7W")
     assert res.returncode != 0 and "has no power mode '7W'; its nvpmodel modes: 0 (MAXN), 1 (50W)" in res.stderr
     assert _mode(board) == "pmode:0000"
+
+
+@pytest.mark.skipif(not _caps_enforced(), reason="no writable cpu cgroup here: the simulated modes would not differ")
+def test_tune_over_modes_picks_a_mode_and_leaves_the_board_there(board: SimBoard, env: dict[str, str],
+                                                                 tmp_path: Path) -> None:
+    try:
+        res = edgekit(env, "tune", "--board", board.name, "--recipe", "sim-tiny-mtp", "--quick", "--draft-n", "2",
+                      "--objective", "energy", "--min-gain", "0.05", "--power-modes", "50W,15W",
+                      "--out", str(tmp_path / "tune"))
+        assert res.returncode == 0, res.stderr[-3000:]
+        result = json.loads((tmp_path / "tune" / "tune.json").read_text())
+        by_mode = {m["mode_name"]: m["best"]["joules_per_token"]["mean"] for m in result["modes"]}
+        print(f"\ntune over modes, J/token of each mode's best: {by_mode}; {result['message']}")
+        assert set(by_mode) == {"50W", "15W"}
+        chosen = result["power_mode"]
+        assert chosen["kept"] and by_mode[chosen["name"]] == min(by_mode.values())
+        assert _mode(board) == f"pmode:{chosen['id']:04d}"  # left at the chosen mode, not the one it had (0)
+        assert result["deployed"]["health"]["ok"] and "The board stays at power mode" in " ".join(res.stdout.split())
+    finally:
+        board.run("nvpmodel -m 0", timeout=60)

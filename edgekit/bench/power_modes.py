@@ -209,3 +209,11 @@ def _write(doc: dict[str, Any], out_dir: Path, with_plots: bool) -> None:
     (out_dir / "modes.md").write_text("\n".join(lines) + "\n")
     if with_plots and plots.available():
         plots.pareto(doc, out_dir / "pareto.png")
+
+
+def keep_mode(name: str, board: Board, mode: int, mode_name: str, say: Callable[[str], None]) -> None:
+    """Leave the board at ``mode`` (what `tune --power-modes` chose)."""
+    with runner_for(board, name) as runner:
+        sudo = probe(runner, board.base).sudo != "root"
+        _set(runner, sudo, ["nvpmodel", "-m", str(mode)], f"set power mode {mode} ({mode_name})")
+    say(f"power mode {mode} ({mode_name}) kept")

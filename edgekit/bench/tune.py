@@ -139,6 +139,14 @@ def choose(rows: list[dict[str, Any]], objective: str) -> tuple[dict[str, Any], 
 
 def tune(name: str, board: Board, recipe: Recipe, grid: Grid, opts: TuneOptions, console: Console,
          say: Callable[[str], None]) -> dict[str, Any]:
+    result, tuned = measure(name, board, recipe, grid, opts, say)
+    return finish(name, board, recipe, result, tuned, opts, console, say)
+
+
+def measure(name: str, board: Board, recipe: Recipe, grid: Grid, opts: TuneOptions,
+            say: Callable[[str], None]) -> tuple[dict[str, Any], Recipe]:
+    """The sweep on the board as it is now, the best setting (or the target alone), and the recipe that serves
+    it; nothing deployed."""
     b = recipe.bench
     prompt_set = prompts.load(b.prompt_set)
     n_cat = len(prompts.categories(prompt_set))
@@ -202,18 +210,6 @@ def tune(name: str, board: Board, recipe: Recipe, grid: Grid, opts: TuneOptions,
             "draft_n_min": min(recipe.runtime.draft_n_min, best["draft_n_max"]),
             "parallel": best["parallel"] or recipe.runtime.parallel})
         tuned = recipe.model_copy(update={"runtime": runtime, "drafter": _measured_drafter(recipe)})
-    deployed = None
-    if opts.deploy:
-        from edgekit.deploy.pipeline import DeployOptions, deploy
-
-        say(f"deploying {best['name']} as a new release")
-        report = deploy(name, board, tuned, DeployOptions(src=opts.src, wait_s=sopts.lock_wait_s), console,
-                        on_step=lambda m: say(m))
-        deployed = report.to_dict()
-        message += (f"Deployed as release {report.release}." if report.changed
-                    else f"Release {report.release} already had these settings.")
-    else:
-        message += "Not deployed (--no-deploy)."
     clean = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
     best_clean = next(r for r in clean if r["name"] == best["name"])
     result = {"kind": "tune", "board": name, "recipe": recipe.name, "release_measured": sess.release,
@@ -222,8 +218,26 @@ def tune(name: str, board: Board, recipe: Recipe, grid: Grid, opts: TuneOptions,
                         if sess.rail else None},
               "table": clean, "best": best_clean, "tied_with_best": tied, "drafter": bool(best["speculative"]),
               "drafter_gain": round(gain, 4) if gain is not None else None, "min_gain": min_gain,
-              "runtime": runtime.model_dump(mode="json"), "deployed": deployed, "message": message.strip(),
+              "runtime": runtime.model_dump(mode="json"), "deployed": None, "message": message.strip(),
               "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    return result, tuned
+
+
+def finish(name: str, board: Board, recipe: Recipe, result: dict[str, Any], tuned: Recipe, opts: TuneOptions,
+           console: Console, say: Callable[[str], None]) -> dict[str, Any]:
+    """Deploy what the sweep chose (unless --no-deploy); tune.json and the tuned recipe into --out."""
+    if opts.deploy:
+        from edgekit.deploy.pipeline import DeployOptions, deploy
+
+        say(f"deploying {result['best']['name']} as a new release")
+        report = deploy(name, board, tuned, DeployOptions(src=opts.src, wait_s=opts.session.lock_wait_s), console,
+                        on_step=lambda m: say(m))
+        result["deployed"] = report.to_dict()
+        done = (f"Deployed as release {report.release}." if report.changed
+                else f"Release {report.release} already had these settings.")
+    else:
+        done = "Not deployed (--no-deploy)."
+    result["message"] = f"{result['message'].strip()} {done}".strip()
     if opts.out_dir is not None:
         opts.out_dir.mkdir(parents=True, exist_ok=True)
         import json
@@ -252,3 +266,35 @@ def _measured_drafter(recipe: Recipe) -> ModelSource | None:
     if drafter is None or drafter.align is None or drafter.align.k is not None:
         return drafter
     return drafter.model_copy(update={"align": drafter.align.model_copy(update={"k": recipe.runtime.draft_n_max})})
+
+
+def tune_modes(name: str, board: Board, recipe: Recipe, grid: Grid, opts: TuneOptions, wanted: list[str],
+               lock_clocks: bool, console: Console, say: Callable[[str], None]) -> dict[str, Any]:
+    """The sweep at each nvpmodel mode; the best of all by the objective — its mode and its setting — is what
+    gets deployed, and the board is left at that mode (nvpmodel keeps it across reboots)."""
+    from edgekit.bench import power_modes
+
+    per_mode: list[tuple[int, str, dict[str, Any], Recipe]] = []
+    with power_modes.modes_session(name, board, say, lock_clocks) as (set_mode, modes):
+        for mode, mode_name in power_modes.resolve(wanted, modes, name):
+            set_mode(mode, mode_name)
+            result, tuned = measure(name, board, recipe, grid, opts, say)
+            per_mode.append((mode, mode_name, result, tuned))
+    key = "tokens_per_second" if opts.objective == "speed" else "joules_per_token"
+    scored = [x for x in per_mode if x[2]["best"].get(key)]
+    if not scored:
+        raise EdgekitError(f"No power mode gave a {key.replace('_', ' ')} figure to choose by.")
+    mode, mode_name, result, tuned = (max if opts.objective == "speed" else min)(
+        scored, key=lambda x: x[2]["best"][key]["mean"])
+    if opts.deploy:
+        power_modes.keep_mode(name, board, mode, mode_name, say)
+    result["message"] = (f"Power mode {mode} ({mode_name}) is the best by {opts.objective}"
+                         + (" (clocks were locked while measuring)" if lock_clocks else "") + ". " + result["message"])
+    result["power_mode"] = {"id": mode, "name": mode_name, "kept": opts.deploy, "clocks_locked_while_measuring":
+                            lock_clocks}
+    result["modes"] = [{"mode": m, "mode_name": n, "best": r["best"], "drafter": r["drafter"], "message": r["message"]}
+                       for m, n, r, _ in per_mode]
+    result = finish(name, board, recipe, result, tuned, opts, console, say)
+    if opts.deploy:
+        result["message"] += f" The board stays at power mode {mode} ({mode_name})."
+    return result

@@ -231,6 +231,11 @@ def _modes(app: App, board_name: str, board: Any, recipe: Any, opts: Any, power_
 @click.option("--min-gain", type=click.FloatRange(0, 10, min_open=True), metavar="X",
               help="Deploy a drafted setting only if it beats the target alone by more than X× (default: the "
                    "recipe's runtime.spec_min_gain, 1.0); otherwise the target alone is deployed.")
+@click.option("--power-modes", "power_modes", metavar="M1,M2,…",
+              help="Sweep at each of these nvpmodel modes (ids or names); the best mode and setting by the objective "
+                   "are deployed and the board is left at that mode.")
+@click.option("--lock-clocks", is_flag=True, help="With --power-modes: pin the clocks with jetson_clocks while "
+                                                  "measuring (restored afterwards).")
 @click.option("--no-deploy", is_flag=True, help="Show the table only; don't write the best setting to the board.")
 @click.option("--src", metavar="PATH", help="llama.cpp source for the deploy (as for `edgekit deploy`).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
@@ -238,8 +243,8 @@ def _modes(app: App, board_name: str, board: Any, recipe: Any, opts: Any, power_
 @json_option
 @click.pass_obj
 def tune(app: App, board_name: str, recipe_name: str, objective: str | None, draft_n: str, p_min: str | None,
-         parallel: str | None, context_length: int | None, min_gain: float | None, no_deploy: bool, src: str | None,
-         out_dir: Path | None, **kw: Any) -> None:
+         parallel: str | None, context_length: int | None, min_gain: float | None, power_modes: str | None,
+         lock_clocks: bool, no_deploy: bool, src: str | None, out_dir: Path | None, **kw: Any) -> None:
     """Sweep draft length and p-min (and slots) on a board, pick the best, deploy it as a new release.
 
     Where no drafted setting beats the target alone (by --min-gain), the target alone is deployed, and its
@@ -262,8 +267,14 @@ def tune(app: App, board_name: str, recipe_name: str, objective: str | None, dra
                                 cooldown_temp_c=_cooldown(kw["cooldown"]), context_length=context_length,
                                 session=_session_opts(kw), ignore_eos=kw["ignore_eos"], deploy=not no_deploy, src=src,
                                 out_dir=out_dir, min_gain=min_gain)
-    result = tune_mod.tune(board_name, board, recipe, grid, opts, app.console,
-                           say=lambda m: app.info(f"[dim]{board_name}:[/] {m}"))
+    if lock_clocks and not power_modes:
+        raise click.BadParameter("--lock-clocks goes with --power-modes.", param_hint="--lock-clocks")
+    say = lambda m: app.info(f"[dim]{board_name}:[/] {m}")  # noqa: E731
+    if power_modes:
+        wanted = [m.strip() for m in power_modes.split(",") if m.strip()]
+        result = tune_mod.tune_modes(board_name, board, recipe, grid, opts, wanted, lock_clocks, app.console, say)
+    else:
+        result = tune_mod.tune(board_name, board, recipe, grid, opts, app.console, say)
 
     def human() -> None:
         unit = "tok/s" if objective == "speed" else "J/token"
@@ -279,6 +290,11 @@ def tune(app: App, board_name: str, recipe_name: str, objective: str | None, dra
                           "–" if row["acceptance"] is None else f"{row['acceptance']:.0%}",
                           "best" if row["name"] == result["best"]["name"] else ("tie" if row.get("tied") else ""))
         app.out.print(table)
+        for m in result.get("modes") or []:
+            b = m["best"]
+            app.out.print(f"mode {m['mode']} ({m['mode_name']}): best {b['name'] if m['drafter'] else 'no drafter'}, "
+                          f"{tune_mod.fmt(b['tokens_per_second'], 1)} tok/s, {tune_mod.fmt(b['joules_per_token'], 4)} "
+                          "J/token")
         best = result["best"]["name"] if result["drafter"] else "no drafter"
         app.out.print(f"Best by {unit}: {best}. " + result["message"])
 
