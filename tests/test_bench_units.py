@@ -254,7 +254,7 @@ def fake_document(power: bool) -> dict:
         release_args=RELEASE_ARGS, rail=total_rail(get_profile("orin")), power_log=log, service_before=state,
         service_after=state, phases=[Phase("idle", 1.0, 3.0)] + [Phase(f"run {r.index}", *r.window, r.config)
                                                                   for r in runs],
-        snapshots={}, cleanup_errors=[], media_runs=[],
+        snapshots={}, cleanup_errors=[], media_runs=[], power_text="",
         opts=SimpleNamespace(exclusive=True, hz=20.0, power=power, raw_prompts=False),
         bench_port=8081)
     plan = make_plan(recipe, Overrides(), quick=False, categories=5)

@@ -94,7 +94,7 @@ def test_power_trace_interpolates_and_holds_its_ends(tmp_path):
     path = tmp_path / "trace.json"
     path.write_text(json.dumps({"start": 1000.0, "points": [[2, 30.0], [0, 10.0]]}))
     trace = power.Trace.load(path)
-    assert [trace.watts(t) for t in (990.0, 1000.0, 1001.0, 1002.0, 1050.0)] == [10.0, 10.0, 20.0, 30.0, 30.0]
+    assert [trace.at(t) for t in (990.0, 1000.0, 1001.0, 1002.0, 1050.0)] == [10.0, 10.0, 20.0, 30.0, 30.0]
     path.write_text("[[0, 5], [1, 7]]")  # a bare list starts at the file's mtime
     assert power.Trace.load(path).start == pytest.approx(path.stat().st_mtime)
 

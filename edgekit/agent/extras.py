@@ -12,7 +12,7 @@ import subprocess
 import time
 from typing import Any
 
-from .fs import board_glob, board_path, read_int, read_text
+from .fs import board_glob, board_path, glob_sorted, read_int, read_text
 
 # GPU devfreq nodes: 17000000.gpu (Orin, L4T 36), 17000000.ga10b (Orin, L4T 35), gpu-gpc-0 (Thor).
 _GPU_NAMES = ("gpu", "ga10b", "gv11b", "gp10b", "gb10b")
@@ -35,6 +35,36 @@ def gpu_mhz() -> dict[str, float]:
         if not any(g in name.lower() for g in _GPU_NAMES):
             continue
         hz = read_int(os.path.join(dev, "cur_freq"))
+        if hz is not None:
+            out[name] = round(hz / 1e6, 1)
+    return out
+
+
+def throttle_points_c() -> dict[str, float]:
+    """°C per thermal zone type at which the kernel starts to throttle: its lowest passive trip point."""
+    out: dict[str, float] = {}
+    for zone in board_glob("/sys/devices/virtual/thermal/thermal_zone*"):
+        kind = read_text(os.path.join(zone, "type")) or os.path.basename(zone)
+        for trip in glob_sorted(os.path.join(zone, "trip_point_*_type")):
+            if (read_text(trip) or "").strip() != "passive":
+                continue
+            milli = read_int(trip[: -len("_type")] + "_temp")
+            if milli is not None and milli > 0:
+                out[kind] = min(out.get(kind, milli / 1000.0), milli / 1000.0)
+    return out
+
+
+def clock_caps_mhz() -> dict[str, float]:
+    """The highest clock each CPU and the GPU may run at now (scaling_max_freq, devfreq max_freq): nvpmodel
+    sets them, and thermal throttling lowers them."""
+    out = {}
+    for path in board_glob("/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_max_freq"):
+        khz = read_int(path)
+        if khz is not None:
+            out[path.split("/")[-3]] = round(khz / 1000.0, 1)
+    for dev in board_glob("/sys/class/devfreq/*"):
+        name = os.path.basename(dev)
+        hz = read_int(os.path.join(dev, "max_freq")) if any(g in name.lower() for g in _GPU_NAMES) else None
         if hz is not None:
             out[name] = round(hz / 1e6, 1)
     return out

@@ -18,7 +18,7 @@ import os
 import time
 from typing import IO, Any, Callable
 
-from . import AGENT_VERSION, sources
+from . import AGENT_VERSION, extras, sources
 from .energy import sampling_rate_hz
 from .fs import board_root
 
@@ -44,6 +44,17 @@ class Sampler:
         self.times: list[float] = []
         self.max_gap = 0.0
         self.meta: dict[str, Any] = {}
+        self.next_state = 0.0  # when the next temperatures-and-clocks line is due
+
+    # Heat next to power: temperatures and clock caps twice a second, so a window in which the board throttled
+    # (a zone past its passive trip point, a clock cap lowered) can be told apart (bench/heat.py).
+    STATE_EVERY_S = 0.5
+
+    def _state(self, now: float) -> None:
+        if now >= self.next_state:
+            self.next_state = now + self.STATE_EVERY_S
+            self._write({"state": {"t": round(now, 6), "temps_c": extras.temperatures_c(),
+                                   "caps_mhz": extras.clock_caps_mhz()}})
 
     def _write(self, rec: dict[str, Any]) -> None:
         if self.out is not None:
@@ -57,6 +68,7 @@ class Sampler:
             meta.update(power="unavailable", reasons=self.skipped)
             return meta
         meta["skipped"] = self.skipped
+        meta["throttle_points_c"] = extras.throttle_points_c()
         labels = sorted(first_rails or {})
         total, is_sum = sources.choose_total(labels, self.total_override)
         meta.update(self.source.describe())
@@ -105,6 +117,7 @@ class Sampler:
                 reason = f"the {self.source.name} source stopped delivering"
                 break
             self._record(*got)
+            self._state(got[0])
             next_t += period
             if time.monotonic() - next_t > period:
                 next_t = time.monotonic()  # fell behind (board busy): resume the rate, no catch-up burst

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit import __version__
-from edgekit.bench import engines, plots, prompts, report, results, roofline
+from edgekit.bench import engines, heat, plots, prompts, report, results, roofline
 from edgekit.bench.plan import Overrides, Plan, make_plan
 from edgekit.bench.power import window_power
 from edgekit.bench.session import BoardRelease, Run, Session, SessionOptions, check_restored
@@ -39,6 +39,7 @@ class BenchOptions:
     engines: list[str] | None = None  # the engines' releases to measure side by side (None: the deployed one)
     litert_python: str | None = None  # the board's Python with litert_lm (default: litert_bench._python)
     litert_accelerator: str = "cpu"  # LiteRT-LM's backend on the board: cpu or gpu
+    keep_throttled: bool = False  # runs the board throttled in stay in the summary (bench/heat.py)
 
 
 def default_out_dir(board: str, recipe: str) -> Path:
@@ -140,15 +141,17 @@ def build_document(sess: Session, plan: Plan, configs: list[ServerConfig], runs:
     else:
         power = {"available": False, "reason": "power sampling was turned off (--no-power)",
                  "total_rail_method": sess.rail.method if sess.rail else None}
-    summary = results.summarize(run_docs)
+    throttled = heat.mark(run_docs, sess.power_text)
+    measured, heat_note = heat.kept(run_docs, opts.keep_throttled)  # what the summary is made of
+    summary = results.summarize(measured)
     model = sess.recipe.target.repo or sess.recipe.target.synthetic or sess.recipe.target.package or "the model"
     names = [r.engine for r in rels or []]
     if len(names) > 1:
-        ups = results.engine_speedups(run_docs, names)
+        ups = results.engine_speedups(measured, names)
         table = results.engines_table(summary, ups, names)
         head = results.engines_headline(table, ups)
     else:
-        ups, table = results.speedups(run_docs), None
+        ups, table = results.speedups(measured), None
         head = results.headline(summary, ups, model)
     gguf_rel = _llama_bench_release(rels or [])  # the roofline is the GGUF's: that engine's configurations
     pre = f"{gguf_rel.engine}/" if len(names) > 1 and gguf_rel else ""
@@ -198,13 +201,15 @@ def build_document(sess: Session, plan: Plan, configs: list[ServerConfig], runs:
         "llama_bench": llama_bench,
         "runs": run_docs,
         "summary": {"points": summary, "speedups": ups, "headline": head,
-                    **({"engines": table} if table is not None else {"drafter_map": results.drafter_map(run_docs)})},
+                    **({"engines": table} if table is not None else {"drafter_map": results.drafter_map(measured)})},
         "roofline": (roofline.roofline(gguf, profile.mem_bandwidth_gbs, decode(base_pt), decode(spec_pt))
                      if gguf is not None else None),  # the GGUF's bytes: llama.cpp's backend only
         "phases": [p.to_json() for p in sess.phases],
         "power_trace": log.trace(0.0) if available else [],  # type: ignore[union-attr]
         "board_state": sess.snapshots,
-        "notes": plan.notes + sess.cleanup_errors,
+        "heat": {"throttled_runs": throttled, "left_out": len(run_docs) - len(measured),
+                 "keep_throttled": opts.keep_throttled, "throttle_points_c": heat.read_states(sess.power_text)[0]},
+        "notes": plan.notes + sess.cleanup_errors + ([heat_note] if heat_note else []),
     }
     if sess.media_runs:
         doc["media"] = {"method": "one image (64×64 PNG) and one second of 16 kHz audio per configuration and "

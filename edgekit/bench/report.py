@@ -153,6 +153,13 @@ def render(doc: dict[str, Any]) -> str:
                   f"Energy is integrated from the raw samples over each run's exact window (board monotonic "
                   f"clock); {pw['total_energy_joules']:.3f} J over all measured windows. Per-rail energy is "
                   "in results.json (`runs[].power.rails_energy_joules`).", ""]
+        hot = (doc.get("heat") or {}).get("throttled_runs")
+        if hot:
+            lines += [f"{hot} of {len(doc['runs'])} runs throttled (a thermal zone past its trip point, or a clock "
+                      "cap lowered): " + ("kept in the summary." if doc["heat"]["keep_throttled"] or
+                                          not doc["heat"]["left_out"] else
+                                          f"{doc['heat']['left_out']} left out of the summary (`runs[].throttled`)."),
+                      ""]
         longer = [r for r in doc["runs"] if r.get("lengthened")]
         if longer:
             lines += [f"{len(longer)} of {len(doc['runs'])} runs were run again with more requests: their first "

@@ -149,12 +149,15 @@ def _engines(text: str | None, backend: str) -> list[str] | None:
                    "put back afterwards, also after Ctrl-C or if edgekit is killed.")
 @click.option("--lock-clocks", is_flag=True,
               help="With --power-modes: pin the clocks with jetson_clocks in each mode (restored afterwards).")
+@click.option("--keep-throttled", is_flag=True,
+              help="Keep runs in which the board throttled (a zone past its trip point, a clock cap lowered) in the "
+                   "summary; by default they are flagged and left out.")
 @json_option
 @click.pass_obj
 def bench(app: App, board_name: str, recipe_name: str, out_dir: Path | None, concurrency: str | None,
           context_lengths: str | None, slots: str, idle_s: float | None, no_llama_bench: bool, no_plots: bool,
           engines: str | None, backend: str, litert_python: str | None, litert_accelerator: str,
-          power_modes: str | None, lock_clocks: bool, **kw: Any) -> None:
+          power_modes: str | None, lock_clocks: bool, keep_throttled: bool, **kw: Any) -> None:
     """Measure the deployed release on a board with and without its drafter: tok/s, TTFT, acceptance, J/token.
 
     The board's service is stopped while measuring (unless --shared) and started again afterwards,
@@ -174,7 +177,7 @@ def bench(app: App, board_name: str, recipe_name: str, out_dir: Path | None, con
                                     llama_bench=not no_llama_bench, ignore_eos=kw["ignore_eos"], plots=not no_plots,
                                     backend=_backend(backend), engines=_engines(engines, backend),
                                     litert_python=litert_python,
-                                    litert_accelerator=litert_accelerator)
+                                    litert_accelerator=litert_accelerator, keep_throttled=keep_throttled)
     if lock_clocks and not power_modes:
         raise click.BadParameter("--lock-clocks goes with --power-modes.", param_hint="--lock-clocks")
     if power_modes:

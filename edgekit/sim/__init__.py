@@ -11,4 +11,5 @@ identity files and an INA3221/INA238 power tree that follows the board's CPU loa
     <sim dir>/sim-K/bin           systemctl, journalctl, nvpmodel stand-ins (first on the board's PATH)
     <sim dir>/sim-K/ssh           sshd_config, host key, pid file; sshd.log next to it
     <sim dir>/sim-K/power_trace.json   optional scripted total power (see edgekit.sim.power)
+    <sim dir>/sim-K/thermal_trace.json optional scripted temperatures: past 95 °C the board throttles its CPU caps
 """

@@ -32,9 +32,12 @@ from edgekit.sim import procs as procs_mod
 from edgekit.sim import state as state_mod
 from edgekit.sim.rootfs import (
     CELSIUS_PER_BUSY_CORE,
+    THROTTLE_C,
+    THROTTLED_FRACTION,
     mode_cpu_fraction,
     nominal_mv,
     rail_files,
+    set_cpu_caps,
     thermal_zones,
     write_atomic,
 )
@@ -155,10 +158,10 @@ class Trace:
             start, raw = float(raw["start"]), raw["points"]
         points = sorted((float(t), float(w)) for t, w in raw)
         if not points:
-            raise ValueError("power trace has no points")
+            raise ValueError("the trace has no points")
         return cls(start, [t for t, _ in points], [w for _, w in points])
 
-    def watts(self, now: float) -> float:
+    def at(self, now: float) -> float:
         t = now - self.start
         i = bisect.bisect_right(self.ts, t)
         if i == 0:
@@ -167,6 +170,30 @@ class Trace:
             return self.ws[-1]
         t0, t1, w0, w1 = self.ts[i - 1], self.ts[i], self.ws[i - 1], self.ws[i]
         return w0 + (w1 - w0) * (t - t0) / (t1 - t0)
+
+
+class TraceFile:
+    """A scripted trace the tests may drop beside a board (read again whenever the file changes)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.trace: Trace | None = None
+        self.mtime: float | None = None
+
+    def value(self, now: float) -> float | None:
+        try:
+            mtime = self.path.stat().st_mtime
+        except OSError:
+            self.trace = self.mtime = None
+            return None
+        if mtime != self.mtime:
+            self.mtime = mtime
+            try:
+                self.trace = Trace.load(self.path)
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                self.trace = None
+                print(f"ignoring {self.path}: {exc}", file=sys.stderr, flush=True)
+        return self.trace.at(now) if self.trace else None
 
 
 class Meter:
@@ -187,8 +214,9 @@ class Meter:
         self.primed = False  # the first scan only learns what is there
         self.heat = 0.0  # busy cores, low-pass filtered for the thermal zones
         self.mode_scale = 1.0  # watts per busy core at the board's nvpmodel mode (bin/nvpmodel)
-        self.trace: Trace | None = None
-        self.trace_mtime: float | None = None
+        self.trace = TraceFile(board.power_trace)
+        self.heat_trace = TraceFile(board.thermal_trace)
+        self.throttled = False
 
     def sample(self, now: float, pids: dict[int, int]) -> float:
         """Busy cores of this board now (0 … cpu_cores), from its processes' CPU time."""
@@ -212,24 +240,8 @@ class Meter:
         busy = (self.cum - c0) / CLK_TCK / (now - t0) if now > t0 else 0.0
         return min(max(busy, 0.0), float(self.profile.cpu_cores))
 
-    def _trace_watts(self, now: float) -> float | None:
-        path = self.board.power_trace
-        try:
-            mtime = path.stat().st_mtime
-        except OSError:
-            self.trace = self.trace_mtime = None
-            return None
-        if mtime != self.trace_mtime:
-            self.trace_mtime = mtime
-            try:
-                self.trace = Trace.load(path)
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                self.trace = None
-                print(f"{self.board.name}: ignoring {path}: {exc}", file=sys.stderr, flush=True)
-        return self.trace.watts(now) if self.trace else None
-
     def write(self, now: float, busy: float, thermal: bool) -> None:
-        traced = self._trace_watts(now)
+        traced = self.trace.value(now)
         if thermal:  # the power mode: a busy core at a lower ceiling draws ~ f² (dynamic power ~ f·V², V ~ f)
             self.mode_scale = mode_cpu_fraction(self.board.root) ** 2
         for i, (rail, volt, curr, power) in enumerate(self.rails):
@@ -253,9 +265,17 @@ class Meter:
                 write_atomic(power, f"{self.mv[i] * ma}\n")  # mV × mA = µW
         if thermal:
             self.heat += (busy - self.heat) * min(1.0, TICK_S * THERMAL_EVERY / TEMP_TAU_S)
+            scripted = self.heat_trace.value(now)
+            hottest = 0.0
             for path, share, idle in self.zones:
-                temp = idle + share * CELSIUS_PER_BUSY_CORE * self.heat + random.uniform(-0.15, 0.15)
+                temp = (scripted if scripted is not None else idle + share * CELSIUS_PER_BUSY_CORE * self.heat) \
+                    + random.uniform(-0.15, 0.15)
+                hottest = max(hottest, temp)
                 write_atomic(path, f"{round(temp * 1000)}\n")
+            if (hottest >= THROTTLE_C) != self.throttled:  # past the trip point the kernel lowers the CPU caps
+                self.throttled = not self.throttled
+                ceiling = mode_cpu_fraction(self.board.root)
+                set_cpu_caps(self.board.root, ceiling * (THROTTLED_FRACTION if self.throttled else 1.0))
 
 
 class Updater:

@@ -25,6 +25,8 @@ from edgekit.config.profiles import BoardProfile, PowerRail
 
 I2C_DEVICES = "sys/bus/i2c/devices"
 THERMAL_DIR = "sys/devices/virtual/thermal"
+THROTTLE_C = 95.0  # every simulated zone's passive trip point: past it the power updater lowers the CPU caps
+THROTTLED_FRACTION = 0.6  # of the mode's CPU ceiling while throttled
 
 # (zone type, share of the CPU-load temperature rise, idle °C); names as on L4T 36 / 38.
 THERMAL_ZONES: dict[str, list[tuple[str, float, float]]] = {
@@ -190,6 +192,16 @@ def _nvpmodel_conf(family: str, cores: int) -> str:
     return "".join(out) + "< PM_CONFIG DEFAULT=0 >\n"
 
 
+def set_cpu_caps(root: Path, fraction: float) -> None:
+    """Every CPU's scaling_max_freq at ``fraction`` of its top clock (as a thermal cap or nvpmodel sets it)."""
+    for freq in (root / "sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq"):
+        try:
+            top = int((freq / "cpuinfo_max_freq").read_text())
+        except (OSError, ValueError):
+            continue
+        write_atomic(freq / "scaling_max_freq", f"{int(top * fraction)}\n")
+
+
 def mode_cpu_fraction(root: Path) -> float:
     """The board's current power mode's CPU ceiling over the top mode's (what bin/nvpmodel caps with)."""
     try:
@@ -249,6 +261,9 @@ def _thermal(root: Path, profile: BoardProfile) -> None:
         zone = root / THERMAL_DIR / f"thermal_zone{i}"
         _put(zone / "type", f"{name}\n")
         _put(zone / "temp", f"{round(idle * 1000)}\n")
+        for k, (kind, c) in enumerate((("passive", THROTTLE_C), ("critical", THROTTLE_C + 10))):
+            _put(zone / f"trip_point_{k}_type", f"{kind}\n")
+            _put(zone / f"trip_point_{k}_temp", f"{round(c * 1000)}\n")
         _link(root / f"sys/class/thermal/thermal_zone{i}", f"../../devices/virtual/thermal/thermal_zone{i}")
 
 

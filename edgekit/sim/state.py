@@ -78,6 +78,11 @@ class BoardState:
         return self.path / "power_trace.json"
 
     @property
+    def thermal_trace(self) -> Path:
+        """Optional scripted heat: {"start": epoch_s, "points": [[t_s, °C], …]} for every thermal zone."""
+        return self.path / "thermal_trace.json"
+
+    @property
     def services_dir(self) -> Path:
         return self.root / SERVICES_RUN_DIR
 
