@@ -171,7 +171,7 @@ def pareto(doc: dict[str, Any], path: Path) -> None:
                             textcoords="offset points", xytext=(4, 4), fontsize=8)
         front = sorted((p for p in pts if p["front"]), key=lambda p: p["joules_per_token"])
         ax.plot([p["joules_per_token"] for p in front], [p["tokens_per_second"] for p in front], color="#2ca02c",
-                linestyle="--", label="front", zorder=2)
+                linestyle="--", marker="o", markersize=13, markerfacecolor="none", label="front", zorder=2)
         ax.set_xlabel("J/token (lower is better)")
         ax.set_ylabel("tok/s (higher is better)")
         ax.grid(True, alpha=0.3)
