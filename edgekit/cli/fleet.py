@@ -9,6 +9,7 @@ from rich.table import Table
 
 from edgekit.cli import json_option
 from edgekit.cli.app import App
+from edgekit.config.recipes import load_recipe
 from edgekit.errors import EdgekitError
 
 group_option = click.option("--group", metavar="GROUP", help="A board-file group (or one board); default: all boards.")
@@ -122,6 +123,10 @@ def rollout(app: App, recipe_name: str, group: str | None, batch: str | None, ma
                              wait_s=wait_s, max_fail=0 if max_fail is None else max_fail)
     if batch:
         options.batches = parse_batches(batch)
+    recipe = load_recipe(recipe_name)
+    if recipe.runtime.spec == "auto" and recipe.drafter is not None:
+        app.info(f"[dim]{recipe.name} has runtime.spec auto: a fleet serves its drafter (auto is decided per board "
+                 "by `edgekit deploy`; give the fleet's recipe spec: on or off).[/dim]")
     summary = run_rollout(app.board_file, options, app.console, quiet=app.json and not app.verbose)
     _finish(app, summary)
 
