@@ -10,6 +10,7 @@
     activate  --base B --release ID --port P ...    make a release the one the board serves (see activate.py)
     rollback  --base B --release ID --port P ...    an earlier release back in service, checked first
     watchdog  --base B --port P --unit U --log L    restart a wedged server, cap its logs (runs as a unit)
+    site-pull SPEC                                  a release's blobs from the site's boards (see site_pull.py)
 
 Every subcommand but watchdog prints one JSON object on stdout. Errors: one sentence on stderr, exit 2.
 """
@@ -26,7 +27,7 @@ import time
 from typing import Any, Iterator
 
 from . import activate as activate_cmd
-from . import energy, extras, sources, watchdog
+from . import energy, extras, site_pull, sources, watchdog
 from . import load as load_cmd
 from .sampler import Sampler
 
@@ -229,6 +230,9 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("watchdog", help="restart a service that stops answering /health; cap its logs")
     watchdog.add_arguments(p)
     p.set_defaults(fn=watchdog.main)
+    p = sub.add_parser("site-pull", help="take missing blobs from the site's boards over HTTP (aria2c), sha256-checked")
+    p.add_argument("spec", help="JSON: store, staging, blobs, sources")
+    p.set_defaults(fn=lambda a: site_pull.main(a.spec))
     return ap
 
 

@@ -58,7 +58,7 @@ def push_agent(runner: Runner, dest: str) -> str:
 
 
 def remove_tree(runner: Runner, path: str) -> None:
-    if "/bench/" not in path:  # only ever a bench work dir
+    if "/bench/" not in path and "/site/" not in path:  # only ever a bench or site work dir
         raise ValueError(f"refusing to remove {path!r}")
     runner.run(["rm", "-rf", "--", path], check=False, timeout=120)
     runner.run(["rmdir", "--", path.rsplit("/", 1)[0]], check=False, timeout=30)  # bench/ itself, once empty

@@ -37,13 +37,23 @@ class Board(BaseModel):
     litert_python: str | None = None  # a Python on the board that imports litert_lm (engine: litert-lm); None → python3
     # A link that carries no byte for this long is given up and the push resumed on a new connection.
     stall_s: int = Field(60, ge=3, le=3600)
+    # Boards of one site reach each other cheaply: a fleet rollout sends each blob once per site (edgekit.fleet.sites)
+    # and the site's boards take it from each other over HTTP at site_host:site_port (default: host, 8089).
+    site: str | None = None
+    site_host: str | None = None
+    site_port: int = Field(8089, ge=1024, le=65535)
 
-    @field_validator("host")
+    @field_validator("host", "site_host")
     @classmethod
-    def _host(cls, v: str) -> str:
-        if not v or not set(v) <= _HOST_CHARS or v.startswith("-"):
+    def _host(cls, v: str | None) -> str | None:
+        if v is not None and (not v or not set(v) <= _HOST_CHARS or v.startswith("-")):
             raise ValueError(f"host {v!r} is not a host name or IP address")
         return v
+
+    @field_validator("site")
+    @classmethod
+    def _site(cls, v: str | None) -> str | None:
+        return None if v is None else check_name(v, "site")
 
     @field_validator("user")
     @classmethod

@@ -17,6 +17,7 @@ from edgekit.deploy.pipeline import DeployOptions
 from edgekit.engines import get_engine
 from edgekit.errors import EdgekitError
 from edgekit.fleet import inventory as inv
+from edgekit.fleet import sites
 from edgekit.fleet.connect import Fleet
 from edgekit.fleet.current import already_current
 from edgekit.fleet.plan import FleetPlan, fleet_vars, plan_fleet, rollout_vars
@@ -118,6 +119,8 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
         if any(n in fleet.failed for n in canary) or not limit:
             return _stopped(names, fleet.failed, options.check, start, fleet.phases)
         run_canary = [n for n in canary if n in limit]
+        site_reports = {} if options.check else sites.stage(
+            fleet, fp, limit, run_canary, lambda m: console.print(f"[dim]fleet: {m}[/dim]"))
         forks = options.forks or max(1, largest_batch(options.batches, len(limit)))
         console.print(f"[dim]fleet: ansible-playbook rollout.yml on {len(limit)} board(s)"
                       f"{f' ({len(current)} already current)' if current else ''}: canary "
@@ -138,7 +141,7 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
     summary.extra = {"recipe": recipe.name, "canary": canary, "batches": options.batches,
                      "max_fail_percentage": options.max_fail, "planned": fp.releases(), "builds": fp.builds,
                      "ansible_seconds": run.seconds, "ansible_rc": run.rc, "log": str(run.log),
-                     "task_seconds": run.report.get("tasks", [])}
+                     "task_seconds": run.report.get("tasks", []), "sites": site_reports}
     return summary
 
 

@@ -82,17 +82,18 @@ def uplink(rate_mbit: float | None, index: int | None = None) -> Iterator[Uplink
 
 
 @contextlib.contextmanager
-def board_behind(up: Uplink, board_port: int) -> Iterator[tuple[str, int]]:
-    """``(host, port)`` that reaches the sshd at ``127.0.0.1:board_port`` through ``up``'s shaped veth."""
+def board_behind(up: Uplink, board_port: int, inner_port: int = RELAY_PORT) -> Iterator[tuple[str, int]]:
+    """``(host, port)`` that reaches the sshd at ``127.0.0.1:board_port`` through ``up``'s shaped veth (several
+    boards behind one uplink: a different ``inner_port`` each)."""
     with Link(board_port, listen=(up.outer_ip, 0)) as back:
         relay = subprocess.Popen(up.exec_argv(sys.executable, "-m", "edgekit.sim.link", "--listen",
-                                              f"{up.inner_ip}:{RELAY_PORT}", "--to", f"{up.outer_ip}:{back.port}"),
+                                              f"{up.inner_ip}:{inner_port}", "--to", f"{up.outer_ip}:{back.port}"),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             assert relay.stdout is not None
             if relay.stdout.readline().strip() != "ready":
                 raise RuntimeError(f"the relay in {up.ns} did not start: {relay.communicate(timeout=10)[1][-500:]}")
-            yield up.inner_ip, RELAY_PORT
+            yield up.inner_ip, inner_port
         finally:
             relay.terminate()
             try:

@@ -1,0 +1,167 @@
+"""Seed boards per site: a rollout sends each blob once per site, the site's boards take it from each other.
+
+* A rollout to a simulated site of three boards and one board outside any site, every board reached through one
+  network namespace (`edgekit.sim.netns`, the bytes counted on its veth): the workstation sends the release
+  about twice (once to the site's seed, once to the outsider), not four times; every board serves the release
+  and every blob on every board has its sha256.
+* The pull itself (`agent site-pull`, the real nginx the seeds run, the real aria2c): a poisoned copy at the
+  first source is rejected and the blob taken from the next; a source that dies mid-blob is resumed from the
+  next one, from where it stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from build_helpers import sdist_or_skip
+
+from edgekit.config.boardfile import Boards
+from edgekit.resources import data_path
+from edgekit.sim import faults, netns
+from edgekit.sim.link import Link, route_to
+
+REPO = Path(__file__).resolve().parents[1]
+AGENT = REPO / "edgekit" / "agent" / "edgekit_agent.py"
+tools = pytest.mark.skipif(not (shutil.which("nginx") and shutil.which("aria2c")),
+                           reason="nginx and aria2c come with .ci/install")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def nginx(store: Path, port: int, run: Path, limit_rate: str = "0") -> Iterator[subprocess.Popen]:
+    """The seed's server as edgekit.fleet.sites starts it (its config, read-only, loopback allowed)."""
+    run.mkdir(parents=True)
+    conf = data_path("site", "nginx.conf").read_text().format(run=run, store=store, listen=f"127.0.0.1:{port}",
+                                                              user=getpass.getuser(),
+                                                              allow="        allow 127.0.0.1;", limit_rate=limit_rate)
+    (run / "nginx.conf").write_text(conf)
+    proc = subprocess.Popen(["nginx", "-e", str(run / "error.log"), "-p", str(run), "-c", str(run / "nginx.conf")])
+    try:
+        for _ in range(100):
+            if (run / "nginx.pid").exists():
+                break
+            time.sleep(0.05)
+        assert (run / "nginx.pid").exists(), (run / "error.log").read_text()
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def pull(tmp: Path, blob: bytes, sources: list[str]) -> dict:
+    sha = hashlib.sha256(blob).hexdigest()
+    tmp.mkdir(exist_ok=True)
+    spec = {"store": str(tmp / "store"), "staging": str(tmp / "staging"), "sources": sources,
+            "blobs": [{"sha256": sha, "size": len(blob), "executable": False}]}
+    (tmp / "spec.json").write_text(json.dumps(spec))
+    res = subprocess.run([sys.executable, str(AGENT), "site-pull", str(tmp / "spec.json")], capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)["blobs"][0]
+
+
+@tools
+def test_a_poisoned_copy_is_rejected_and_the_next_source_used(tmp_path: Path) -> None:
+    blob = os.urandom(3 << 20)
+    sha = hashlib.sha256(blob).hexdigest()
+    bad, good = tmp_path / "bad", tmp_path / "good"
+    for store, data in ((bad, blob[:1000] + bytes([blob[1000] ^ 1]) + blob[1001:]), (good, blob)):
+        store.mkdir()
+        (store / sha).write_bytes(data)
+    pa, pb = free_port(), free_port()
+    with nginx(bad, pa, tmp_path / "run-a"), nginx(good, pb, tmp_path / "run-b"):
+        out = pull(tmp_path / "board", blob, [f"http://127.0.0.1:{pa}", f"http://127.0.0.1:{pb}"])
+    assert out["source"] == f"http://127.0.0.1:{pb}"
+    assert [t["ok"] for t in out["tries"]] == [False, True]
+    landed = tmp_path / "board" / "store" / sha
+    assert hashlib.sha256(landed.read_bytes()).hexdigest() == sha
+    assert not list((tmp_path / "board" / "staging").iterdir())  # nothing of the poisoned copy kept
+
+
+@tools
+def test_a_source_that_dies_mid_blob_is_resumed_from_the_next(tmp_path: Path) -> None:
+    blob = os.urandom(24 << 20)
+    sha = hashlib.sha256(blob).hexdigest()
+    store = tmp_path / "seed"
+    store.mkdir()
+    (store / sha).write_bytes(blob)
+    pa, pb = free_port(), free_port()
+    part = tmp_path / "board" / "staging" / sha
+
+    def die_at_8_mib(link: Link) -> None:  # the seed goes away once 8 MiB of the blob landed
+        while not part.exists() or part.stat().st_size < 8 << 20:
+            time.sleep(0.02)
+        link.partition()
+
+    with nginx(store, pa, tmp_path / "run-a", limit_rate="4m"), nginx(store, pb, tmp_path / "run-b"), \
+            Link(pa) as link:
+        killer = threading.Thread(target=die_at_8_mib, args=(link,), daemon=True)
+        killer.start()
+        out = pull(tmp_path / "board", blob, [f"http://127.0.0.1:{link.port}", f"http://127.0.0.1:{pb}"])
+        killer.join(5)
+    print(f"\ncut at 8 MiB of 24: {out['tries']}; {out['bytes'] / 2**20:.1f} MiB from the second source")
+    assert out["source"] == f"http://127.0.0.1:{pb}" and out["tries"][0]["ok"] is False
+    assert out["bytes"] < len(blob) - (4 << 20)  # resumed: the second source did not send it all again
+    assert hashlib.sha256((tmp_path / "board" / "store" / sha).read_bytes()).hexdigest() == sha
+
+
+@pytest.fixture(scope="module")
+def env(sim_session) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return {**os.environ, **sim_session.env, "EDGEKIT_LLAMA_SRC": str(sdist_or_skip())}
+
+
+@tools
+@pytest.mark.skipif(not netns.available(), reason="needs root and iproute2 (network namespaces)")
+def test_a_site_takes_each_blob_once_from_the_workstation(sim_session, env: dict[str, str]) -> None:  # type: ignore[no-untyped-def]
+    boards = sim_session.boards(4, fresh=True)
+    board_file = Boards(Path(env["EDGEKIT_CONFIG"]))
+    known = Path(env["EDGEKIT_CONFIG_DIR"]) / "known_hosts"
+    names: list[str] = []
+    with contextlib.ExitStack() as stack:
+        up = stack.enter_context(netns.uplink(None))
+        for i, b in enumerate(boards):
+            host, port = stack.enter_context(netns.board_behind(up, b.port, inner_port=2300 + i))
+            site = {"site": "lab", "site_host": "127.0.0.1", "site_port": free_port()} if i < 3 else {}
+            names.append(route_to(Path(env["EDGEKIT_CONFIG"]), known, b.name, host, port, **site))
+        stack.callback(board_file.update, remove=names)
+        data = board_file.load()
+        data.groups["sites"] = names
+        board_file.save(data)
+        before = up.tx_bytes()
+        res = subprocess.run([sys.executable, "-m", "edgekit", "--json", "fleet", "rollout", "--recipe",
+                              "sim-tiny-mtp", "--group", "sites", "--no-canary"], env=env, capture_output=True,
+                             text=True, timeout=1200)
+        sent = up.tx_bytes() - before
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads(res.stdout)
+    assert sorted(report["succeeded"]) == sorted(names), report.get("failed")
+    site = report["extra"]["sites"]["lab"]
+    release = site["workstation_bytes"]
+    print(f"\nrelease {release / 1e6:.1f} MB; the uplink carried {sent / 1e6:.1f} MB for 4 boards "
+          f"({sent / release:.2f} releases; 3 in the site, 1 outside); pulls: "
+          + ", ".join(f"{m}: {r['bytes'] / 1e6:.1f} MB in {r['seconds']} s" for m, r in site["boards"].items()))
+    assert site["seed"] == names[0] and release > 10e6
+    for m in names[1:3]:  # the seed's neighbours took everything over the site, nothing from the workstation
+        assert site["boards"][m]["missing"] == [] and site["boards"][m]["bytes"] >= 0.9 * release
+        assert set(site["boards"][m]["sources"]) == {f"http://127.0.0.1:{board_file.load().boards[names[0]].site_port}"}
+    assert 2 * release <= sent <= 2 * release + 12e6  # the seed's copy, the outsider's, and SSH/Ansible's own bytes
+    for b in boards:
+        assert faults.violations(b) == []  # serving a checked release, every blob holding its bytes
