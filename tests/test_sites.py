@@ -135,11 +135,12 @@ def test_a_site_takes_each_blob_once_from_the_workstation(sim_session, env: dict
     board_file = Boards(Path(env["EDGEKIT_CONFIG"]))
     known = Path(env["EDGEKIT_CONFIG_DIR"]) / "known_hosts"
     names: list[str] = []
+    ports = [free_port() for _ in range(3)]
     with contextlib.ExitStack() as stack:
         up = stack.enter_context(netns.uplink(None))
         for i, b in enumerate(boards):
             host, port = stack.enter_context(netns.board_behind(up, b.port, inner_port=2300 + i))
-            site = {"site": "lab", "site_host": "127.0.0.1", "site_port": free_port()} if i < 3 else {}
+            site = {"site": "lab", "site_host": "127.0.0.1", "site_port": ports[i]} if i < 3 else {}
             names.append(route_to(Path(env["EDGEKIT_CONFIG"]), known, b.name, host, port, **site))
         stack.callback(board_file.update, remove=names)
         data = board_file.load()
@@ -153,7 +154,7 @@ def test_a_site_takes_each_blob_once_from_the_workstation(sim_session, env: dict
     assert res.returncode == 0, res.stderr[-3000:]
     report = json.loads(res.stdout)
     assert sorted(report["succeeded"]) == sorted(names), report.get("failed")
-    site = report["extra"]["sites"]["lab"]
+    site = report["sites"]["lab"]
     release = site["workstation_bytes"]
     print(f"\nrelease {release / 1e6:.1f} MB; the uplink carried {sent / 1e6:.1f} MB for 4 boards "
           f"({sent / release:.2f} releases; 3 in the site, 1 outside); pulls: "
@@ -161,7 +162,7 @@ def test_a_site_takes_each_blob_once_from_the_workstation(sim_session, env: dict
     assert site["seed"] == names[0] and release > 10e6
     for m in names[1:3]:  # the seed's neighbours took everything over the site, nothing from the workstation
         assert site["boards"][m]["missing"] == [] and site["boards"][m]["bytes"] >= 0.9 * release
-        assert set(site["boards"][m]["sources"]) == {f"http://127.0.0.1:{board_file.load().boards[names[0]].site_port}"}
+        assert set(site["boards"][m]["sources"]) == {f"http://127.0.0.1:{ports[0]}"}
     assert 2 * release <= sent <= 2 * release + 12e6  # the seed's copy, the outsider's, and SSH/Ansible's own bytes
     for b in boards:
         assert faults.violations(b) == []  # serving a checked release, every blob holding its bytes

@@ -39,6 +39,9 @@ def probe(app: App, board_name: str) -> None:
                     "base", "python", "jtop", "tegrastats", "nvpmodel", "power_rails"):
             value = data[key]
             table.add_row(key, ", ".join(value) if isinstance(value, list) else str(value))
+        if entry.site:  # a site's boards serve and fetch blobs with these (apt install nginx-light aria2)
+            table.add_row("site tools", ", ".join(f"{k} {'yes' if v else 'MISSING'}"
+                                                  for k, v in data["site_tools"].items()))
         app.out.print(table)
 
     app.emit(data, human)

@@ -67,6 +67,16 @@ def _url(target: Target) -> str:
     return f"http://{b.site_host or b.host}:{b.site_port}"
 
 
+def _nginx(target: Target) -> str:
+    """nginx on the board: on the PATH, else where Debian and Ubuntu put it (/usr/sbin is not on every login's
+    PATH); one sentence when it is not installed."""
+    for probe in (["sh", "-c", 'command -v "$1"', "sh", "nginx"], ["test", "-x", "/usr/sbin/nginx"]):
+        res = target.runner.run(probe, check=False, timeout=30)
+        if res.ok:
+            return res.stdout.strip() or "/usr/sbin/nginx"
+    raise EdgekitError(f"Board {target.name!r} has no nginx to serve its site (apt install nginx-light).")
+
+
 class _Server:
     """nginx on one board, serving its store to the site (a job of its own, stopped at the end)."""
 
@@ -75,17 +85,19 @@ class _Server:
         self.run_dir = f"{base}/site/http-{secrets.token_hex(3)}"
         board = target.board
         conf = data_path("site", "nginx.conf").read_text().format(
-            run=self.run_dir, store=f"{base}/store", user=board.user, listen=f"{board.site_host or board.host}:{board.site_port}",
+            run=self.run_dir, store=f"{base}/store", user=board.user,
+            listen=f"{board.site_host or board.host}:{board.site_port}",
             allow="\n".join(f"        allow {a};" for a in sorted(set(allow))), limit_rate=0)
         boardfs.mkdirs(target.runner, f"{self.run_dir}/job")
         boardfs.put_text(target.runner, f"{self.run_dir}/nginx.conf", conf)
         self.job = Job(target.runner, f"{self.run_dir}/job", "nginx")
-        self.job.launch(["nginx", "-e", f"{self.run_dir}/error.log", "-p", self.run_dir,
+        self.job.launch([_nginx(target), "-e", f"{self.run_dir}/error.log", "-p", self.run_dir,
                          "-c", f"{self.run_dir}/nginx.conf"])
         deadline = time.monotonic() + 10  # nginx writes its pid file once it listens
         while not target.runner.run(["test", "-s", f"{self.run_dir}/nginx.pid"], check=False, timeout=30).ok:
             if time.monotonic() > deadline or self.job.poll(0.2) != "running":
-                err = target.runner.run(["cat", f"{self.run_dir}/error.log"], check=False, timeout=30).stdout
+                err = target.runner.run(["cat", f"{self.run_dir}/error.log"], check=False, timeout=30).stdout \
+                    or self.job.tail()
                 self.stop()
                 raise EdgekitError(f"nginx did not start on board {target.name!r}: "
                                    f"{(err.strip().splitlines() or ['no error log'])[-1]}")

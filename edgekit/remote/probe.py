@@ -58,6 +58,8 @@ kv python "$py"
 kv jtop_socket "$([ -S "$root/run/jtop.sock" ] && echo 1 || echo 0)"
 kv jtop_bin "$(command -v jtop 2>/dev/null)"
 kv tegrastats "$(command -v tegrastats 2>/dev/null)"
+kv site_nginx "$(command -v nginx 2>/dev/null || { [ -x /usr/sbin/nginx ] && echo /usr/sbin/nginx; })"
+kv site_aria2c "$(command -v aria2c 2>/dev/null)"
 first "$root/var/lib/nvpmodel/status"; kv nvpmodel "$line"
 kv user "$(id -un)"
 kv sudo "$( [ "$(id -u)" = 0 ] && echo root || (sudo -n true 2>/dev/null && echo nopasswd || echo no) )"
@@ -113,6 +115,8 @@ class BoardFacts:
     gpu_driver: str | None = None  # a GPU device node or libcuda the board has (None: no GPU to use)
     # what the kernel says a new process can take without swapping (on a Jetson, CPU and GPU share it)
     mem_available_mb: int | None = None
+    # a site's seed serves with nginx, its neighbours fetch with aria2c (edgekit.fleet.sites)
+    site_tools: dict[str, bool] = field(default_factory=dict)
 
     @property
     def is_jetson(self) -> bool:
@@ -191,6 +195,7 @@ def parse_probe(board: str, output: str) -> BoardFacts:
         python=values.get("python") or None,
         jtop=values.get("jtop_socket") == "1",
         tegrastats=bool(values.get("tegrastats")),
+        site_tools={"nginx": bool(values.get("site_nginx")), "aria2c": bool(values.get("site_aria2c"))},
         nvpmodel=values.get("nvpmodel") or None,
         user=values.get("user", ""),
         sudo=values.get("sudo", "no"),
