@@ -21,24 +21,15 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import simenv  # benchmarks/simenv.py
 import yaml
+from simenv import edgekit
 
 from edgekit.resources import builtin_recipes_dir
 from edgekit.sim import boards as sim
-
-
-def edgekit(env: dict[str, str], *args: str) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, "-m", "edgekit", "--json", *args], capture_output=True, text=True,
-                          env=env, timeout=3600, check=False)
-    if proc.returncode != 0:
-        raise SystemExit(f"edgekit {' '.join(args[:3])} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    return json.loads(proc.stdout)
 
 
 def variant(work: Path, of: str, spec: str) -> Path:

@@ -23,6 +23,7 @@ from cli_helpers import edgekit, ok_json
 from edgekit.config.boardfile import Boards
 from edgekit.sim import faults
 from edgekit.sim.link import Link, route
+from edgekit.store import sha256_file
 
 IN_FLIGHT = 8 << 20  # what a cut may lose: TCP and ssh buffers between the relay and the board's disk
 
@@ -99,7 +100,7 @@ def test_a_stalled_link_is_given_up_after_stall_s_and_the_push_resumes(sim_sessi
     assert pushing.returncode == 0 and "Traceback" not in err, err[-3000:]
     assert json.loads(out)["link_retries"] == 1, out
     new = {sha: size for sha, size in store_sizes(board).items() if sha not in before}
-    assert new and all(faults.sha256(board.base / "store" / sha) == sha for sha in new), new  # no .part among them
+    assert new and all(sha256_file(board.base / "store" / sha) == sha for sha in new), new  # no .part among them
     print(f"stall at 60 MB: the push finished {after_stall:.1f} s after it (stall_s 6; the lost session's lock "
           "freed by the board's sshd, 15 s)")
     # stall_s to notice (ssh keep-alives every 2 s), 1 s to wait, ≈ 15–20 s for the board's sshd to end the stalled

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -19,6 +18,7 @@ import psutil
 from edgekit.sim import boards as sim
 from edgekit.sim import state as sim_state
 from edgekit.sim.testing import SimBoard
+from edgekit.store import sha256_file
 
 SERVICE = "edgekit-serve.service"
 
@@ -151,17 +151,9 @@ def violations(board: SimBoard, verify_blobs: bool = True) -> list[str]:
         wrong.append("/health does not answer 200")
     if verify_blobs:
         for blob in sorted((board.base / "store").iterdir()) if (board.base / "store").is_dir() else []:
-            if blob.is_file() and not blob.name.endswith(".part") and sha256(blob) != blob.name:
+            if blob.is_file() and not blob.name.endswith(".part") and sha256_file(blob) != blob.name:
                 wrong.append(f"blob {blob.name} holds other bytes")
     return wrong
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def settle(board: SimBoard, limit: float = 120.0) -> tuple[float | None, list[str]]:
