@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -214,6 +215,16 @@ def test_jobs_report_exit_codes_and_stop_without_leftovers(tmp_path: Path) -> No
     while _ours(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [p for p in _ours(marker) if p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_a_job_killed_before_its_exit_code_is_gone_and_says_what_the_board_saw(tmp_path: Path) -> None:
+    runner = LocalRunner("here")
+    job = Job.start(runner, str(tmp_path / "k"), ["sleep", "60"], "a doomed job")
+    child = int((tmp_path / "k" / "child").read_text())
+    assert job.pid is not None
+    os.killpg(job.pid, signal.SIGKILL)  # the wrapper and its command, before the wrapper writes rc
+    with pytest.raises(JobFailed, match=rf"ended without an exit code \(pid={job.pid} child={child}\)"):
+        job.wait(10, poll_s=0.2)
 
 
 # ------------------------------------------------------------------ the document, schema, plots

@@ -49,8 +49,8 @@ def test_two_modes_differ_and_the_board_is_put_back(board: SimBoard, env: dict[s
     assert _mode(board) == "pmode:0000"
     out = tmp_path / "modes"
     doc = ok_json(edgekit(env, "--json", "bench", "--board", board.name, "--recipe", "sim-tiny-mtp", "--quick",
-                          "--n-gen", "64", "--ignore-eos", "--no-llama-bench", "--concurrency", "1", "--power-modes", "0,15W",
-                          "--lock-clocks", "--out", str(out)))
+                          "--n-gen", "64", "--ignore-eos", "--no-llama-bench", "--concurrency", "1",
+                          "--power-modes", "0,15W", "--lock-clocks", "--out", str(out)))
     assert [(m["mode"], m["mode_name"]) for m in doc["modes"]] == [(0, "MAXN"), (3, "15W")]
     assert all(m["clocks_locked"] is True and m["power_available"] for m in doc["modes"])
     for m in doc["modes"]:  # each mode's own bench, recorded at that mode

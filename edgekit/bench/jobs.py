@@ -49,7 +49,8 @@ while [ ! -f "$dir/rc" ] && alive "$pid" && [ $i -lt "$n" ]; do sleep 0.1; i=$((
 if [ -f "$dir/rc" ]; then
   echo "rc=$(cat "$dir/rc")"
   [ -n "$collect" ] && cat "$collect" 2>/dev/null
-elif alive "$pid"; then echo running; else echo gone; fi
+elif alive "$pid" || alive "$(cat "$dir/child" 2>/dev/null || true)"; then echo running
+else echo "gone pid=${pid:-none} child=$(cat "$dir/child" 2>/dev/null || echo none)"; fi
 exit 0
 """
 
@@ -85,6 +86,7 @@ class Job:
     pid: int | None = None
     rc: int | None = None
     collected: str = ""
+    gone_why: str = ""  # what the board saw of a job that ended without an exit code (its pid files)
 
     @classmethod
     def start(cls, runner: Runner, job_dir: str, argv: list[str], what: str) -> Job:
@@ -105,11 +107,14 @@ class Job:
         res = self.runner.run(["sh", "-c", _WAIT, "edgekit-wait", self.dir, str(polls), collect or ""],
                               timeout=seconds + 30)
         first, _, rest = res.stdout.partition("\n")
-        first = first.strip() or "gone"
+        first = first.strip() or "gone (no answer)"
         if first.startswith("rc="):
             self.rc = int(first[3:] or 1)
             self.collected = rest
             return "done"
+        if first.startswith("gone"):
+            self.gone_why = first.removeprefix("gone").strip()
+            return "gone"
         return first
 
     def wait(self, timeout: float, poll_s: float = 2.0, collect: str | None = None) -> int:
@@ -120,8 +125,14 @@ class Job:
             if state == "done":
                 return self.rc if self.rc is not None else 1
             if state == "gone":
-                raise JobFailed(f"{self.what} on board {self.runner.name!r} ended without an exit code: "
-                                f"{self.tail()}")
+                # Once more after a moment: a wrapper that is only slow to start (a busy board) is not gone.
+                time.sleep(1.0)
+                state = self.poll(0.5, collect)
+                if state == "done":
+                    return self.rc if self.rc is not None else 1
+            if state == "gone":
+                raise JobFailed(f"{self.what} on board {self.runner.name!r} ended without an exit code "
+                                f"({self.gone_why}): {self.tail()}")
             if time.monotonic() >= deadline:
                 self.stop()
                 raise JobFailed(f"{self.what} on board {self.runner.name!r} ran past {timeout:.0f} s and was "
