@@ -74,10 +74,11 @@ def test_three_engines_deploy_bench_side_by_side_and_tune(sim_session, env, tmp_
     st = ok_json(edgekit(env, "--json", "status", "--board", board.name))
     assert st["engine"] == "vllm" and st["current"] == deployed["vllm"] and st["service_active"]
 
-    # tune sweeps vLLM's num_speculative_tokens the same way it sweeps llama-server's draft length.
+    # tune sweeps vLLM's num_speculative_tokens the same way it sweeps llama-server's draft length (a bar of 0.05×:
+    # the tiny drafters lose to their targets on a CPU, and this is about the sweep, not about that choice).
     tuned = tmp_path / "tune"
     res = edgekit(env, "tune", "--board", board.name, "--recipe", RECIPES["vllm"], "--quick", "--draft-n", "1,2",
-                  "--repetitions", "1", "--no-deploy", "--out", str(tuned))
+                  "--repetitions", "1", "--min-gain", "0.05", "--no-deploy", "--out", str(tuned))
     assert res.returncode == 0, res.stderr[-3000:]
     result = json.loads((tuned / "tune.json").read_text())
     assert [r["name"] for r in result["table"]] == ["n1-pdef", "n2-pdef", "baseline"]
