@@ -82,6 +82,6 @@ def test_a_lowered_clock_cap_flags_a_window_and_keep_throttled_keeps_it() -> Non
     assert "cpu-thermal at 96.0 °C" in heat.check(8.0, 10.0, trips, states)["reason"]
     runs = [{"window": {"start": a, "end": b}} for a, b in ((0.0, 4.0), (4.0, 6.0))]
     text = "\n".join(json.dumps(x) for x in [{"meta": {"throttle_points_c": trips}}, *({"state": s} for s in states)])
-    assert heat.mark(runs, text) == 1
+    assert heat.mark(runs, text) == (1, trips)
     assert heat.kept(runs, keep_throttled=False)[0] == runs[:1]
     assert heat.kept(runs, keep_throttled=True)[0] == runs

@@ -54,15 +54,15 @@ def check(t0: float, t1: float, trips: dict[str, float], states: list[dict[str, 
     return None
 
 
-def mark(run_docs: list[dict[str, Any]], power_text: str) -> int:
-    """Set ``runs[].throttled`` from the sampler's lines; how many were."""
+def mark(run_docs: list[dict[str, Any]], power_text: str) -> tuple[int, dict[str, float]]:
+    """Set ``runs[].throttled`` from the sampler's lines; how many were, and the zones' throttle points."""
     trips, states = read_states(power_text)
     n = 0
     for doc in run_docs:
         w = doc["window"]
         doc["throttled"] = check(float(w["start"]), float(w["end"]), trips, states)
         n += doc["throttled"] is not None
-    return n
+    return n, trips
 
 
 def kept(run_docs: list[dict[str, Any]], keep_throttled: bool) -> tuple[list[dict[str, Any]], str | None]:

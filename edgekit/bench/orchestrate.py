@@ -141,7 +141,7 @@ def build_document(sess: Session, plan: Plan, configs: list[ServerConfig], runs:
     else:
         power = {"available": False, "reason": "power sampling was turned off (--no-power)",
                  "total_rail_method": sess.rail.method if sess.rail else None}
-    throttled = heat.mark(run_docs, sess.power_text)
+    throttled, trips = heat.mark(run_docs, sess.power_text)
     measured, heat_note = heat.kept(run_docs, opts.keep_throttled)  # what the summary is made of
     summary = results.summarize(measured)
     model = sess.recipe.target.repo or sess.recipe.target.synthetic or sess.recipe.target.package or "the model"
@@ -208,7 +208,7 @@ def build_document(sess: Session, plan: Plan, configs: list[ServerConfig], runs:
         "power_trace": log.trace(0.0) if available else [],  # type: ignore[union-attr]
         "board_state": sess.snapshots,
         "heat": {"throttled_runs": throttled, "left_out": len(run_docs) - len(measured),
-                 "keep_throttled": opts.keep_throttled, "throttle_points_c": heat.read_states(sess.power_text)[0]},
+                 "keep_throttled": opts.keep_throttled, "throttle_points_c": trips},
         "notes": plan.notes + sess.cleanup_errors + ([heat_note] if heat_note else []),
     }
     if sess.media_runs:
