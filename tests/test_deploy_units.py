@@ -193,7 +193,7 @@ def test_binaries_newer_than_the_boards_glibc_are_refused() -> None:
 def test_unit_install_takes_the_older_name_only_while_the_file_is_missing(tmp_path: Path) -> None:
     """A release an older edgekit made carries its unit as edgekit-llama.service: the fleet's rescue installs that
     file under the service's name; a release that has the file under the new name is installed from it."""
-    from edgekit.deploy.service import INSTALL_UNIT_SH
+    from edgekit.remote.privilege import unit_install
 
     old, new = tmp_path / "old", tmp_path / "new"
     old.mkdir()
@@ -201,12 +201,16 @@ def test_unit_install_takes_the_older_name_only_while_the_file_is_missing(tmp_pa
     (old / "edgekit-llama.service").write_text("old unit\n")
     (new / "edgekit-serve.service").write_text("new unit\n")
     (new / "edgekit-llama.service").write_text("never taken\n")
-    env = {**os.environ, "EDGEKIT_BOARD_ROOT": str(tmp_path / "root")}
+    bin_dir = tmp_path / "bin"  # the simulated boards' systemctl stand-in, for the daemon-reload
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_bytes((Path(__file__).parents[1] / "edgekit/sim/bin/systemctl").read_bytes())
+    (bin_dir / "systemctl").chmod(0o755)
+    env = {**os.environ, "EDGEKIT_BOARD_ROOT": str(tmp_path / "root"), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     installed = tmp_path / "root/etc/systemd/system/edgekit-serve.service"
     for rdir, want in ((old, "old unit\n"), (new, "new unit\n")):
-        subprocess.run(["sh", "-c", INSTALL_UNIT_SH, "edgekit-unit", str(rdir / "edgekit-serve.service"),
-                        "edgekit-serve.service", str(rdir / "edgekit-llama.service")], env=env, check=True)
+        subprocess.run(unit_install([], str(rdir / "edgekit-serve.service"), "edgekit-serve.service",
+                                    [str(rdir / "edgekit-llama.service")]), env=env, check=True)
         assert installed.read_text() == want and oct(installed.stat().st_mode & 0o777) == "0o644"
-    missing = subprocess.run(["sh", "-c", INSTALL_UNIT_SH, "edgekit-unit", str(tmp_path / "none"), "x.service"],
+    missing = subprocess.run(unit_install([], str(tmp_path / "none"), "edgekit-x.service"),
                              env=env, capture_output=True, check=False)
-    assert missing.returncode != 0 and not (tmp_path / "root/etc/systemd/system/x.service").exists()
+    assert missing.returncode != 0 and not (tmp_path / "root/etc/systemd/system/edgekit-x.service").exists()

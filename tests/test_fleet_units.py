@@ -261,10 +261,10 @@ def test_rollout_commands_quote_every_value_and_follow_the_plan(tmp_path: Path) 
     words = shlex.split(commands.rollout(plan, fleet, "restore_switch"))
     assert words[-2:] == [base, "r1"] and words[:2] == ["sh", "-c"]
     restore = shlex.split(commands.rollout(plan, fleet, "restore"))
-    src = restore.index("edgekit-unit") + 1  # the unit file, its name, then its file under older names
+    src = restore.index("edgekit-unit-file") + 1  # the unit file, then its file under older names, then who installs
     r1 = f"{base}/releases/r1"
-    assert restore[:2] == ["sudo", "-n"] and restore[src:src + 3] == [
-        f"{r1}/edgekit-serve.service", "edgekit-serve.service", f"{r1}/edgekit-llama.service"]
+    assert restore[src:src + 5] == [f"{r1}/edgekit-serve.service", f"{r1}/edgekit-llama.service", "--", "sudo", "-n"]
+    assert restore[-1] == "edgekit-serve.service"  # the name it is installed under
     serving = {**plan, "state": {**plan["state"], "current": "r2", "serving": "r2", "serves": True}}
     again = shlex.split(commands.rollout(serving, fleet, "activate"))
     assert "--check-first" in again and again[again.index("--strategy") + 1] == "candidate"

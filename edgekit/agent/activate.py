@@ -33,26 +33,35 @@ import time
 from contextlib import contextmanager, suppress
 from typing import Any, Callable, Iterator
 
-from . import health
+from . import health, privileged
 from .board_releases import Layout
 
 
 class Units:
-    """The board's systemd units, privileged through ``sudo -n`` when not root. The unit directory is read under
-    ``$EDGEKIT_BOARD_ROOT`` (a simulated board's root; empty on a real one)."""
+    """The board's systemd units. As root, directly; else through edgekit's root helper where `edgekit board setup
+    --apply` installed it (agent/privileged.py: the unit file goes on stdin, read here as the login user), else
+    through ``sudo -n``. The unit directory is under ``$EDGEKIT_BOARD_ROOT`` (a simulated board's root)."""
 
     def __init__(self) -> None:
-        self.sudo = [] if os.getuid() == 0 else ["sudo", "-n"]
-        self.dir = os.environ.get("EDGEKIT_BOARD_ROOT", "") + "/etc/systemd/system"
+        root = os.environ.get("EDGEKIT_BOARD_ROOT", "")
+        helper = root + privileged.HELPER_PATH
+        self.helper = os.getuid() != 0 and os.access(helper, os.X_OK) and subprocess.call(
+            ["sudo", "-n", "-l", helper], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0
+        self.sudo = [] if os.getuid() == 0 else ["sudo", "-n", helper] if self.helper else ["sudo", "-n"]
+        self.dir = root + "/etc/systemd/system"
 
-    def _run(self, *argv: str, check: bool = True) -> int:
-        rc = subprocess.call([*self.sudo, *argv], stdout=subprocess.DEVNULL)
-        if check and rc != 0:
-            raise RuntimeError(f"`{' '.join(argv)}` failed (exit {rc})")
-        return rc
+    def _run(self, *argv: str, check: bool = True, data: bytes | None = None) -> int:
+        proc = subprocess.run([*self.sudo, *argv], stdout=subprocess.DEVNULL, input=data, check=False)
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"`{' '.join(argv)}` failed (exit {proc.returncode})")
+        return proc.returncode
 
     def install(self, unit: str, src: str) -> None:
         """The unit file ``src`` into the unit directory under ``unit``, replaced with one rename; daemon-reload."""
+        if self.helper:
+            with open(src, "rb") as fh:
+                self._run("unit-install", unit, data=fh.read())
+            return
         tmp = f"{self.dir}/.{unit}.new"
         self._run("mkdir", "-p", self.dir)
         self._run("install", "-m", "0644", src, tmp)
@@ -70,6 +79,9 @@ class Units:
         self._run("systemctl", "stop", unit, check=False)
 
     def remove(self, unit: str) -> None:
+        if self.helper:
+            self._run("unit-remove", unit, check=False)
+            return
         self.stop(unit)
         self._run("systemctl", "disable", unit, check=False)
         if os.path.exists(f"{self.dir}/{unit}"):

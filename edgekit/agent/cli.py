@@ -27,7 +27,7 @@ import time
 from typing import Any, Iterator
 
 from . import activate as activate_cmd
-from . import energy, extras, site_pull, sources, watchdog
+from . import energy, extras, service_exec, site_pull, sources, watchdog
 from . import load as load_cmd
 from .sampler import Sampler
 
@@ -230,6 +230,9 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("watchdog", help="restart a service that stops answering /health; cap its logs")
     watchdog.add_arguments(p)
     p.set_defaults(fn=watchdog.main)
+    p = sub.add_parser("exec", help="run a service's program with its log and key file opened as its own user")
+    service_exec.add_arguments(p)
+    p.set_defaults(fn=service_exec.main)
     p = sub.add_parser("site-pull", help="take missing blobs from the site's boards over HTTP (aria2c), sha256-checked")
     p.add_argument("spec", help="JSON: store, staging, blobs, sources")
     p.set_defaults(fn=lambda a: site_pull.main(a.spec))

@@ -10,13 +10,15 @@ unit again only if it was running before; the session compares the state before 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from edgekit.bench import boardfs
 from edgekit.deploy.health import wait_ready
-from edgekit.deploy.service import INSTALL_UNIT_SH, log_tail
+from edgekit.deploy.service import log_tail
 from edgekit.errors import EdgekitError
 from edgekit.release.units import LEGACY_UNITS, UNIT_NAME, render_unit
+from edgekit.remote import privilege
 from edgekit.remote.runner import LocalRunner, SshRunner
 
 Runner = SshRunner | LocalRunner
@@ -31,9 +33,8 @@ systemctl is-enabled --quiet "$1" && echo enabled=1 || echo enabled=0
 """
 
 
-def _systemctl(runner: Runner, need_sudo: bool, *args: str, check: bool = False) -> bool:
-    argv = ["systemctl", *args]
-    res = runner.run(["sudo", "-n", *argv] if need_sudo else argv, check=False, timeout=90)
+def _systemctl(runner: Runner, sudo: Sequence[str], *args: str, check: bool = False) -> bool:
+    res = runner.run([*sudo, "systemctl", *args], check=False, timeout=90)
     if check and not res.ok:
         tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
         raise EdgekitError(f"`systemctl {' '.join(args)}` failed on board {runner.name!r}: {tail[0]}")
@@ -47,9 +48,9 @@ class ServiceState:
     unit_sha256: str | None
 
     @classmethod
-    def read(cls, runner: Runner, need_sudo: bool, unit: str = UNIT_NAME) -> ServiceState:
-        argv = ["sh", "-c", _STATE, "edgekit-unit-state", unit]
-        out = runner.run(["sudo", "-n", *argv] if need_sudo else argv, timeout=30).stdout
+    def read(cls, runner: Runner, unit: str = UNIT_NAME) -> ServiceState:
+        # Unit files are world-readable and is-active/is-enabled ask nothing of root: no prefix.
+        out = runner.run(["sh", "-c", _STATE, "edgekit-unit-state", unit], timeout=30).stdout
         kv = dict(line.partition("=")[::2] for line in out.splitlines() if "=" in line)
         return cls(active=kv.get("active") == "1", enabled=kv.get("enabled") == "1",
                    unit_sha256=kv.get("sha") or None)
@@ -58,25 +59,13 @@ class ServiceState:
         return {"active": self.active, "enabled": self.enabled, "unit_sha256": self.unit_sha256}
 
 
-# "$1" unit file on the board, "$2" unit name: install it and (re)start it in one round trip.
-_START_UNIT = INSTALL_UNIT_SH + """systemctl daemon-reload
-systemctl restart "$unit"
-"""
-
-# "$1" unit name: stop it, remove its file, reload.
-_REMOVE_UNIT = r"""
-systemctl stop "$1" 2>/dev/null
-rm -f "${EDGEKIT_BOARD_ROOT:-}/etc/systemd/system/$1"
-systemctl daemon-reload
-"""
-
-
 class Board:
     """Stop / restore the deployed service; start / stop the bench unit (never enabled)."""
 
-    def __init__(self, runner: Runner, base: str, release_dir: str, need_sudo: bool, work: str,
-                 main_port: int) -> None:
-        self.runner, self.base, self.release_dir, self.need_sudo = runner, base, release_dir, need_sudo
+    def __init__(self, runner: Runner, base: str, release_dir: str, sudo: Sequence[str], work: str,
+                 main_port: int, user: str | None = None) -> None:
+        self.runner, self.base, self.release_dir, self.sudo = runner, base, release_dir, list(sudo)
+        self.user = user  # the units' User= (the login user unless it is root)
         self.work, self.main_port = work, main_port
         self.before: ServiceState | None = None
         self.unit = UNIT_NAME  # the deployed service's name on this board (remember() finds it)
@@ -86,21 +75,20 @@ class Board:
     def log(self) -> str:
         return f"{self.work}/llama-server-bench.log"
 
-    def _sh(self, script: str, *args: str, check: bool = True) -> None:
-        argv = ["sh", "-c", script, "edgekit-bench-unit", *args]
-        res = self.runner.run(["sudo", "-n", *argv] if self.need_sudo else argv, check=False, timeout=120)
+    def _priv(self, argv: list[str], check: bool = True) -> None:
+        res = self.runner.run(argv, check=False, timeout=120)
         if check and not res.ok:
             tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
             raise EdgekitError(f"Starting the bench server failed on board {self.runner.name!r}: {tail[0]}")
 
     def _bench_active(self) -> bool:
-        return _systemctl(self.runner, self.need_sudo, "is-active", "--quiet", BENCH_UNIT)
+        return _systemctl(self.runner, self.sudo, "is-active", "--quiet", BENCH_UNIT)
 
     def remember(self) -> ServiceState:
-        self.before = ServiceState.read(self.runner, self.need_sudo)
+        self.before = ServiceState.read(self.runner)
         if not (self.before.active or self.before.unit_sha256):  # a board an older edgekit deployed last
             for name in LEGACY_UNITS:
-                old = ServiceState.read(self.runner, self.need_sudo, name)
+                old = ServiceState.read(self.runner, name)
                 if old.active or old.unit_sha256:
                     self.unit, self.before = name, old
                     break
@@ -108,7 +96,7 @@ class Board:
 
     def stop_main(self) -> None:
         if self.before and self.before.active:
-            _systemctl(self.runner, self.need_sudo, "stop", self.unit, check=True)
+            _systemctl(self.runner, self.sudo, "stop", self.unit, check=True)
 
     def start_server(self, argv: list[str], port: int, description: str, timeout: float,
                      exe: list[str] | None = None, env: dict[str, str] | None = None,
@@ -121,11 +109,12 @@ class Board:
         unit_file = f"{self.work}/{BENCH_UNIT}"
         rdir = release_dir or self.release_dir
         command = exe or [f"{rdir}/bin/llama-server"]
-        text = render_unit(rdir, [*command, *argv], self.log, description, environment=env,
+        text = render_unit(rdir, [*command, *argv], self.log, description, user=self.user, environment=env,
                            environment_file=env_file or None)
         boardfs.put_text(self.runner, unit_file, text)
         self.bench_installed = True
-        self._sh(_START_UNIT, unit_file, BENCH_UNIT)
+        self._priv(privilege.unit_install(self.sudo, unit_file, BENCH_UNIT))
+        self._priv([*self.sudo, "systemctl", "restart", BENCH_UNIT])
         try:
             return wait_ready(self.runner, port, timeout, alive=self._bench_active)
         except TimeoutError as exc:
@@ -135,24 +124,24 @@ class Board:
 
     def stop_server(self) -> None:
         if self.bench_installed:
-            _systemctl(self.runner, self.need_sudo, "stop", BENCH_UNIT)
+            _systemctl(self.runner, self.sudo, "stop", BENCH_UNIT)
 
     def restore(self, health_timeout: float = 180.0) -> ServiceState:
         """Remove the bench unit; start the deployed unit again if it ran before. Returns the state now."""
         if self.bench_installed:
-            self._sh(_REMOVE_UNIT, BENCH_UNIT, check=False)
+            self._priv(privilege.unit_remove(self.sudo, BENCH_UNIT), check=False)
             self.bench_installed = False
         before = self.before
         if before is not None:
-            now_active = _systemctl(self.runner, self.need_sudo, "is-active", "--quiet", self.unit)
+            now_active = _systemctl(self.runner, self.sudo, "is-active", "--quiet", self.unit)
             if before.active and not now_active:
                 # `start`, not `restart` + `enable`: the enabled state stays what it was.
-                _systemctl(self.runner, self.need_sudo, "start", self.unit, check=True)
+                _systemctl(self.runner, self.sudo, "start", self.unit, check=True)
                 try:
                     wait_ready(self.runner, self.main_port, health_timeout)
                 except TimeoutError as exc:
                     raise EdgekitError(f"The deployed service on board {self.runner.name!r} was started again but "
                                        f"is not ready: {exc}.") from None
             elif not before.active and now_active:
-                _systemctl(self.runner, self.need_sudo, "stop", self.unit)
-        return ServiceState.read(self.runner, self.need_sudo, self.unit)
+                _systemctl(self.runner, self.sudo, "stop", self.unit)
+        return ServiceState.read(self.runner, self.unit)

@@ -18,7 +18,7 @@ import secrets
 import shlex
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +29,7 @@ from edgekit.bench.orchestrate import BenchOptions
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
 from edgekit.errors import EdgekitError
+from edgekit.remote import privilege
 from edgekit.remote.probe import probe
 from edgekit.remote.runner import LocalRunner, SshRunner, runner_for
 
@@ -36,9 +37,9 @@ Runner = SshRunner | LocalRunner
 PYTHON = "python3"
 
 # Waits for our channel to close, then puts the board's mode (and its clocks, from the file jetson_clocks
-# stored) back. "$1" is "sudo" where the login user is not root.
-_GUARD_SH = ('echo armed; cat >/dev/null; s=; [ "$1" = sudo ] && s="sudo -n"; $s nvpmodel -m "$2"; '
-             '[ -z "$3" ] || $s jetson_clocks --restore "$3"')
+# stored) back. "$1" the mode, "$2" the clocks file (or ""), then the board's prefix for root (none as root).
+_GUARD_SH = ('echo armed; cat >/dev/null; m="$1"; c="$2"; shift 2; "$@" nvpmodel -m "$m"; '
+             '[ -z "$c" ] || "$@" jetson_clocks --restore "$c"')
 
 
 def resolve(wanted: list[str], modes: dict[str, str], board: str) -> list[tuple[int, str]]:
@@ -58,8 +59,8 @@ def resolve(wanted: list[str], modes: dict[str, str], board: str) -> list[tuple[
 class _Guard:
     """The board-side restorer (see the module's docstring)."""
 
-    def __init__(self, runner: Runner, sudo: bool, mode: int, clocks_file: str) -> None:
-        self.argv = ["sh", "-c", _GUARD_SH, "edgekit-mode-guard", "sudo" if sudo else "-", str(mode), clocks_file]
+    def __init__(self, runner: Runner, sudo: Sequence[str], mode: int, clocks_file: str) -> None:
+        self.argv = ["sh", "-c", _GUARD_SH, "edgekit-mode-guard", str(mode), clocks_file, *sudo]
         self.runner = runner
         self._chan: Any = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -99,8 +100,8 @@ def _snapshot(runner: Runner, agent: str) -> dict[str, Any]:
         raise EdgekitError(f"Could not read board {runner.name!r}'s power mode: {res.stderr.strip()[-300:]}") from None
 
 
-def _set(runner: Runner, sudo: bool, argv: list[str], what: str) -> None:
-    res = runner.run(["sudo", "-n", *argv] if sudo else argv, check=False, timeout=120)
+def _set(runner: Runner, sudo: Sequence[str], argv: list[str], what: str) -> None:
+    res = runner.run([*sudo, *argv], check=False, timeout=120)
     if not res.ok:
         last = ((res.stderr or res.stdout).strip().splitlines() or [f"exit {res.exit_code}"])[-1]
         raise EdgekitError(f"Could not {what} on board {runner.name!r}: {last}")
@@ -112,7 +113,7 @@ def modes_session(name: str, board: Board, say: Callable[[str], None],
     """Yields (set_mode(id, name) → the board's snapshot at that mode, the board's modes); puts everything back."""
     with runner_for(board, name) as runner:
         facts = probe(runner, board.base)
-        sudo = facts.sudo != "root"
+        sudo = facts.sudo_prefix
         work = f"{facts.base}/bench/modes-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
         agent = boardfs.push_agent(runner, f"{work}/agent")
         try:
@@ -121,7 +122,7 @@ def modes_session(name: str, board: Board, say: Callable[[str], None],
             current = (before.get("nvpmodel") or {}).get("id")
             if current is None or not modes:
                 raise EdgekitError(f"Board {name!r} has no nvpmodel power modes to measure.")
-            clocks_file = f"{work}/clocks.conf" if lock_clocks else ""
+            clocks_file = privilege.clocks_file(sudo, work) if lock_clocks else ""
             if lock_clocks:
                 _set(runner, sudo, ["jetson_clocks", "--store", clocks_file], "store the clocks (jetson_clocks)")
             with _Guard(runner, sudo, int(current), clocks_file):
@@ -214,6 +215,6 @@ def _write(doc: dict[str, Any], out_dir: Path, with_plots: bool) -> None:
 def keep_mode(name: str, board: Board, mode: int, mode_name: str, say: Callable[[str], None]) -> None:
     """Leave the board at ``mode`` (what `tune --power-modes` chose)."""
     with runner_for(board, name) as runner:
-        sudo = probe(runner, board.base).sudo != "root"
+        sudo = probe(runner, board.base).sudo_prefix
         _set(runner, sudo, ["nvpmodel", "-m", str(mode)], f"set power mode {mode} ({mode_name})")
     say(f"power mode {mode} ({mode_name}) kept")

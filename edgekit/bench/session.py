@@ -190,8 +190,8 @@ class Session:
         self.agent = boardfs.push_agent(runner, f"{self.work}/agent")
         self.prompts = f"{self.work}/prompts.json"
         boardfs.put_text(runner, self.prompts, json.dumps(prompts.load(self.recipe.bench.prompt_set)))
-        self.svc = BenchBoard(runner, base, self.release_dir, self.facts.sudo != "root", self.work,
-                              int(self.manifest.get("port") or self.recipe.runtime.port))
+        self.svc = BenchBoard(runner, base, self.release_dir, self.facts.sudo_prefix, self.work,
+                              int(self.manifest.get("port") or self.recipe.runtime.port), self.facts.service_user)
         self.service_before = self.svc.remember()
         self.bench_port = int(self.manifest.get("candidate_port") or self.svc.main_port + 1)
         self.snapshots["before"] = self.agent_json(["snapshot"])

@@ -1,4 +1,4 @@
-"""`edgekit board probe|trust`: one board's facts, and explicit trust of its host key."""
+"""`edgekit board probe|trust|setup|key`: one board's facts, trust of its host key, its least privilege, its key."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from rich.table import Table
 from edgekit.cli import board_option, json_option
 from edgekit.cli.app import App
 from edgekit.errors import EdgekitError
-from edgekit.remote import hostkeys
+from edgekit.remote import board_setup, hostkeys
 from edgekit.remote.probe import probe as probe_board
 from edgekit.remote.runner import runner_for
 
@@ -36,13 +36,45 @@ def probe(app: App, board_name: str) -> None:
     def human() -> None:
         table = Table(title=f"board {board_name} ({entry.user}@{entry.host}:{entry.port})", show_header=False)
         for key in ("model", "profile", "l4t", "jetpack", "cuda", "arch", "mem_total_mb", "disk_free_mb",
-                    "base", "python", "jtop", "tegrastats", "nvpmodel", "power_rails"):
+                    "base", "python", "jtop", "tegrastats", "nvpmodel", "power_rails", "user", "sudo"):
             value = data[key]
             table.add_row(key, ", ".join(value) if isinstance(value, list) else str(value))
         if entry.site:  # a site's boards serve and fetch blobs with these (apt install nginx-light aria2)
             table.add_row("site tools", ", ".join(f"{k} {'yes' if v else 'MISSING'}"
                                                   for k, v in data["site_tools"].items()))
         app.out.print(table)
+
+    app.emit(data, human)
+
+
+@board.command()
+@board_option
+@click.option("--apply", "do_apply", is_flag=True,
+              help="Install the helper and the sudoers drop-in (needs root or full sudo on the board, once).")
+@json_option
+@click.pass_obj
+def setup(app: App, board_name: str, do_apply: bool) -> None:
+    """Least privilege: the sudoers drop-in that lets the login user run edgekit's root helper and nothing else."""
+    entry = app.board(board_name)
+    with runner_for(entry, board_name) as runner:
+        facts = probe_board(runner, entry.base)
+        plan = board_setup.plan(board_name, facts)
+        if do_apply:
+            board_setup.apply(runner, facts, plan)
+            facts = probe_board(runner, entry.base)
+    data = {**plan.to_dict(), "applied": do_apply, "sudo": facts.sudo}
+
+    def human() -> None:
+        if do_apply:
+            app.out.print(f"board {board_name}: helper at {plan.helper}, {plan.sudoers_path} installed; "
+                          f"edgekit now runs as root only through the helper (sudo: {facts.sudo}). You may now take "
+                          f"{plan.user}'s other sudo rights away.")
+            return
+        app.out.print(f"# {plan.sudoers_path} on board {board_name} (0440 root:root), with edgekit's helper "
+                      f"installed root-owned, 0755, at {plan.helper}:")
+        app.out.print(plan.sudoers, markup=False, highlight=False, end="")
+        app.out.print(f"# `edgekit board setup --board {board_name} --apply` installs both (root or full sudo "
+                      "once).", markup=False, highlight=False)
 
     app.emit(data, human)
 
@@ -108,7 +140,7 @@ def rotate(app: App, board_name: str, wait_s: int) -> None:
     with runner_for(entry, board_name) as runner:
         facts = probe_board(runner, entry.base)
         with BoardLock(runner, facts.base, wait_s):
-            done = rotate_key(runner, facts.base, board_name, need_sudo=facts.sudo != "root")
+            done = rotate_key(runner, facts.base, board_name, sudo=facts.sudo_prefix)
     app.emit(done.to_dict(), lambda: app.out.print(
         f"{board_name}: new key in {done.key_file}; release {done.release} served again after "
         f"{done.seconds_unserved:.1f} s; the old key is refused"))

@@ -85,7 +85,7 @@ def rollback(app: App, board_name: str, to_release: str | None) -> None:
     with runner_for(board, board_name) as runner:
         facts = probe(runner, board.base)
         try:
-            result = act.rollback(runner, facts.base, need_sudo=facts.sudo != "root", to=to_release)
+            result = act.rollback(runner, facts.base, sudo=facts.sudo_prefix, to=to_release)
         except HealthCheckFailed as exc:
             _fail_with_logs(app, exc)
         notes = exposure.after_rollback(runner, facts.base, result.release_id)
@@ -118,7 +118,7 @@ def status(app: App, board_name: str) -> None:
         lay = releases.layout(runner, facts.base)
         manifest = (ReleaseManifest.read(releases.read_manifest(runner, facts.base, lay.current),
                                          f"release {lay.current} on board {board_name!r}") if lay.current else None)
-        unit = act.active_unit(runner, facts.sudo != "root")
+        unit = act.active_unit(runner, facts.sudo_prefix)
         active = unit is not None
         health = None
         if manifest is not None and unit is not None:  # the unit says where its server logs (an older one elsewhere)

@@ -12,7 +12,7 @@ the last good release, and the error carries the server's last log lines.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
@@ -78,24 +78,24 @@ class BoardPaths:
         return service_log(self.base, candidate=True)
 
 
-def board_state(runner: Runner, base: str, need_sudo: bool) -> tuple[releases.Layout, bool]:
+def board_state(runner: Runner, base: str, sudo: Sequence[str]) -> tuple[releases.Layout, bool]:
     """The board's releases and whether its service runs.
 
     Two round trips that do not depend on each other, on two channels of the one connection at once: on
     a redeploy (or a fleet re-run) that changes nothing they are most of what the board is asked.
     """
     with ThreadPoolExecutor(max_workers=1) as pool:
-        active = pool.submit(service_active, runner, need_sudo)
+        active = pool.submit(service_active, runner, sudo)
         return releases.layout(runner, base), active.result()
 
 
-def service_active(runner: Runner, need_sudo: bool) -> bool:
-    return active_unit(runner, need_sudo) is not None
+def service_active(runner: Runner, sudo: Sequence[str]) -> bool:
+    return active_unit(runner, sudo) is not None
 
 
-def active_unit(runner: Runner, need_sudo: bool) -> str | None:
+def active_unit(runner: Runner, sudo: Sequence[str]) -> str | None:
     """The name the board's service runs under: this edgekit's, or one an older edgekit gave it (LEGACY_UNITS)."""
-    return next((unit for unit in (UNIT_NAME, *LEGACY_UNITS) if Service(runner, unit, need_sudo).is_active()), None)
+    return next((unit for unit in (UNIT_NAME, *LEGACY_UNITS) if Service(runner, unit, sudo).is_active()), None)
 
 
 def unit_options() -> list[str]:
@@ -153,13 +153,13 @@ def _run_program(runner: Runner, argv: list[str], timeout: float, on_step: Calla
     return steps
 
 
-def activate(runner: Runner, base: str, spec: ActivationSpec, need_sudo: bool,
+def activate(runner: Runner, base: str, spec: ActivationSpec, sudo: Sequence[str],
              on_step: Callable[[str], None] = lambda _msg: None) -> Activation:
     """The board's own activation program (agent/activate.py, carried by the release) does the switch; the host
     makes the release directory it runs from and answers a redeploy that changes nothing from the record."""
     release_id, port = spec.release_id, spec.serve.port
     paths = BoardPaths(base)
-    lay, serves = board_state(runner, base, need_sudo)
+    lay, serves = board_state(runner, base, sudo)
     if lay.current == release_id and lay.serving == release_id and serves and lay.health:
         recorded = health_mod.quick(runner, port, lay.health, spec.serve.drafter)
         if recorded is not None:
@@ -197,7 +197,7 @@ def activate(runner: Runner, base: str, spec: ActivationSpec, need_sudo: bool,
         f"rolled back to {previous or 'no release (service stopped)'}.", log_tail(runner, paths.log))
 
 
-def rollback(runner: Runner, base: str, need_sudo: bool, to: str | None = None,
+def rollback(runner: Runner, base: str, sudo: Sequence[str], to: str | None = None,
              timeout: float = 180.0) -> Activation:
     """Switch back to the release before `current` (or ``to``), restart and check it (the board's program)."""
     lay = releases.layout(runner, base)

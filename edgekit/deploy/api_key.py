@@ -9,6 +9,7 @@ first, so an edgekit killed half way still holds the key the board may already h
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from edgekit.config import api_keys
@@ -64,7 +65,7 @@ def _answers(runner: Runner, port: int, path: str, key: str | None) -> int:
     return request(runner, port, "GET", path, timeout=30, api_key=key).status
 
 
-def rotate(runner: Runner, base: str, board: str, need_sudo: bool, timeout: float = 180.0) -> Rotation:
+def rotate(runner: Runner, base: str, board: str, sudo: Sequence[str], timeout: float = 180.0) -> Rotation:
     """A new key on the board and here; the service restarted on it; the old key refused, the new one taken."""
     lay = releases.layout(runner, base)
     if lay.current is None:
@@ -79,7 +80,7 @@ def rotate(runner: Runner, base: str, board: str, need_sudo: bool, timeout: floa
     api_keys.save_key(board, new, suffix=".new")  # kept until the board has it and answers to it
     board_key.place(runner, base, new)
     t = time.monotonic()
-    Service(runner, UNIT_NAME, need_sudo).restart()
+    Service(runner, UNIT_NAME, sudo).restart()
     try:
         wait_ready(runner, manifest.port, timeout)
     except TimeoutError as exc:

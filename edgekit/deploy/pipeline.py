@@ -210,7 +210,7 @@ def deploy(name: str, board: Board, recipe: Recipe, options: DeployOptions, cons
         t = time.monotonic()
         spec = act.ActivationSpec.of_plan(plan, options.keep or recipe.keep_releases, strategy,
                                           options.health_timeout_s)
-        activation = act.activate(done.runner, facts.base, spec, need_sudo=facts.sudo != "root", on_step=say)
+        activation = act.activate(done.runner, facts.base, spec, sudo=facts.sudo_prefix, on_step=say)
         stages["activate"] = time.monotonic() - t
         notes = exposure.after_deploy(done.runner, facts.base, activation.previous, plan.typed) \
             if activation.changed else []

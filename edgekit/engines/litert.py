@@ -24,6 +24,7 @@ from edgekit.engines.capabilities import EngineBase
 from edgekit.engines.litert_front import BUNDLE, board_python, bundle_for, front_argv, python_of
 from edgekit.release.auth import auth_fields
 from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service_ports, service_units
+from edgekit.release.units import run_as_fields
 
 if TYPE_CHECKING:
     from edgekit.engines.benchconf import BenchSite, ServerConfig
@@ -47,11 +48,12 @@ def compose(ctx: ReleaseContext, python: str, bundle: dict[str, Any]) -> Release
         "spec_type": "litert-mtp" if steps else "none", "runtime": rt.model_dump(mode="json"), "guards": [],
         "gpu": "none", "litert": {k: bundle.get(k) for k in ("key", "model_types", "draft_steps", "cache_length")},
         "chat": bool(bundle.get("chat_template")),  # the front renders the bundle's template (health uses it)
-        **auth,
+        **auth, **run_as_fields(ctx.facts.service_user),
     }
 
     def render(rid: str) -> dict[str, str]:
-        return service_units(ctx.facts.base, rid, argv_at, ports, "LiteRT-LM", recipe.name, rt.env, rt.watchdog)
+        return service_units(ctx.facts.base, rid, argv_at, ports, "LiteRT-LM", recipe.name, rt.env, rt.watchdog,
+                             user=ctx.facts.service_user)
 
     return plan_release(recipe.name, {BUNDLE: Path(bundle["file"]), **agent_files()}, describe, render)
 

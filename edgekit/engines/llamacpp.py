@@ -28,6 +28,7 @@ from edgekit.paths import cache_dir
 from edgekit.release.auth import auth_fields
 from edgekit.release.health import GpuPolicy
 from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service_ports, service_units
+from edgekit.release.units import run_as_fields
 from edgekit.remote.probe import BoardFacts
 
 if TYPE_CHECKING:
@@ -182,7 +183,7 @@ def release_files(bin_dir: Path, models: dict[str, Path]) -> dict[str, Path]:
 
 
 def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: str, help_text: str,
-            models: dict[str, Path], target: str, gpu: GpuPolicy = "none") -> ReleasePlan:
+            models: dict[str, Path], target: str, gpu: GpuPolicy = "none", user: str | None = None) -> ReleasePlan:
     has_drafter = "models/drafter.gguf" in models
     mmproj = "models/mmproj.gguf" if "models/mmproj.gguf" in models else None
     rt, guards = apply_guards(recipe.runtime, board.profile, LLAMA_CPP_SHORT, has_drafter)
@@ -201,12 +202,12 @@ def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: s
         "drafter": has_drafter, "spec_type": rt.spec_type, "build": {"key": build_key, "target": target},
         "runtime": rt.model_dump(mode="json"), "guards": [g.to_dict() for g in guards], "gpu": gpu,
         "media": media_kinds(models) if mmproj else [],
-        "chat": gguf_has_chat_template(models["models/target.gguf"]), **auth,
+        "chat": gguf_has_chat_template(models["models/target.gguf"]), **auth, **run_as_fields(user),
     }
 
     def render(rid: str) -> dict[str, str]:
         return service_units(base, rid, lambda rdir, port: [f"{rdir}/bin/llama-server", *args_at(port)], ports,
-                             "llama-server", recipe.name, rt.env, rt.watchdog)
+                             "llama-server", recipe.name, rt.env, rt.watchdog, user=user)
 
     return plan_release(recipe.name, release_files(bin_dir, models), describe, render)
 
@@ -277,7 +278,7 @@ class LlamaCpp(EngineBase):
         stages["models"] = time.monotonic() - t
         help_text = server_help(built)
         plan = compose(ctx.recipe, ctx.board, ctx.facts.base, built.bin_dir, built.artifact.key, help_text, models,
-                       target, choice.gpu)
+                       target, choice.gpu, ctx.facts.service_user)
         for guard in plan.manifest["guards"]:
             ctx.say(Applied(**guard).line())
         return EngineRelease(plan, built.to_dict(), stages)
@@ -315,9 +316,9 @@ def _fleet_releases(recipe: Recipe, targets: Mapping[str, FleetBoard], src: str 
             console.print("[dim]fleet: models[/dim]")
             models = resolve_models(recipe, console, src)
         bin_dir, key, help_text = built[kind_key]
-        kind = (kind_key, t.facts.base, t.board.service_port)
+        kind = (kind_key, t.facts.base, t.board.service_port, t.facts.service_user)
         if kind not in composed:
             composed[kind] = compose(recipe, t.board, t.facts.base, bin_dir, key, help_text, models, target,
-                                     choice.gpu)
+                                     choice.gpu, t.facts.service_user)
         result.plans[name] = composed[kind]
     return result

@@ -34,6 +34,7 @@ from edgekit.engines.vllm_container import (
 from edgekit.errors import EdgekitError
 from edgekit.release.auth import auth_fields
 from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service_ports, service_units
+from edgekit.release.units import run_as_fields
 from edgekit.remote.runner import LocalRunner, SshRunner
 
 if TYPE_CHECKING:
@@ -112,12 +113,12 @@ def compose(ctx: ReleaseContext, python: str, version: str, models: dict[str, Pa
         "drafter": has_drafter, "spec_type": "mtp" if has_drafter else "none",
         "chat": chat,  # the target has a chat template: health goes through /v1/chat/completions
         "runtime": recipe.runtime.model_dump(mode="json"), "guards": [], "gpu": "none",
-        "container": {"image": image} if image else None, **auth,
+        "container": {"image": image} if image else None, **auth, **run_as_fields(ctx.facts.service_user),
     }
 
     def render(rid: str) -> dict[str, str]:
         return service_units(ctx.facts.base, rid, argv_at, ports, "vLLM", recipe.name, environment,
-                             recipe.runtime.watchdog, auth.get("api_env_file"))
+                             recipe.runtime.watchdog, auth.get("api_env_file"), ctx.facts.service_user)
 
     return plan_release(recipe.name, {**models, **agent_files()}, describe, render)
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from edgekit.agent.health import check_options, command_args
 from edgekit.release.units import CANDIDATE_LOG_NAME, LOG_NAME, activation_program
+from edgekit.remote import privilege
 
 PASSED = "'{\"ok\": true,'*"  # a case pattern: the health check prints "ok" first
 
@@ -72,10 +73,9 @@ class Board:
         """Service.install + Service.restart: the unit file from the release into the unit directory (a release an
         older edgekit made has it under an older name), daemon-reload, enable (may fail), restart; one round trip."""
         rdir = f"{self.base}/releases/{release}"
-        install = q([*self.sudo, "sh", "-c", self.scripts["unit_install"], "edgekit-unit", f"{rdir}/{unit}", unit,
-                     *(f"{rdir}/{old}" for old in self.units.get("legacy") or [])])
-        return (f"{install} && {self._systemctl('daemon-reload')} && "
-                f"{{ {self._systemctl('enable', unit)} || true; }} && {self._systemctl('restart', unit)}")
+        install = q(privilege.unit_install(self.sudo, f"{rdir}/{unit}", unit,
+                                           [f"{rdir}/{old}" for old in self.units.get("legacy") or []]))
+        return f"{install} && {{ {self._systemctl('enable', unit)} || true; }} && {self._systemctl('restart', unit)}"
 
     def stop(self, unit: str) -> str:
         return self._systemctl("stop", unit)

@@ -29,13 +29,13 @@ class Found:
 
 def _current(fleet: Fleet, bp: BoardPlan) -> Found:
     target = fleet.targets[bp.name]
-    sudo = target.facts.sudo != "root"
+    sudo = target.facts.sudo_prefix
     lay, active = board_state(target.runner, bp.base, sudo)
     rid = bp.plan.release_id
     serves = lay.current == rid and lay.serving == rid and active  # the planned release, as its service
     found = Found({"current": lay.current, "serving": lay.serving, "releases": lay.releases,
                    "has_release": rid in lay.releases, "active": active, "serves": serves,
-                   "sudo": ["sudo", "-n"] if sudo else []}, None)
+                   "sudo": sudo}, None)
     if not serves or lay.health is None:
         return found
     m = bp.plan.typed

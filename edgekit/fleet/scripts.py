@@ -9,7 +9,6 @@ Values only ever arrive as arguments; the roles quote every argument (Jinja's `q
 
 from __future__ import annotations
 
-from edgekit.deploy import service
 from edgekit.engines import ENGINES, get_engine
 from edgekit.release.health import health_program
 from edgekit.remote import boardscripts, releases
@@ -25,7 +24,15 @@ base = os.path.expanduser(sys.argv[1]).rstrip("/") or "/"
 want = sys.argv[2] if len(sys.argv) > 2 else ""
 unit = sys.argv[3] if len(sys.argv) > 3 else ""
 older = sys.argv[4:]
-sudo = [] if os.getuid() == 0 else ["sudo", "-n"]
+# edgekit's root helper (`edgekit board setup --apply`) where the user may run it: as remote/privilege.py.
+helper = os.environ.get("EDGEKIT_BOARD_ROOT", "") + "/usr/local/sbin/edgekit-root"
+if os.getuid() == 0:
+    sudo = []
+elif os.access(helper, os.X_OK) and subprocess.call(["sudo", "-n", "-l", helper], stdout=subprocess.DEVNULL,
+                                                    stderr=subprocess.DEVNULL) == 0:
+    sudo = ["sudo", "-n", helper]
+else:
+    sudo = ["sudo", "-n"]
 
 def text(path):
     try:
@@ -174,7 +181,6 @@ def scripts() -> dict[str, str]:
         "create": releases.CREATE_PY,
         "switch": releases.SWITCH_SH,
         "serving": SERVING_SH,
-        "unit_install": service.INSTALL_UNIT_SH,
         "inventory": boardscripts.INVENTORY_SH,
         "inventory_ro": INVENTORY_RO,
         "place": PLACE_PY,

@@ -63,24 +63,25 @@ def service_ports(board_port: int | None, recipe_port: int) -> tuple[int, int]:
 
 def service_units(base: str, rid: str, argv_at: Callable[[str, int], list[str]], ports: tuple[int, int],
                   server: str, recipe: str, environment: dict[str, str], watchdog: Watchdog,
-                  environment_file: str | None = None) -> dict[str, str]:
+                  environment_file: str | None = None, user: str | None = None) -> dict[str, str]:
     """The release's main and candidate units: the same server (``argv_at(release dir, port)``) on two ports,
-    each logging where activation reads it (``environment_file``: read by systemd as the unit starts); and its
-    watchdog's unit, unless the recipe turns it off (activation then removes a watchdog an earlier one left)."""
+    each logging where activation reads it (``environment_file``: read as the unit starts); and its
+    watchdog's unit, unless the recipe turns it off (activation then removes a watchdog an earlier one left).
+    ``user``: all three run as that user (BoardFacts.service_user)."""
 
     rdir = f"{base}/releases/{rid}"
     main, candidate = ports
     guard = {} if not watchdog.enabled else {
         WATCHDOG_UNIT: render_unit(rdir, watchdog_argv(base, rid, main, **watchdog.model_dump(exclude={"enabled"})),
                                    f"{base}/logs/{WATCHDOG_LOG_NAME}", f"edgekit watchdog (release {rid})",
-                                   restart="always")}
+                                   user=user, restart="always")}
     return {**guard,
         UNIT_NAME: render_unit(rdir, argv_at(rdir, main), service_log(base),
-                               f"edgekit {server} ({recipe}, release {rid})", environment=environment,
+                               f"edgekit {server} ({recipe}, release {rid})", user=user, environment=environment,
                                environment_file=environment_file),
         CANDIDATE_UNIT: render_unit(rdir, argv_at(rdir, candidate), service_log(base, candidate=True),
-                                    f"edgekit candidate {server} ({recipe}, release {rid})", environment=environment,
-                                    environment_file=environment_file),
+                                    f"edgekit candidate {server} ({recipe}, release {rid})", user=user,
+                                    environment=environment, environment_file=environment_file),
     }
 
 

@@ -16,6 +16,11 @@ LEGACY_UNITS = {"edgekit-llama.service": "llama-server.log"}
 LEGACY_CANDIDATE_UNITS = ("edgekit-llama-candidate.service",)  # removed before a candidate takes the port
 
 
+def run_as_fields(user: str | None) -> dict[str, str]:
+    """What release.json (and so the release id) says of who its units run as; nothing for root."""
+    return {"run_as": user} if user else {}
+
+
 def service_log(base: str, candidate: bool = False) -> str:
     return f"{base}/logs/{CANDIDATE_LOG_NAME if candidate else LOG_NAME}"
 
@@ -23,7 +28,11 @@ def service_log(base: str, candidate: bool = False) -> str:
 def activation_program(base: str, rid: str) -> list[str]:
     """The program that switches these units (agent/activate.py, carried by every release) as argv; -B: running
     it never writes bytecode into the release, which stays byte for byte what was pushed."""
-    return ["python3", "-B", f"{base}/releases/{rid}/agent/edgekit_agent.py"]
+    return activation_program_at(f"{base}/releases/{rid}")
+
+
+def activation_program_at(release_dir: str) -> list[str]:
+    return ["python3", "-B", f"{release_dir}/agent/edgekit_agent.py"]
 
 
 def systemd_quote(arg: str, executable: bool = False) -> str:
@@ -60,8 +69,18 @@ def render_unit(
 
     Pointing at the release, not at the `current` symlink, lets a new release be started and
     health-checked while `current` still names the last good one.
+
+    ``user``: the unit runs as that user (the login user where it is not root). systemd would open an
+    ``append:`` log and read an ``EnvironmentFile=`` as root, before it changes user, through any symlink the
+    user left; so such a unit starts the release's agent (``exec``), which opens both as the user and then
+    becomes the server. The board's root helper (agent/privileged.py) accepts no other shape for a user's unit.
     """
     env = {"LD_LIBRARY_PATH": f"{release_dir}/lib", **(environment or {})}
+    if user:
+        argv = [*activation_program_at(release_dir), "exec", "--log", log_file,
+                *(["--env-file", environment_file] if environment_file else []), "--", *argv]
+    output = [] if user else [f"StandardOutput=append:{systemd_path(log_file)}",
+                              f"StandardError=append:{systemd_path(log_file)}"]
     lines = [
         "[Unit]",
         f"Description={description}",
@@ -73,12 +92,11 @@ def render_unit(
         f"WorkingDirectory={systemd_path(release_dir)}",
         *(f"Environment={systemd_quote(f'{k}={v}')}" for k, v in env.items()),
         # A secret (the API key) comes from a 0600 file, so it is in no unit file and no command line.
-        *([f"EnvironmentFile={systemd_path(environment_file)}"] if environment_file else []),
+        *([f"EnvironmentFile={systemd_path(environment_file)}"] if environment_file and not user else []),
         "ExecStart=" + " ".join(systemd_quote(a, executable=i == 0) for i, a in enumerate(argv)),
         f"Restart={restart}",
         "RestartSec=3",
-        f"StandardOutput=append:{systemd_path(log_file)}",
-        f"StandardError=append:{systemd_path(log_file)}",
+        *output,
     ]
     if user:
         lines.append(f"User={user}")

@@ -62,7 +62,12 @@ kv site_nginx "$(command -v nginx 2>/dev/null || { [ -x /usr/sbin/nginx ] && ech
 kv site_aria2c "$(command -v aria2c 2>/dev/null)"
 first "$root/var/lib/nvpmodel/status"; kv nvpmodel "$line"
 kv user "$(id -un)"
-kv sudo "$( [ "$(id -u)" = 0 ] && echo root || (sudo -n true 2>/dev/null && echo nopasswd || echo no) )"
+# The helper `edgekit board setup --apply` installs is preferred to full sudo: edgekit then asks for no more.
+helper="$root/usr/local/sbin/edgekit-root"
+kv sudo "$( [ "$(id -u)" = 0 ] && echo root \
+  || { [ -x "$helper" ] && sudo -n -l "$helper" >/dev/null 2>&1 && echo helper; } \
+  || (sudo -n true 2>/dev/null && echo nopasswd || echo no) )"
+kv helper "$helper"
 for dev in "$root"/sys/bus/i2c/devices/*; do
   [ -r "$dev/name" ] || continue
   first "$dev/name"; chip="$line"
@@ -109,7 +114,7 @@ class BoardFacts:
     tegrastats: bool
     nvpmodel: str | None
     user: str
-    sudo: str
+    sudo: str  # root | helper (edgekit-root through sudo) | nopasswd (full sudo) | no
     power_rails: list[PowerRailInfo] = field(default_factory=list)
     glibc: str | None = None  # "2.35": the newest GLIBC_x.y a shipped binary may ask for
     gpu_driver: str | None = None  # a GPU device node or libcuda the board has (None: no GPU to use)
@@ -117,10 +122,23 @@ class BoardFacts:
     mem_available_mb: int | None = None
     # a site's seed serves with nginx, its neighbours fetch with aria2c (edgekit.fleet.sites)
     site_tools: dict[str, bool] = field(default_factory=dict)
+    helper: str = ""  # where edgekit-root is (or would be) on the board
 
     @property
     def is_jetson(self) -> bool:
         return self.l4t is not None
+
+    @property
+    def sudo_prefix(self) -> list[str]:
+        """What goes before a command edgekit runs as root here (remote/privilege.py)."""
+        if self.sudo == "root":
+            return []
+        return ["sudo", "-n", self.helper] if self.sudo == "helper" else ["sudo", "-n"]
+
+    @property
+    def service_user(self) -> str | None:
+        """Who the release's units run as: the login user, unless it is root (then systemd's default, root)."""
+        return None if self.sudo == "root" else self.user
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -199,6 +217,7 @@ def parse_probe(board: str, output: str) -> BoardFacts:
         nvpmodel=values.get("nvpmodel") or None,
         user=values.get("user", ""),
         sudo=values.get("sudo", "no"),
+        helper=values.get("helper", ""),
         power_rails=rails,
     )
 

@@ -309,6 +309,42 @@ def up(sim_dir: Path, count: int, profile: str, targets: Targets, add: bool = Fa
     return st, created, restarted
 
 
+def login_as(sim_dir: Path, name: str, user: str, targets: Targets) -> BoardState:
+    """Board ``name`` logs in as ``user`` from now on, an unprivileged account of this machine (root only).
+
+    Its root stays root's, so the user cannot write unit files or start services there; its base becomes the
+    user's. What the user may do as root is then only what this machine's sudo allows it (a simulated board has no
+    sudo of its own): `edgekit board setup --apply` installs edgekit's helper under the board's root and a
+    drop-in in this machine's /etc/sudoers.d. The sim dir's ancestors must let others in (o+x).
+    """
+    if os.geteuid() != 0:
+        raise EdgekitError("Only root can make a simulated board log in as another user.")
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        raise EdgekitError(f"There is no user {user!r} on this machine.") from None
+    sim_dir = sim_dir.resolve()
+    with state_mod.locked(sim_dir):
+        st = state_mod.load(sim_dir)
+        if st is None or name not in st.boards:
+            raise EdgekitError(f"No simulated board {name!r} in {sim_dir}.")
+        board = st.boards[name]
+        for d in [*reversed(board.path.parents), st.authorized_keys.parent]:
+            if not d.stat().st_mode & stat.S_IXOTH:
+                raise EdgekitError(f"{user} cannot reach the simulated board: {d} does not let others in (o+x).")
+        st.authorized_keys.chmod(0o644)  # sshd reads it as the user
+        for dirpath, _dirs, files in os.walk(board.base):
+            for entry in (dirpath, *(os.path.join(dirpath, f) for f in files)):
+                os.chown(entry, pw.pw_uid, pw.pw_gid, follow_symlinks=False)
+        board.user = user
+        procs.stop(procs.tree(board.sshd_pid or 0, board.sshd_ctime))
+        _start_board(st, board, sshd.find_sshd())
+        state_mod.save(st)
+        _publish(st, targets)
+        state_mod.save(st)
+    return board
+
+
 def _strays(token: str) -> list[psutil.Process]:
     """Processes started on a board of this sim dir that left its sshd's tree (setsid, nohup, …)."""
     found = []

@@ -1,0 +1,95 @@
+"""`edgekit board setup`: the least a board's login user needs for edgekit — its root helper and one sudoers line.
+
+The helper (agent/privileged.py) is installed root-owned where the probe looks for it; the drop-in lets the login
+user run it, and nothing else, as root without a password. Applying needs root or full sudo once (an admin's
+session); after it the admin can take the user's other sudo rights away and every edgekit command still works.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from edgekit.agent import privileged
+from edgekit.errors import EdgekitError
+from edgekit.remote.probe import BoardFacts
+from edgekit.remote.runner import LocalRunner, SshRunner
+
+Runner = SshRunner | LocalRunner
+HELPER_SOURCE = Path(privileged.__file__)
+USER_RE = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
+
+
+@dataclass(frozen=True)
+class Setup:
+    board: str
+    user: str
+    helper: str  # where the helper goes (a simulated board's root first)
+    sudoers_path: str
+    sudoers: str  # the drop-in's text
+    base: str
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def plan(board: str, facts: BoardFacts) -> Setup:
+    user = facts.user
+    if user == "root" or facts.sudo == "root":
+        raise EdgekitError(f"Board {board!r}: edgekit logs in as root there, so there is nothing to narrow; give the "
+                           "board file an unprivileged `user` and run this again.")
+    if not USER_RE.match(user):
+        raise EdgekitError(f"Board {board!r}: the login user {user!r} is not a name sudoers can take safely.")
+    helper = facts.helper or privileged.HELPER_PATH
+    lines = [f"# edgekit (`edgekit board setup --apply`): {user} may run edgekit's root helper, and nothing else,",
+             "# as root without a password. The helper checks every verb; it is root-owned, 0755.",
+             f"{user} ALL=(root) NOPASSWD: {helper}"]
+    if helper != privileged.HELPER_PATH:  # a simulated board: the helper keeps its process tags (sim down)
+        keep = " ".join(privileged.SIM_ENV)
+        lines.insert(2, f'Defaults!{helper} env_keep += "{keep}"')
+    return Setup(board, user, helper, f"/etc/sudoers.d/edgekit-{user.replace('.', '_')}", "\n".join(lines) + "\n",
+                 facts.base)
+
+
+def _put(runner: Runner, path: str, data: bytes) -> None:
+    if isinstance(runner, LocalRunner):
+        Path(path).write_bytes(data)
+        return
+    with runner.sftp().open(path, "wb") as fh:
+        fh.write(data)
+
+
+def _run(runner: Runner, argv: list[str], what: str) -> None:
+    res = runner.run(argv, check=False, timeout=120)
+    if not res.ok:
+        last = ((res.stderr or res.stdout).strip().splitlines() or [f"exit {res.exit_code}"])[-1]
+        raise EdgekitError(f"Board {runner.name!r}: could not {what}: {last}")
+
+
+def apply(runner: Runner, facts: BoardFacts, setup: Setup) -> None:
+    """Install the helper and the drop-in (checked by visudo first), and give the base back to the login user
+    (an earlier edgekit ran the servers as root, so their logs may be root's)."""
+    if facts.sudo not in ("nopasswd", "helper") or (facts.sudo == "helper" and not _full_sudo(runner)):
+        raise EdgekitError(f"Board {setup.board!r}: applying needs root or passwordless sudo for {setup.user!r} "
+                           "once; run it from an admin's session, or install the printed files by hand.")
+    tmp = f"{facts.base}/.edgekit-setup-{secrets.token_hex(4)}"
+    _run(runner, ["mkdir", "-p", "-m", "0700", tmp], "make a staging directory")
+    try:
+        _put(runner, f"{tmp}/helper", HELPER_SOURCE.read_bytes())
+        _put(runner, f"{tmp}/sudoers", setup.sudoers.encode())
+        sudo = ["sudo", "-n"]
+        _run(runner, [*sudo, "visudo", "-c", "-q", "-f", f"{tmp}/sudoers"], "check the sudoers drop-in (visudo)")
+        _run(runner, [*sudo, "install", "-D", "-o", "root", "-g", "root", "-m", "0755", f"{tmp}/helper",
+                      setup.helper], f"install the helper at {setup.helper}")
+        _run(runner, [*sudo, "install", "-o", "root", "-g", "root", "-m", "0440", f"{tmp}/sudoers",
+                      setup.sudoers_path], f"install {setup.sudoers_path}")
+        _run(runner, [*sudo, "chown", "-R", f"{setup.user}:", setup.base], f"give {setup.base} to {setup.user}")
+    finally:
+        runner.run(["rm", "-rf", tmp], check=False, timeout=60)
+
+
+def _full_sudo(runner: Runner) -> bool:
+    return runner.run(["sudo", "-n", "true"], check=False, timeout=30).ok
+

@@ -1,0 +1,142 @@
+"""Least privilege on a board: its login user may run edgekit's root helper and nothing else as root, and deploy,
+bench, rollback and the fleet's rollout all work; the servers run as that user, not as root.
+
+A simulated board made to log in as an unprivileged account of this machine (its root stays root's); the sudo is
+this machine's. The admin's part is played as on a real board: the user has full sudo while `edgekit board setup
+--apply` runs, then loses it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from build_helpers import sdist_or_skip
+from conftest import SimSession
+
+from edgekit.agent.privileged import HELPER_PATH, REFUSED
+from edgekit.sim import boards as sim
+from edgekit.sim.testing import SimBoard
+
+USER = "edgekit-lp"
+FULL_SUDO = Path("/etc/sudoers.d/zz-edgekit-test-full")  # the admin's grant while setting up, taken back after
+RECIPE = "sim-tiny-mtp"
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("sudo"),
+                                reason="making a user and its sudoers needs root and sudo (.ci/install)")
+
+
+def edgekit(env: dict[str, str], *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, check=False)
+
+
+def ok_json(res: subprocess.CompletedProcess) -> dict:
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout)
+
+
+@pytest.fixture
+def board() -> Iterator[tuple[SimBoard, dict[str, str]]]:
+    try:
+        pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", USER], check=True)
+    # No password, but not locked ("!"): sshd without PAM refuses a locked account even its key.
+    subprocess.run(["usermod", "-p", "*", USER], check=True)
+    # Its own sim dir, where the user can reach it (pytest's tmp dirs are 0700).
+    top = Path(tempfile.mkdtemp(prefix="edgekit-lp-"))
+    top.chmod(0o711)
+    session = SimSession(top)
+    env = {**os.environ, **session.env, "EDGEKIT_LLAMA_SRC": str(sdist_or_skip())}
+    sudoers = Path(f"/etc/sudoers.d/edgekit-{USER}")
+    try:
+        (b,) = session.boards(1)
+        sim.login_as(session.sim_dir, b.name, USER, session.targets)
+        b = SimBoard(**{**b.__dict__, "user": USER})
+        yield b, env
+    finally:
+        session.down()
+        for f in (FULL_SUDO, sudoers):
+            f.unlink(missing_ok=True)
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def servers_of(base: Path) -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["cmdline", "username"]):
+        cmd = p.info["cmdline"] or []
+        if cmd and cmd[0].endswith("/bin/llama-server") and cmd[0].startswith(str(base)):
+            out.append(p)
+    return out
+
+
+def test_a_board_whose_user_may_run_only_the_helper_deploys_benches_rolls_back_and_rolls_out(board) -> None:
+    b, env = board
+    helper = f"{b.root}{HELPER_PATH}"
+
+    # What an admin is shown: one sudoers line for the helper alone.
+    shown = edgekit(env, "board", "setup", "--board", b.name)
+    assert shown.returncode == 0, shown.stderr
+    assert f"{USER} ALL=(root) NOPASSWD: {helper}" in shown.stdout
+
+    # Applying needs root or full sudo once: refused without it, in one sentence, nothing installed.
+    refused = edgekit(env, "board", "setup", "--board", b.name, "--apply")
+    assert refused.returncode != 0 and "needs root or passwordless sudo" in refused.stderr
+    assert not Path(helper).exists()
+    FULL_SUDO.write_text(f"{USER} ALL=(root) NOPASSWD: ALL\n")
+    FULL_SUDO.chmod(0o440)
+    applied = ok_json(edgekit(env, "--json", "board", "setup", "--board", b.name, "--apply"))
+    assert applied["applied"] and applied["sudo"] == "helper" and applied["helper"] == helper
+    st = os.stat(helper)
+    assert (st.st_uid, st.st_mode & 0o777) == (0, 0o755)
+    FULL_SUDO.unlink()  # the admin takes the rest away
+    assert ok_json(edgekit(env, "--json", "board", "probe", "--board", b.name))["sudo"] == "helper"
+
+    # The user can do nothing else as root: no other sudo, no other helper verb, no unit of its own shape.
+    assert b.run("sudo -n true").rc != 0
+    assert b.run(f"sudo -n {helper} systemctl restart ssh.service").rc == REFUSED
+    assert b.run(f"sudo -n {helper} nvpmodel -m 0; echo").rc == 0  # an allowed verb (the sim's stand-in)
+    evil = "[Service]\nExecStart=/bin/sh -c id\nUser=root\n"
+    assert b.run(f"printf '{evil}' | sudo -n {helper} unit-install edgekit-evil.service").rc == REFUSED
+    leak = f"[Service]\nExecStart=/bin/true\nUser={USER}\nStandardOutput=append:/etc/passwd\n"
+    assert b.run(f"printf '{leak}' | sudo -n {helper} unit-install edgekit-evil.service").rc == REFUSED
+    assert b.run(f"touch {b.root}/etc/systemd/system/edgekit-evil.service").rc != 0
+    assert not (b.root / "etc/systemd/system/edgekit-evil.service").exists()
+
+    # Deploy: the server runs as the login user, its log written by it.
+    first = ok_json(edgekit(env, "--json", "deploy", "--board", b.name, "--recipe", RECIPE))
+    assert first["health"]["ok"]
+    procs = servers_of(b.base)
+    assert procs and {p.info["username"] for p in procs} == {USER}
+    unit = (b.root / "etc/systemd/system/edgekit-serve.service").read_text()
+    assert f"User={USER}" in unit and "append:" not in unit and " exec --log " in unit
+    assert (b.base / "logs/server.log").stat().st_uid == pwd.getpwnam(USER).pw_uid
+
+    # A second release, then rollback to the first.
+    variant = Path(tempfile.mkdtemp(dir=str(b.dir))) / "variant.yaml"
+    variant.write_text((Path(__file__).parents[1] / f"edgekit/data/recipes/{RECIPE}.yaml").read_text()
+                       .replace("draft_n_max: 3", "draft_n_max: 2"))
+    second = ok_json(edgekit(env, "--json", "deploy", "--board", b.name, "--recipe", str(variant)))
+    assert second["release"] != first["release"]
+    back = ok_json(edgekit(env, "--json", "rollback", "--board", b.name))
+    assert back["release"] == first["release"]
+
+    # Bench: its own unit as the user, the service put back.
+    bench = ok_json(edgekit(env, "--json", "bench", "--board", b.name, "--recipe", RECIPE, "--quick", "--n-gen",
+                            "32", "--no-llama-bench", "--out", str(b.dir / "bench-out")))
+    assert bench["summary"] and servers_of(b.base)
+
+    # The fleet's rollout (Ansible) of the second release.
+    rolled = ok_json(edgekit(env, "--json", "fleet", "rollout", "--recipe", str(variant), "--group", b.name))
+    assert b.name in rolled["succeeded"] and not rolled["failed"]
+    assert {p.info["username"] for p in servers_of(b.base)} == {USER}
