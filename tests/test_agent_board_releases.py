@@ -111,6 +111,9 @@ class _RefusingUnits:
     def active(self, unit: str) -> bool:
         return False
 
+    def claim(self, base: str) -> None:
+        self.calls.append(("claim", Path(base).name))
+
 
 def test_a_service_that_does_not_start_is_a_failed_check_and_the_previous_release_comes_back(tmp_path: Path) -> None:
     from edgekit.agent import activate, cli

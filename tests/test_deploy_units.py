@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -214,3 +215,45 @@ def test_unit_install_takes_the_older_name_only_while_the_file_is_missing(tmp_pa
     missing = subprocess.run(unit_install([], str(tmp_path / "none"), "edgekit-x.service"),
                              env=env, capture_output=True, check=False)
     assert missing.returncode != 0 and not (tmp_path / "root/etc/systemd/system/edgekit-x.service").exists()
+
+
+def test_a_unit_for_the_login_user_is_one_the_root_helper_accepts_and_no_other_is(tmp_path: Path) -> None:
+    """The root helper (agent/privileged.py) installs a user's unit only if it runs as that user and makes systemd
+    open nothing as root; render_unit's user shape is exactly such a unit, the root shape is not."""
+    from edgekit.agent.privileged import Refused, check_unit
+
+    rdir, log, env_file = "/home/u/ek/releases/r1", "/home/u/ek/logs/server.log", "/home/u/ek/keys/api.env"
+    text = render_unit(rdir, [f"{rdir}/bin/llama-server", "--port", "8080"], log, "d", user="u",
+                       environment={"A": "b"}, environment_file=env_file)
+    check_unit(text, "u")
+    assert "EnvironmentFile" not in text and "append:" not in text
+    assert f"exec --log {log} --env-file {env_file} -- {rdir}/bin/llama-server --port 8080" in text
+    with pytest.raises(Refused, match="must run as 'v'"):
+        check_unit(text, "v")
+    with pytest.raises(Refused, match="StandardOutput may only be"):
+        check_unit(render_unit(rdir, ["/bin/true"], log, "d") + "User=u\n", "u")
+    for bad, why in ((text.replace("ExecStart=", "ExecStart=+"), "plain command"),
+                     (text.replace("[Install]", "[Service]\nExecStartPre=/bin/id\n[Install]"), "'ExecStartPre'"),
+                     (text.replace("[Install]", "[Service]\nEnvironmentFile=/etc/shadow\n[Install]"),
+                      "'EnvironmentFile'"),
+                     (text.replace("[Install]", "[Service]\nUser=root\n[Install]"), "must run as"),
+                     (text.replace("[Install]", "[Socket]"), r"\[Socket\]"),
+                     (text.replace("Type=simple", "Type=simple \\\n"), "continued")):
+        with pytest.raises(Refused, match=why):
+            check_unit(bad, "u")
+
+
+def test_exec_opens_the_log_and_reads_the_key_file_as_its_own_user_then_becomes_the_program(tmp_path: Path) -> None:
+    agent = Path(__file__).parents[1] / "edgekit/agent/edgekit_agent.py"
+    (tmp_path / "api.env").write_text("# the key\nVLLM_API_KEY='s3cret'\n")
+    log = tmp_path / "server.log"
+    log.write_text("earlier\n")
+    res = subprocess.run([sys.executable, "-B", str(agent), "exec", "--log", str(log), "--env-file",
+                          str(tmp_path / "api.env"), "--", "sh", "-c", 'echo "key=$VLLM_API_KEY pid=$$"; echo e >&2'],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0 and res.stdout == "" and res.stderr == ""
+    lines = log.read_text().splitlines()
+    assert lines[0] == "earlier" and lines[1].startswith("key=s3cret pid=") and lines[2] == "e"
+    missing = subprocess.run([sys.executable, "-B", str(agent), "exec", "--log", str(log), "--", "/nonexistent"],
+                             check=False)
+    assert missing.returncode == 127 and "cannot run /nonexistent" in log.read_text()

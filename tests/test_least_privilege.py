@@ -8,18 +8,22 @@ this machine's. The admin's part is played as on a real board: the user has full
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+import yaml
 from build_helpers import sdist_or_skip
 from conftest import SimSession
 
@@ -122,14 +126,16 @@ def test_a_board_whose_user_may_run_only_the_helper_deploys_benches_rolls_back_a
     assert f"User={USER}" in unit and "append:" not in unit and " exec --log " in unit
     assert (b.base / "logs/server.log").stat().st_uid == pwd.getpwnam(USER).pw_uid
 
-    # A second release, then rollback to the first.
+    # A second release (its watchdog quick to act), then rollback to the first.
     variant = Path(tempfile.mkdtemp(dir=str(b.dir))) / "variant.yaml"
-    variant.write_text((Path(__file__).parents[1] / f"edgekit/data/recipes/{RECIPE}.yaml").read_text()
-                       .replace("draft_n_max: 3", "draft_n_max: 2"))
+    data = yaml.safe_load((Path(__file__).parents[1] / f"edgekit/data/recipes/{RECIPE}.yaml").read_text())
+    data["runtime"].update(draft_n_max=2, watchdog={"every_s": 1, "timeout_s": 1, "failures": 3, "start_grace_s": 5})
+    variant.write_text(yaml.safe_dump(data))
     second = ok_json(edgekit(env, "--json", "deploy", "--board", b.name, "--recipe", str(variant)))
     assert second["release"] != first["release"]
     back = ok_json(edgekit(env, "--json", "rollback", "--board", b.name))
     assert back["release"] == first["release"]
+    assert ok_json(edgekit(env, "--json", "status", "--board", b.name))["current"] == first["release"]
 
     # Bench: its own unit as the user, the service put back.
     bench = ok_json(edgekit(env, "--json", "bench", "--board", b.name, "--recipe", RECIPE, "--quick", "--n-gen",
@@ -140,3 +146,16 @@ def test_a_board_whose_user_may_run_only_the_helper_deploys_benches_rolls_back_a
     rolled = ok_json(edgekit(env, "--json", "fleet", "rollout", "--recipe", str(variant), "--group", b.name))
     assert b.name in rolled["succeeded"] and not rolled["failed"]
     assert {p.info["username"] for p in servers_of(b.base)} == {USER}
+
+    # The watchdog (a unit of the user's too) restarts a wedged server through the helper.
+    (old,) = servers_of(b.base)
+    os.kill(old.pid, signal.SIGSTOP)
+    try:
+        deadline, new = time.monotonic() + 120, []
+        while not new and time.monotonic() < deadline:
+            time.sleep(0.5)
+            new = [p for p in servers_of(b.base) if p.pid != old.pid]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(old.pid, signal.SIGCONT)
+    assert new and {p.info["username"] for p in new} == {USER}

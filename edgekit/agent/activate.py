@@ -88,6 +88,18 @@ class Units:
             self._run("rm", "-f", f"{self.dir}/{unit}", check=False)
             self._run("systemctl", "daemon-reload", check=False)
 
+    def claim(self, base: str) -> None:
+        """The base given back to the login user where an earlier edgekit's servers, run as root, left files of
+        root's (their logs, caches): the servers run as the login user now and must write there. Only with full
+        sudo; `edgekit board setup --apply` does the same once for a board that has the helper."""
+        if os.getuid() == 0 or self.helper:
+            return
+        me = os.getuid()
+        for dirpath, dirs, files in os.walk(base):
+            if any(os.lstat(os.path.join(dirpath, n)).st_uid != me for n in (*dirs, *files)):
+                self._run("chown", "-R", f"{me}:{os.getgid()}", base, check=False)
+                return
+
     def active(self, unit: str) -> bool:
         return subprocess.call(["systemctl", "is-active", "--quiet", unit], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL) == 0
@@ -187,6 +199,7 @@ def activate(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
     strategy = args.strategy if serves else "in-place"  # with nothing serving, the service's start is the check
     out["strategy"] = strategy
     _remove_stale(units, args)
+    units.claim(args.base)
     if strategy == "candidate":
         host.still_there()
         say("begin candidate")
@@ -308,6 +321,7 @@ def rollback(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
         raise ValueError(f"no release {rid} under {args.base}/releases")
     had = lay.current
     _remove_stale(units, args)
+    units.claim(args.base)
     say("begin main")
     h = _serve_and_check(lay, units, args, rid)
     say("main", h)

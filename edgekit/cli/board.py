@@ -69,12 +69,16 @@ def setup(app: App, board_name: str, do_apply: bool) -> None:
             app.out.print(f"board {board_name}: helper at {plan.helper}, {plan.sudoers_path} installed; "
                           f"edgekit now runs as root only through the helper (sudo: {facts.sudo}). You may now take "
                           f"{plan.user}'s other sudo rights away.")
+            for note in plan.notes:
+                app.out.print(f"note: {note}", markup=False, highlight=False)
             return
         app.out.print(f"# {plan.sudoers_path} on board {board_name} (0440 root:root), with edgekit's helper "
                       f"installed root-owned, 0755, at {plan.helper}:")
         app.out.print(plan.sudoers, markup=False, highlight=False, end="")
         app.out.print(f"# `edgekit board setup --board {board_name} --apply` installs both (root or full sudo "
                       "once).", markup=False, highlight=False)
+        for note in plan.notes:
+            app.out.print(f"# note: {note}", markup=False, highlight=False)
 
     app.emit(data, human)
 

@@ -30,8 +30,9 @@ class Setup:
     sudoers_path: str
     sudoers: str  # the drop-in's text
     base: str
+    notes: tuple[str, ...] = ()  # what the servers, run as the login user, may still lack
 
-    def to_dict(self) -> dict[str, str]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -50,7 +51,19 @@ def plan(board: str, facts: BoardFacts) -> Setup:
         keep = " ".join(privileged.SIM_ENV)
         lines.insert(2, f'Defaults!{helper} env_keep += "{keep}"')
     return Setup(board, user, helper, f"/etc/sudoers.d/edgekit-{user.replace('.', '_')}", "\n".join(lines) + "\n",
-                 facts.base)
+                 facts.base, tuple(group_notes(user, facts)))
+
+
+def group_notes(user: str, facts: BoardFacts) -> list[str]:
+    """The servers run as the login user, with its groups: on JetPack the GPU's device nodes are the video and
+    render groups'; vLLM's container needs docker's."""
+    notes = []
+    if facts.gpu_driver and not {"video", "render"} <= set(facts.groups):
+        notes.append(f"{user} is not in the video and render groups, which the GPU needs on JetPack: "
+                     f"sudo usermod -aG video,render {user}")
+    if "docker" not in facts.groups:
+        notes.append(f"for vLLM's container, {user} needs the docker group: sudo usermod -aG docker {user}")
+    return notes
 
 
 def _put(runner: Runner, path: str, data: bytes) -> None:

@@ -68,6 +68,7 @@ kv sudo "$( [ "$(id -u)" = 0 ] && echo root \
   || { [ -x "$helper" ] && sudo -n -l "$helper" >/dev/null 2>&1 && echo helper; } \
   || (sudo -n true 2>/dev/null && echo nopasswd || echo no) )"
 kv helper "$helper"
+kv groups "$(id -Gn)"
 for dev in "$root"/sys/bus/i2c/devices/*; do
   [ -r "$dev/name" ] || continue
   first "$dev/name"; chip="$line"
@@ -123,6 +124,7 @@ class BoardFacts:
     # a site's seed serves with nginx, its neighbours fetch with aria2c (edgekit.fleet.sites)
     site_tools: dict[str, bool] = field(default_factory=dict)
     helper: str = ""  # where edgekit-root is (or would be) on the board
+    groups: list[str] = field(default_factory=list)  # the login user's: its servers run with them
 
     @property
     def is_jetson(self) -> bool:
@@ -218,6 +220,7 @@ def parse_probe(board: str, output: str) -> BoardFacts:
         user=values.get("user", ""),
         sudo=values.get("sudo", "no"),
         helper=values.get("helper", ""),
+        groups=values.get("groups", "").split(),
         power_rails=rails,
     )
 
