@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -166,3 +167,98 @@ def test_a_site_takes_each_blob_once_from_the_workstation(sim_session, env: dict
     assert 2 * release <= sent <= 2 * release + 12e6  # the seed's copy, the outsider's, and SSH/Ansible's own bytes
     for b in boards:
         assert faults.violations(b) == []  # serving a checked release, every blob holding its bytes
+
+
+def _largest_blob(board) -> str:  # type: ignore[no-untyped-def]
+    rid = os.readlink(board.base / "current").removeprefix("releases/")
+    files = json.loads((board.base / "releases" / rid / "release.json").read_text())["files"]
+    return max(files.values(), key=lambda f: f["size"])["sha256"]
+
+
+def _rollout(env: dict[str, str], recipe: str) -> dict:
+    res = subprocess.run([sys.executable, "-m", "edgekit", "--json", "fleet", "rollout", "--recipe", recipe,
+                          "--group", "faultsite", "--no-canary"], env=env, capture_output=True, text=True, timeout=1200)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout)
+
+
+def _variant(tmp: Path, n: int) -> str:
+    import yaml
+
+    data = yaml.safe_load((REPO / "edgekit/data/recipes/sim-tiny-mtp.yaml").read_text())
+    data["runtime"]["draft_n_max"] = n  # a new release of the same models
+    (tmp / f"v{n}.yaml").write_text(yaml.safe_dump(data))
+    return str(tmp / f"v{n}.yaml")
+
+
+@tools
+def test_a_seed_poisoned_at_rest_or_killed_mid_rollout_leaves_every_board_correct(
+        sim_session, env: dict[str, str], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Rollout-level faults: the seed's stored copy of the model corrupted at rest (it is hashed again before it is
+    served, and sent anew), then the seed's nginx killed as it starts (its neighbours get their blobs from a board
+    that takes over, or from the workstation). Each time the neighbours lack the model, as new boards would."""
+    boards = sim_session.boards(3, fresh=True)
+    board_file = Boards(Path(env["EDGEKIT_CONFIG"]))
+    data = board_file.load()
+    for b in boards:
+        data.boards[b.name] = data.boards[b.name].model_copy(
+            update={"site": "faultsite", "site_host": "127.0.0.1", "site_port": free_port()})
+    data.groups["faultsite"] = [b.name for b in boards]
+    board_file.save(data)
+    seed, neighbours = boards[0], boards[1:]
+    _rollout(env, "sim-tiny-mtp")
+    model = _largest_blob(seed)
+
+    def lose_model() -> None:  # the neighbours never had it; the release they serve keeps its own files
+        for b in neighbours:
+            (b.base / "store" / model).unlink()
+
+    # 1. A byte flipped in the seed's stored copy, at rest (a new file: the serving release keeps its own).
+    lose_model()
+    good = (seed.base / "store" / model).read_bytes()
+    bad = seed.base / "store" / f"{model}.bad"
+    bad.write_bytes(good[:4096] + bytes([good[4096] ^ 0xFF]) + good[4097:])
+    os.replace(bad, seed.base / "store" / model)
+    report = _rollout(env, _variant(tmp_path, 2))
+    site = report["sites"]["faultsite"]
+    print(f"\npoisoned at rest: {site['notes']}; pulls {site['boards']}")
+    assert site["seed"] == seed.name and any("did not match their sha256" in n for n in site["notes"])
+    assert all(site["boards"][b.name]["missing"] == [] for b in neighbours)  # taken from the mended seed
+    assert sorted(report["succeeded"]) == sorted(b.name for b in boards)
+    for b in boards:
+        assert faults.violations(b) == []
+
+    # 2. The seed's nginx killed the moment it starts.
+    lose_model()
+    stop = threading.Event()
+
+    def kill_seed_nginx() -> None:
+        import psutil
+
+        while not stop.is_set():
+            for p in psutil.process_iter(["name", "cmdline"]):
+                with contextlib.suppress(psutil.Error):
+                    if p.info["name"] == "nginx" and f"{seed.base}/site/" in " ".join(p.info["cmdline"] or []):
+                        os.killpg(os.getpgid(p.pid), signal.SIGKILL)  # master and workers: the seed is gone
+            time.sleep(0.01)
+
+    killer = threading.Thread(target=kill_seed_nginx, daemon=True)
+    killer.start()
+    try:
+        report = _rollout(env, _variant(tmp_path, 1))
+    finally:
+        stop.set()
+        killer.join(5)
+    site = report["sites"]["faultsite"]
+    print(f"seed's nginx killed: seed {site['seed']}, notes {site['notes']}, pulls {site['boards']}")
+    assert sorted(report["succeeded"]) == sorted(b.name for b in boards) and not report["failed"]
+    # Nobody got anything from the dead seed: a board that took over seeded, or the workstation sent it.
+    assert all(f":{data.boards[seed.name].site_port}" not in src
+               for r in site["boards"].values() for src in r.get("sources") or {})
+    for b in boards:
+        assert faults.violations(b) == []
+    data = board_file.load()
+    data.groups.pop("faultsite", None)
+    for b in boards:
+        data.boards[b.name] = data.boards[b.name].model_copy(update={"site": None})
+    board_file.save(data)

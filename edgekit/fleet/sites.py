@@ -31,7 +31,7 @@ from edgekit.bench.jobs import Job
 from edgekit.errors import EdgekitError
 from edgekit.fleet.connect import Fleet, Target
 from edgekit.fleet.plan import FleetPlan
-from edgekit.remote.transfer import Blob, push_blobs
+from edgekit.remote.transfer import Blob, drop_corrupt, push_blobs
 from edgekit.resources import data_path
 
 WAVE = 4  # boards pulling at once: each wave's boards serve the next one
@@ -152,6 +152,12 @@ def stage_site(fleet: Fleet, fp: FleetPlan, site: str, members: list[str], say: 
         for seed in members:
             target = fleet.targets[seed]
             try:
+                # What it will serve is hashed again first: a copy corrupted at rest is sent anew, not served
+                # (the neighbours would reject it, and the seed would activate it).
+                bad = drop_corrupt(target.runner, fp.boards[seed].base, union)
+                if bad:
+                    report.notes.append(f"{seed}: {len(bad)} stored blob(s) did not match their sha256; sent again")
+                    say(f"site {site}: {seed} had {len(bad)} corrupted blob(s) in its store; sending them again")
                 push = push_blobs(target.runner, fp.boards[seed].base, union)
                 servers.append(_Server(target, fp.boards[seed].base, allow))
             except EdgekitError as exc:

@@ -68,18 +68,18 @@ for i in range(0, len(args), 2):
     print(i // 2, "long" if longer else h.hexdigest(), flush=True)
 """
 
-# `sh -c HASH_SH sh STORE SHA...`: hash each STORE/SHA.part after the upload (boards without
-# python3) and flush it to disk. openssl first: it uses the CPU's SHA instructions (≈ 6× faster
-# than coreutils sha256sum here). Prints `SHA HEX`.
+# `sh -c HASH_SH sh STORE SUFFIX SHA...`: hash each STORE/SHA.part after the upload (SUFFIX ".part"; boards without
+# python3) and flush it to disk, or a stored STORE/SHA again (SUFFIX ""). openssl first: it uses the CPU's SHA
+# instructions (≈ 6× faster than coreutils sha256sum here). Prints `SHA HEX`.
 HASH_SH = r"""
-d="$1"; shift
+d="$1"; x="$2"; shift 2
 if command -v openssl >/dev/null 2>&1; then h() { openssl dgst -sha256 -r "$1"; }
 elif command -v sha256sum >/dev/null 2>&1; then h() { sha256sum -- "$1"; }
 elif command -v shasum >/dev/null 2>&1; then h() { shasum -a 256 -- "$1"; }
 else echo "no sha256 tool (openssl, sha256sum or shasum) on this board" >&2; exit 3
 fi
 for s in "$@"; do
-  f="$d/$s.part"
+  f="$d/$s$x"
   out="$(h "$f")" || exit 4
   sync -- "$f" 2>/dev/null || sync
   printf '%s %s\n' "$s" "${out%% *}"

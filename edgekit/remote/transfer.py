@@ -230,10 +230,10 @@ class _StreamVerifier:
         self._reader.join(timeout=5)
 
 
-def _hash_after(runner: SshRunner, store: str, blobs: list[Blob]) -> dict[str, str]:
-    """sha -> hex digest of each ``<sha>.part``, hashed on the board after the upload."""
+def _hash_after(runner: SshRunner, store: str, blobs: list[Blob], suffix: str = ".part") -> dict[str, str]:
+    """sha -> hex digest of each ``<sha>.part`` (hashed on the board after the upload), or of ``<sha>``."""
     total = sum(b.size for b in blobs)
-    res = runner.run(["sh", "-c", HASH_SH, "sh", store, *(b.sha256 for b in blobs)], check=False,
+    res = runner.run(["sh", "-c", HASH_SH, "sh", store, suffix, *(b.sha256 for b in blobs)], check=False,
                      timeout=120 + total / 20e6)
     if not res.ok:
         why = (res.stderr.strip().splitlines() or [f"exit {res.exit_code}"])[-1]
@@ -365,6 +365,21 @@ def _unique(blobs: Iterable[Blob]) -> dict[str, Blob]:
         # One file per content on the board: executable if any user needs it executable.
         out[b.sha256] = b if prev is None or b.executable else prev
     return out
+
+
+def drop_corrupt(runner: SshRunner, base: str, blobs: list[Blob]) -> list[str]:
+    """The board's stored copies of ``blobs`` hashed again: a copy whose sha256 is not its name (corrupted at rest:
+    a bad sector, a hand edit) is deleted, so the next push sends it. Returns the shas deleted. What a board serves
+    to others (a site's seed) goes through this first; a push alone trusts what its inventory finds by name."""
+    wanted = _unique(blobs)
+    store = f"{resolve_base(runner, base).rstrip('/')}/{STORE_DIR}"
+    inv = _inventory(runner, store, list(wanted))
+    present = [b for sha, b in wanted.items() if sha in inv.present]
+    got = _hash_after(runner, store, present, suffix="") if present else {}
+    bad = [b.sha256 for b in present if got.get(b.sha256) != b.sha256]
+    if bad:
+        runner.run(["rm", "-f", "--", *(f"{store}/{sha}" for sha in bad)], check=False, timeout=60)
+    return bad
 
 
 def push_blobs(
