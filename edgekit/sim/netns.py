@@ -33,6 +33,12 @@ class Uplink:
     outer_ip: str
     inner_ip: str  # the veth end inside the namespace
     rate_mbit: float | None
+    inner: str = ""  # its name
+
+    def cut(self, down: bool) -> None:
+        """The uplink dropped (``down``) or restored: the far end goes down, so what this machine sends is lost
+        without an error, as when a site's link fails upstream; TCP retransmits until it comes back."""
+        _ip("-n", self.ns, "link", "set", self.inner, "down" if down else "up")
 
     def tx_bytes(self) -> int:
         """Bytes sent from this machine towards the namespace (the interface's counter, IP and link headers too)."""
@@ -59,9 +65,9 @@ def uplink(rate_mbit: float | None, index: int | None = None) -> Iterator[Uplink
     (None: uncapped). Everything is removed at the end (deleting the namespace deletes both veth ends)."""
     k = (os.getpid() % 250 + 1) if index is None else index
     tag = f"ek{os.getpid() % 100000}x{k}"
-    up = Uplink(ns=tag, outer=f"{tag}a"[:15], outer_ip=f"10.231.{k}.1", inner_ip=f"10.231.{k}.2",
-                rate_mbit=rate_mbit)
     inner = f"{tag}b"[:15]
+    up = Uplink(ns=tag, outer=f"{tag}a"[:15], outer_ip=f"10.231.{k}.1", inner_ip=f"10.231.{k}.2",
+                rate_mbit=rate_mbit, inner=inner)
     _ip("netns", "add", up.ns)
     try:
         _ip("link", "add", up.outer, "type", "veth", "peer", "name", inner)
