@@ -11,12 +11,13 @@ machine's loopback), with the boards' own nginx and aria2c. Per size: the bytes 
 uplink ÷ (N × the release) — goal ≈ 1/N — and the whole `edgekit fleet rollout` (probe, plan, seed, pulls, the
 playbook's activation and health) against one board's — goal ≤ 1.5× at N = 8. The ratio covers the whole
 command; the boards' activation runs on this machine's 2 cores (a real site activates on each board's own).
-With ``--faults N``: a site of N boards takes a release, then three more, each after its boards lost the model
-blob from their stores (as new boards would lack it), each with one fault: a byte flipped in the seed's stored
+With ``--faults N``: a site of N boards takes a release, then four more, each after its boards lost the model
+blob from their stores (as new boards would lack it): one with no fault (the baseline of the others), then
+each with one fault: a byte flipped in the seed's stored
 copy (hashed again before it serves: sent anew), the seed's nginx killed the moment it starts (its neighbours'
 pulls find nobody; the playbook sends them their blobs), the uplink dropped for 8 s in the middle of the seed's
 push and restored (the push resumes). Per fault: the uplink's bytes ÷ the release, the wall time against the
-fault-free rollout's, and whether every board then serves a checked release with every blob holding its bytes.
+no-fault one's, and whether every board then serves a checked release with every blob holding its bytes.
 Prints JSON, then tables. Needs root (namespaces), nginx and aria2c.
 """
 
@@ -76,7 +77,7 @@ def one_size(n: int, rate: float, env: dict[str, str], targets: sim.Targets, sim
                "site": site, "succeeded": len(report.get("succeeded") or [])}
         if with_faults:
             boards = [SimBoard.from_state(st, st.boards[name], targets.known_hosts) for name in created]
-            row["faults"] = run_faults(env, up, boards, f"size{k}", f"site{k}", release or sent, wall, sim_dir)
+            row["faults"] = run_faults(env, up, boards, f"size{k}", f"site{k}", release or sent, sim_dir)
     return row
 
 
@@ -129,21 +130,22 @@ def _killing_nginx_of(board: SimBoard) -> Any:
 
 @contextlib.contextmanager
 def _uplink_drop_after(up: netns.Uplink, after_bytes: int, seconds: float) -> Any:
-    """The uplink dropped once ``after_bytes`` more crossed it, restored ``seconds`` later."""
-    start, stop = up.tx_bytes(), threading.Event()
+    """The uplink dropped once ``after_bytes`` more crossed it, restored ``seconds`` later; yields what happened."""
+    start, stop, seen = up.tx_bytes(), threading.Event(), {"dropped_after_bytes": None}
 
     def drop() -> None:
         while not stop.is_set() and up.tx_bytes() - start < after_bytes:
             time.sleep(0.05)
         if not stop.is_set():
+            seen["dropped_after_bytes"] = up.tx_bytes() - start
             up.cut(True)
-            stop.wait(seconds)
+            time.sleep(seconds)
             up.cut(False)
 
     thread = threading.Thread(target=drop, daemon=True)
     thread.start()
     try:
-        yield
+        yield seen
     finally:
         stop.set()
         thread.join(seconds + 5)
@@ -151,9 +153,10 @@ def _uplink_drop_after(up: netns.Uplink, after_bytes: int, seconds: float) -> An
 
 
 def run_faults(env: dict[str, str], up: netns.Uplink, boards: list[SimBoard], group: str, site_name: str,
-               release: int, clean_wall: float, sim_dir: Path) -> list[dict[str, Any]]:
+               release: int, sim_dir: Path) -> list[dict[str, Any]]:
     seed, rest = boards[0], boards[1:]
     model = _model(seed)
+    model_size = (seed.base / "store" / model).stat().st_size
     work = sim_dir.parent
     rows = []
 
@@ -161,6 +164,10 @@ def run_faults(env: dict[str, str], up: netns.Uplink, boards: list[SimBoard], gr
         for b in which:
             with contextlib.suppress(FileNotFoundError):
                 (b.base / "store" / model).unlink()
+
+    def nothing() -> contextlib.AbstractContextManager[Any]:
+        lose(rest)
+        return contextlib.nullcontext()
 
     def flipped() -> contextlib.AbstractContextManager[Any]:
         lose(rest)
@@ -177,17 +184,20 @@ def run_faults(env: dict[str, str], up: netns.Uplink, boards: list[SimBoard], gr
 
     def dropped() -> contextlib.AbstractContextManager[Any]:
         lose(boards)
-        return _uplink_drop_after(up, release // 3, 8.0)
+        return _uplink_drop_after(up, model_size // 3, 8.0)
 
-    for n, (name, fault) in enumerate((("a byte flipped in the seed's stored copy", flipped),
+    clean = 0.0
+    for n, (name, fault) in enumerate((("none (the neighbours lack the model)", nothing),
+                                       ("a byte flipped in the seed's stored copy", flipped),
                                        ("the seed's nginx killed as it starts", killed),
                                        ("the uplink dropped 8 s mid-push, restored", dropped)), start=1):
-        with fault():
+        with fault() as seen:
             report, wall, sent = rollout(env, up, _variant(work, n), group)
+        clean = wall if n == 1 else clean
         site = (report.get("sites") or {}).get(site_name) or {}
         wrong = {b.name: faults.violations(b) for b in boards}
         rows.append({"fault": name, "uplink_bytes": sent, "uplink_releases": round(sent / release, 2),
-                     "wall_s": round(wall, 2), "wall_vs_clean": round(wall / clean_wall, 2),
+                     "wall_s": round(wall, 2), "wall_vs_clean": round(wall / clean, 2), **(seen or {}),
                      "all_correct": not any(wrong.values()) and len(report.get("succeeded") or []) == len(boards),
                      "seed": site.get("seed"), "notes": site.get("notes"),
                      "wrong": {k: v for k, v in wrong.items() if v}})
