@@ -238,7 +238,9 @@ def test_a_unit_for_the_login_user_is_one_the_root_helper_accepts_and_no_other_i
                       "'EnvironmentFile'"),
                      (text.replace("[Install]", "[Service]\nUser=root\n[Install]"), "must run as"),
                      (text.replace("[Install]", "[Socket]"), r"\[Socket\]"),
-                     (text.replace("Type=simple", "Type=simple \\\n"), "continued")):
+                     (text.replace("Type=simple", "Type=simple \\\n"), "continued"),
+                     (text.replace("Wants=network-online.target", "Wants=debug-shell.service"), "not one edgekit"),
+                     (text.replace("WantedBy=multi-user.target", "WantedBy=sysinit.target"), "not one edgekit")):
         with pytest.raises(Refused, match=why):
             check_unit(bad, "u")
 

@@ -115,6 +115,11 @@ def test_a_board_whose_user_may_run_only_the_helper_deploys_benches_rolls_back_a
     leak = f"[Service]\nExecStart=/bin/true\nUser={USER}\nStandardOutput=append:/etc/passwd\n"
     assert b.run(f"printf '{leak}' | sudo -n {helper} unit-install edgekit-evil.service").rc == REFUSED
     assert b.run(f"touch {b.root}/etc/systemd/system/edgekit-evil.service").rc != 0
+    # A unit an earlier edgekit left to run as root (its program the user's file) is not started for the user.
+    (b.root / "etc/systemd/system/edgekit-old.service").write_text(f"[Service]\nExecStart={b.base}/x\n")
+    started = b.run(f"sudo -n {helper} systemctl start edgekit-old.service")
+    assert started.rc == REFUSED and "deploy again" in started.stderr
+    assert b.run(f"sudo -n {helper} systemctl stop edgekit-old.service").rc != REFUSED  # stopping one is fine
     assert not (b.root / "etc/systemd/system/edgekit-evil.service").exists()
 
     # Deploy: the server runs as the login user, its log written by it.

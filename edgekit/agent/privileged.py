@@ -44,6 +44,15 @@ ALLOWED_KEYS = {
     "Install": frozenset({"WantedBy"}),
 }
 SAFE_OUTPUT = frozenset({"journal", "null", "inherit"})
+# Keys whose value could reach beyond the unit (start another unit, hook it into another target): edgekit's only.
+FIXED_VALUES = {
+    "After": frozenset({"network-online.target", "network.target"}),
+    "Wants": frozenset({"network-online.target", "network.target"}),
+    "WantedBy": frozenset({"multi-user.target"}),
+    "Type": frozenset({"simple", "exec"}),
+    "Restart": frozenset({"no", "on-failure", "always"}),
+}
+STARTING_VERBS = frozenset({"start", "restart", "enable"})
 MAX_UNIT_BYTES = 64 * 1024
 REFUSED = 64
 SIM_ENV = ("EDGEKIT_SIM_BOARD", "EDGEKIT_SIM_ID", "EDGEKIT_SIM_DIR")  # sudo keeps them for a sim (see setup)
@@ -111,6 +120,8 @@ def check_unit(text: str, user: str) -> None:
             raise Refused(f"line {n}: ExecStart must be a plain command (no +, !, @, :, - prefix)")
         elif key in ("StandardOutput", "StandardError") and value not in SAFE_OUTPUT:
             raise Refused(f"line {n}: {key} may only be journal, null or inherit (systemd opens files as root)")
+        elif key in FIXED_VALUES and value not in FIXED_VALUES[key]:
+            raise Refused(f"line {n}: {key}={value} is not one edgekit writes")
     if users != [user]:
         raise Refused(f"the unit must run as {user!r} (one User={user} line)")
 
@@ -161,7 +172,20 @@ def systemctl(args: list, root: str) -> int:
     if len(rest) != 2 or rest[0] not in SYSTEMCTL_VERBS:
         raise Refused("systemctl takes daemon-reload, or one of " + ", ".join(sorted(SYSTEMCTL_VERBS))
                       + " and one unit")
-    return run(["systemctl", rest[0], *(["--quiet"] if quiet else []), unit_name(rest[1])], root)
+    verb, name = rest[0], unit_name(rest[1])
+    who = caller()
+    if verb in STARTING_VERBS and who != "root":
+        # What starts must be a unit this helper would install for the caller: not one an earlier edgekit left
+        # running as root (its ExecStart is the user's file), nor one of that name from anywhere else.
+        try:
+            with open(os.path.join(root, "etc/systemd/system", name), encoding="utf-8") as fh:
+                check_unit(fh.read(MAX_UNIT_BYTES), who)
+        except OSError:
+            raise Refused(f"{name} is not installed in /etc/systemd/system") from None
+        except Refused as exc:
+            raise Refused(f"the installed {name} is not one for {who} ({exc}); deploy again, which installs one "
+                          "that is") from None
+    return run(["systemctl", verb, *(["--quiet"] if quiet else []), name], root)
 
 
 def nvpmodel(args: list, root: str) -> int:
