@@ -101,6 +101,7 @@ def test_a_board_whose_user_may_run_only_the_helper_deploys_benches_rolls_back_a
     FULL_SUDO.chmod(0o440)
     applied = ok_json(edgekit(env, "--json", "board", "setup", "--board", b.name, "--apply"))
     assert applied["applied"] and applied["sudo"] == "helper" and applied["helper"] == helper
+    assert "(there now: current)" in edgekit(env, "board", "setup", "--board", b.name).stdout
     st = os.stat(helper)
     assert (st.st_uid, st.st_mode & 0o777) == (0, 0o755)
     FULL_SUDO.unlink()  # the admin takes the rest away

@@ -73,7 +73,7 @@ def setup(app: App, board_name: str, do_apply: bool) -> None:
                 app.out.print(f"note: {note}", markup=False, highlight=False)
             return
         app.out.print(f"# {plan.sudoers_path} on board {board_name} (0440 root:root), with edgekit's helper "
-                      f"installed root-owned, 0755, at {plan.helper}:")
+                      f"installed root-owned, 0755, at {plan.helper} (there now: {plan.installed}):")
         app.out.print(plan.sudoers, markup=False, highlight=False, end="")
         app.out.print(f"# `edgekit board setup --board {board_name} --apply` installs both (root or full sudo "
                       "once).", markup=False, highlight=False)

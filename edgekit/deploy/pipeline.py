@@ -20,7 +20,7 @@ from edgekit.deploy import activate as act
 from edgekit.deploy import api_key, exposure, link_retry, memory_fit
 from edgekit.errors import EdgekitError
 from edgekit.release.plan import ReleasePlan
-from edgekit.remote import board_key, releases
+from edgekit.remote import board_key, board_setup, releases
 from edgekit.remote.lock import BoardLock
 from edgekit.remote.probe import BoardFacts, probe
 from edgekit.remote.runner import LocalRunner, SshRunner, runner_for
@@ -169,6 +169,8 @@ def _pushed(name: str, board: Board, recipe: Recipe, options: DeployOptions, con
     engine.check_exposure(recipe.runtime.host, is_loopback(recipe.runtime.host))
     with runner_for(board, name) as runner:
         facts = probe(runner, board.base)
+        if (stale := board_setup.outdated_note(name, facts)) is not None:
+            say(stale)
         key = api_key.key_for(runner, facts.base, name) if recipe.runtime.auth == "key" else None
         made = engine.release(ReleaseContext(name, board, facts, recipe, runner, console, say, options.src,
                                              options.cuda))

@@ -7,6 +7,7 @@ session); after it the admin can take the user's other sudo rights away and ever
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 from dataclasses import asdict, dataclass
@@ -31,6 +32,7 @@ class Setup:
     sudoers: str  # the drop-in's text
     base: str
     notes: tuple[str, ...] = ()  # what the servers, run as the login user, may still lack
+    installed: str = "none"  # the helper on the board: none, current (this edgekit's), outdated
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -51,7 +53,20 @@ def plan(board: str, facts: BoardFacts) -> Setup:
         keep = " ".join(privileged.SIM_ENV)
         lines.insert(2, f'Defaults!{helper} env_keep += "{keep}"')
     return Setup(board, user, helper, f"/etc/sudoers.d/edgekit-{user.replace('.', '_')}", "\n".join(lines) + "\n",
-                 facts.base, tuple(group_notes(user, facts)))
+                 facts.base, tuple(group_notes(user, facts)),
+                 "none" if not facts.helper_sha else "current" if helper_current(facts) else "outdated")
+
+
+def helper_current(facts: BoardFacts) -> bool:
+    """Whether the board's helper is this edgekit's: an older one may refuse a verb this edgekit asks for."""
+    return facts.helper_sha == hashlib.sha256(HELPER_SOURCE.read_bytes()).hexdigest()
+
+
+def outdated_note(board: str, facts: BoardFacts) -> str | None:
+    if facts.sudo != "helper" or helper_current(facts):
+        return None
+    return (f"board {board}'s edgekit-root is not this edgekit's; if a step is refused, run `edgekit board setup "
+            f"--board {board} --apply` from an admin's session")
 
 
 def group_notes(user: str, facts: BoardFacts) -> list[str]:

@@ -68,6 +68,8 @@ kv sudo "$( [ "$(id -u)" = 0 ] && echo root \
   || { [ -x "$helper" ] && sudo -n -l "$helper" >/dev/null 2>&1 && echo helper; } \
   || (sudo -n true 2>/dev/null && echo nopasswd || echo no) )"
 kv helper "$helper"
+kv helper_sha "$( [ -r "$helper" ] && { openssl dgst -sha256 -r "$helper" 2>/dev/null || sha256sum "$helper"; } \
+  | cut -c1-64 )"
 kv groups "$(id -Gn)"
 for dev in "$root"/sys/bus/i2c/devices/*; do
   [ -r "$dev/name" ] || continue
@@ -125,6 +127,7 @@ class BoardFacts:
     site_tools: dict[str, bool] = field(default_factory=dict)
     helper: str = ""  # where edgekit-root is (or would be) on the board
     groups: list[str] = field(default_factory=list)  # the login user's: its servers run with them
+    helper_sha: str = ""  # the installed helper's sha256 ("" when there is none)
 
     @property
     def is_jetson(self) -> bool:
@@ -221,6 +224,7 @@ def parse_probe(board: str, output: str) -> BoardFacts:
         sudo=values.get("sudo", "no"),
         helper=values.get("helper", ""),
         groups=values.get("groups", "").split(),
+        helper_sha=values.get("helper_sha", ""),
         power_rails=rails,
     )
 
