@@ -89,16 +89,17 @@ class Units:
             self._run("systemctl", "daemon-reload", check=False)
 
     def claim(self, base: str) -> None:
-        """The base given back to the login user where an earlier edgekit's servers, run as root, left files of
-        root's (their logs, caches): the servers run as the login user now and must write there. Only with full
-        sudo; `edgekit board setup --apply` does the same once for a board that has the helper."""
+        """What an earlier edgekit's servers, run as root, left of root's where they write (their logs, the caches
+        in their releases) given back to the login user, who runs them now. Only with full sudo; `edgekit board
+        setup --apply` does the same once for a board that has the helper."""
         if os.getuid() == 0 or self.helper:
             return
         me = os.getuid()
-        for dirpath, dirs, files in os.walk(base):
-            if any(os.lstat(os.path.join(dirpath, n)).st_uid != me for n in (*dirs, *files)):
-                self._run("chown", "-R", f"{me}:{os.getgid()}", base, check=False)
-                return
+        for top in (os.path.join(base, d) for d in privileged.SERVER_WRITES):
+            for dirpath, dirs, files in os.walk(top):
+                if any(os.lstat(os.path.join(dirpath, n)).st_uid != me for n in (*dirs, *files)):
+                    self._run("chown", "-R", f"{me}:{os.getgid()}", top, check=False)
+                    break
 
     def active(self, unit: str) -> bool:
         return subprocess.call(["systemctl", "is-active", "--quiet", unit], stdout=subprocess.DEVNULL,

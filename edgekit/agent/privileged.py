@@ -53,6 +53,7 @@ FIXED_VALUES = {
     "Restart": frozenset({"no", "on-failure", "always"}),
 }
 STARTING_VERBS = frozenset({"start", "restart", "enable"})
+SERVER_WRITES = ("logs", "releases")  # under the base: where a server writes (its log, a release's caches)
 MAX_UNIT_BYTES = 64 * 1024
 REFUSED = 64
 SIM_ENV = ("EDGEKIT_SIM_BOARD", "EDGEKIT_SIM_ID", "EDGEKIT_SIM_DIR")  # sudo keeps them for a sim (see setup)

@@ -97,8 +97,8 @@ def _run(runner: Runner, argv: list[str], what: str) -> None:
 
 
 def apply(runner: Runner, facts: BoardFacts, setup: Setup) -> None:
-    """Install the helper and the drop-in (checked by visudo first), and give the base back to the login user
-    (an earlier edgekit ran the servers as root, so their logs may be root's)."""
+    """Install the helper and the drop-in (checked by visudo first), and give the base's logs and releases back to
+    the login user (an earlier edgekit ran the servers as root, so what they wrote there may be root's)."""
     if facts.sudo not in ("nopasswd", "helper") or (facts.sudo == "helper" and not _full_sudo(runner)):
         raise EdgekitError(f"Board {setup.board!r}: applying needs root or passwordless sudo for {setup.user!r} "
                            "once; run it from an admin's session, or install the printed files by hand.")
@@ -113,7 +113,9 @@ def apply(runner: Runner, facts: BoardFacts, setup: Setup) -> None:
                       setup.helper], f"install the helper at {setup.helper}")
         _run(runner, [*sudo, "install", "-o", "root", "-g", "root", "-m", "0440", f"{tmp}/sudoers",
                       setup.sudoers_path], f"install {setup.sudoers_path}")
-        _run(runner, [*sudo, "chown", "-R", f"{setup.user}:", setup.base], f"give {setup.base} to {setup.user}")
+        for top in (f"{setup.base}/{d}" for d in privileged.SERVER_WRITES):  # never more than edgekit's own dirs
+            if runner.run(["test", "-d", top], check=False, timeout=30).ok:
+                _run(runner, [*sudo, "chown", "-R", f"{setup.user}:", top], f"give {top} to {setup.user}")
     finally:
         runner.run(["rm", "-rf", tmp], check=False, timeout=60)
 
