@@ -28,7 +28,6 @@ from build_helpers import sdist_or_skip
 from conftest import SimSession
 
 from edgekit.agent.privileged import HELPER_PATH, REFUSED
-from edgekit.sim import boards as sim
 from edgekit.sim.testing import SimBoard
 
 USER = "edgekit-lp"
@@ -65,7 +64,8 @@ def board() -> Iterator[tuple[SimBoard, dict[str, str]]]:
     sudoers = Path(f"/etc/sudoers.d/edgekit-{USER}")
     try:
         (b,) = session.boards(1)
-        sim.login_as(session.sim_dir, b.name, USER, session.targets)
+        moved = edgekit(env, "--json", "sim", "login-as", b.name, USER)
+        assert moved.returncode == 0 and json.loads(moved.stdout)["user"] == USER, moved.stderr
         b = SimBoard(**{**b.__dict__, "user": USER})
         yield b, env
     finally:

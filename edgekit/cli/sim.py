@@ -1,4 +1,4 @@
-"""`edgekit sim up|status|down|power-cut`: simulated Jetson boards on this machine (real sshd on 127.0.0.1)."""
+"""`edgekit sim up|status|down|power-cut|login-as`: simulated Jetson boards on this machine (real sshd on 127.0.0.1)."""
 
 from __future__ import annotations
 
@@ -86,6 +86,22 @@ def power_cut(app: App, board: str, directory: Path | None) -> None:
     killed = sim_boards.power_cut(directory or sim_dir(), board)
     app.emit({"board": board, "killed": killed},
              lambda: app.out.print(f"Cut the power of {board}: {killed} processes killed. Boot it: edgekit sim up"))
+
+
+@sim.command("login-as")
+@click.argument("board")
+@click.argument("user")
+@_DIR
+@json_option
+@click.pass_obj
+def login_as(app: App, board: str, user: str, directory: Path | None) -> None:
+    """Make simulated BOARD log in as USER, an unprivileged account of this machine (as root): its root stays
+    root's, so what USER may do as root is what this machine's sudo allows — try `edgekit board setup` on it."""
+    targets = sim_boards.Targets(app.board_file, known_hosts_file())
+    st = sim_boards.login_as(directory or sim_dir(), board, user, targets)
+    app.emit({"board": board, "user": st.user, "base": str(st.base)},
+             lambda: app.out.print(f"{board} now logs in as {user} (its base {st.base} is {user}'s); next: "
+                                   f"edgekit board setup --board {board}"))
 
 
 @sim.command("down")
