@@ -171,6 +171,9 @@ def _pushed(name: str, board: Board, recipe: Recipe, options: DeployOptions, con
         facts = probe(runner, board.base)
         if (stale := board_setup.outdated_note(name, facts)) is not None:
             say(stale)
+        if facts.service_user:  # the server runs as the login user, with that user's groups
+            for note in board_setup.group_notes(facts.service_user, facts, docker=False):
+                say(f"note: {note}")
         key = api_key.key_for(runner, facts.base, name) if recipe.runtime.auth == "key" else None
         made = engine.release(ReleaseContext(name, board, facts, recipe, runner, console, say, options.src,
                                              options.cuda))

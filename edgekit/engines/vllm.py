@@ -151,6 +151,11 @@ class Vllm(EngineBase):
         v = ctx.recipe.runtime.vllm
         image = None
         if wants_container(v.runner, bool(ctx.board.vllm_python), ctx.facts):
+            user = ctx.facts.service_user
+            if user and "docker" not in ctx.facts.groups:  # the unit runs `docker run` as the login user
+                raise EdgekitError(f"Board {ctx.name!r}: vLLM's container would run as {user}, who is not in the "
+                                   f"docker group; add it there (sudo usermod -aG docker {user}) and deploy again. "
+                                   "Nothing was sent.")
             image = resolve(ctx.runner, ctx.name, v.image or default_image(ctx.board.profile, ctx.facts.jetpack))
             python, version = "python3", version_in(ctx.runner, image)
             ctx.say(f"vLLM {version} in the container {image}")

@@ -69,14 +69,14 @@ def outdated_note(board: str, facts: BoardFacts) -> str | None:
             f"--board {board} --apply` from an admin's session")
 
 
-def group_notes(user: str, facts: BoardFacts) -> list[str]:
+def group_notes(user: str, facts: BoardFacts, docker: bool = True) -> list[str]:
     """The servers run as the login user, with its groups: on JetPack the GPU's device nodes are the video and
     render groups'; vLLM's container needs docker's."""
     notes = []
-    if facts.gpu_driver and not {"video", "render"} <= set(facts.groups):
-        notes.append(f"{user} is not in the video and render groups, which the GPU needs on JetPack: "
-                     f"sudo usermod -aG video,render {user}")
-    if "docker" not in facts.groups:
+    if facts.gpu_driver and "video" not in facts.groups:
+        notes.append(f"{user} is not in the video group, whose GPU device nodes CUDA opens on JetPack: "
+                     f"sudo usermod -aG video {user} (and render, where the board has that group)")
+    if docker and "docker" not in facts.groups:
         notes.append(f"for vLLM's container, {user} needs the docker group: sudo usermod -aG docker {user}")
     return notes
 
