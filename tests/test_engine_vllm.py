@@ -176,6 +176,21 @@ def test_container_image_table_digest_pin_and_docker_argv() -> None:
         VllmSettings(image="Not An Image!")
 
 
+def test_a_container_for_a_login_user_outside_the_docker_group_is_refused_before_anything_is_sent() -> None:
+    """The unit runs `docker run` as the login user (docs/deploy.md, least privilege): without the docker group it
+    could not start; one sentence before the image is even looked for."""
+    from edgekit.config.recipes import VllmSettings
+    from edgekit.engines.vllm import Vllm
+    from edgekit.errors import EdgekitError
+
+    facts = SimpleNamespace(gpu_driver="/dev/nvgpu", service_user="robot", groups=["robot", "video"])
+    runtime = SimpleNamespace(vllm=VllmSettings(runner="container"))
+    ctx = SimpleNamespace(name="orin-1", board=SimpleNamespace(vllm_python=None), facts=facts,
+                          recipe=SimpleNamespace(runtime=runtime), runner=None)
+    with pytest.raises(EdgekitError, match=r"runs? as robot, who is not in the docker group.*Nothing was sent"):
+        Vllm().release(ctx)  # type: ignore[arg-type]
+
+
 def test_a_container_recipe_on_a_board_without_docker_gets_one_sentence(sim_session, env, tmp_path) -> None:
     (board,) = sim_session.boards(1, fresh=True)
     res = edgekit(env, "deploy", "--board", board.name, "--recipe",
