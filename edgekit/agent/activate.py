@@ -43,12 +43,9 @@ class Units:
     through ``sudo -n``. The unit directory is under ``$EDGEKIT_BOARD_ROOT`` (a simulated board's root)."""
 
     def __init__(self) -> None:
-        root = os.environ.get("EDGEKIT_BOARD_ROOT", "")
-        helper = root + privileged.HELPER_PATH
-        self.helper = os.getuid() != 0 and os.access(helper, os.X_OK) and subprocess.call(
-            ["sudo", "-n", "-l", helper], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0
-        self.sudo = [] if os.getuid() == 0 else ["sudo", "-n", helper] if self.helper else ["sudo", "-n"]
-        self.dir = root + "/etc/systemd/system"
+        self.sudo = privileged.prefix_for_this_user()
+        self.helper = len(self.sudo) == 3  # [sudo, -n, HELPER]
+        self.dir = os.environ.get("EDGEKIT_BOARD_ROOT", "") + "/etc/systemd/system"
 
     def _run(self, *argv: str, check: bool = True, data: bytes | None = None) -> int:
         proc = subprocess.run([*self.sudo, *argv], stdout=subprocess.DEVNULL, input=data, check=False)

@@ -63,6 +63,17 @@ class Refused(Exception):
     pass
 
 
+def prefix_for_this_user() -> list:
+    """What the calling (unprivileged) side on the board puts before a root command: nothing as root; this helper
+    through sudo where it is installed and the user may run it; else full ``sudo -n`` (as the probe decides)."""
+    if os.getuid() == 0:
+        return []
+    helper = os.environ.get("EDGEKIT_BOARD_ROOT", "") + HELPER_PATH
+    may = os.access(helper, os.X_OK) and subprocess.call(["sudo", "-n", "-l", helper], stdout=subprocess.DEVNULL,
+                                                         stderr=subprocess.DEVNULL) == 0
+    return ["sudo", "-n", helper] if may else ["sudo", "-n"]
+
+
 def board_root() -> str:
     """"/" on a real board; a simulated board's root when this file is installed under one."""
     here = os.path.realpath(os.path.abspath(__file__))

@@ -24,7 +24,8 @@ base = os.path.expanduser(sys.argv[1]).rstrip("/") or "/"
 want = sys.argv[2] if len(sys.argv) > 2 else ""
 unit = sys.argv[3] if len(sys.argv) > 3 else ""
 older = sys.argv[4:]
-# edgekit's root helper (`edgekit board setup --apply`) where the user may run it: as remote/privilege.py.
+# edgekit's root helper (`edgekit board setup --apply`) where the user may run it: agent/privileged.py's
+# prefix_for_this_user, written out (this runs as `python3 -c`, with no agent beside it).
 helper = os.environ.get("EDGEKIT_BOARD_ROOT", "") + "/usr/local/sbin/edgekit-root"
 if os.getuid() == 0:
     sudo = []
