@@ -195,8 +195,9 @@ def _variant(tmp: Path, n: int) -> str:
 def test_a_seed_poisoned_at_rest_or_killed_mid_rollout_leaves_every_board_correct(
         sim_session, env: dict[str, str], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Rollout-level faults: the seed's stored copy of the model corrupted at rest (it is hashed again before it is
-    served, and sent anew), then the seed's nginx killed as it starts (its neighbours get their blobs from a board
-    that takes over, or from the workstation). Each time the neighbours lack the model, as new boards would."""
+    served, and sent anew), then the seed's nginx killed as it starts (the first neighbour gets its blobs from the
+    workstation, the second, in the playbook's next batch, from the first). Each time the neighbours lack the
+    model, as new boards would."""
     boards = sim_session.boards(3, fresh=True)
     board_file = Boards(Path(env["EDGEKIT_CONFIG"]))
     data = board_file.load()
@@ -252,9 +253,12 @@ def test_a_seed_poisoned_at_rest_or_killed_mid_rollout_leaves_every_board_correc
     site = report["sites"]["faultsite"]
     print(f"seed's nginx killed: seed {site['seed']}, notes {site['notes']}, pulls {site['boards']}")
     assert sorted(report["succeeded"]) == sorted(b.name for b in boards) and not report["failed"]
-    # Nobody got anything from the dead seed: a board that took over seeded, or the workstation sent it.
+    # Nobody got anything from the dead seed: the workstation sent the model to the first neighbour (or to a seed
+    # that took over), and the second neighbour, a batch later, took it from the first, which had finished.
     assert all(f":{data.boards[seed.name].site_port}" not in src
                for r in site["boards"].values() for src in r.get("sources") or {})
+    second = site["boards"][neighbours[1].name]
+    assert any(f":{data.boards[neighbours[0].name].site_port}" in src for src in second["sources"]), second
     for b in boards:
         assert faults.violations(b) == []
     data = board_file.load()

@@ -1,4 +1,5 @@
 """`agent site-pull SPEC`: take a release's missing blobs from the site's other boards, over HTTP, with aria2c.
+The fleet's playbook runs this file as ``python3 -c <source> -``, the spec on stdin.
 
 SPEC (JSON, written by the workstation over SSH, the only thing trusted here):
     {"store": "<base>/store", "staging": "<base>/site/staging",
@@ -19,6 +20,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from typing import Any
 
@@ -81,8 +83,12 @@ def pull_one(blob: dict[str, Any], store: str, staging: str, sources: list[str])
 
 
 def main(spec_path: str) -> int:
-    with open(spec_path) as fh:
-        spec = json.load(fh)
+    """``-``: the spec on stdin (the fleet's playbook runs this file as ``python3 -c``, the spec handed over)."""
+    if spec_path == "-":
+        spec = json.load(sys.stdin)
+    else:
+        with open(spec_path) as fh:
+            spec = json.load(fh)
     if shutil.which("aria2c") is None:
         print(json.dumps({"error": "aria2c is not installed on this board (apt install aria2)", "blobs": []}))
         return 3
@@ -92,3 +98,7 @@ def main(spec_path: str) -> int:
     done = [pull_one(b, spec["store"], spec["staging"], list(spec["sources"])) for b in spec["blobs"]]
     print(json.dumps({"blobs": done, "seconds": round(time.monotonic() - start, 3)}))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "-"))

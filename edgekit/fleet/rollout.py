@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -119,17 +120,21 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
         if any(n in fleet.failed for n in canary) or not limit:
             return _stopped(names, fleet.failed, options.check, start, fleet.phases)
         run_canary = [n for n in canary if n in limit]
-        site_reports = {} if options.check else sites.stage(
-            fleet, fp, limit, run_canary, lambda m: console.print(f"[dim]fleet: {m}[/dim]"))
         forks = options.forks or max(1, largest_batch(options.batches, len(limit)))
-        console.print(f"[dim]fleet: ansible-playbook rollout.yml on {len(limit)} board(s)"
-                      f"{f' ({len(current)} already current)' if current else ''}: canary "
-                      f"{', '.join(run_canary) or 'none'}, batches {options.batches}, max fail {options.max_fail}%, "
-                      f"forks {forks}{', check mode' if options.check else ''}[/dim]")
-        run = run_playbook("rollout.yml", run_inventory(data, limit, run_canary), extra, limit, forks=forks,
-                           check=options.check, on_line=_printer(console, quiet), color=console.is_terminal,
-                           control=fleet.control, hold=fleet.lock_fds())
+        # Sites: seeds take the blobs now; their boards pull in the playbook, each in its batch.
+        with contextlib.nullcontext(sites.Staged()) if options.check else sites.serving(
+                fleet, fp, limit, run_canary, lambda m: console.print(f"[dim]fleet: {m}[/dim]")) as staged:
+            for name, pull in staged.pulls.items():
+                extra["edgekit_plans"][name]["site"] = pull
+            console.print(f"[dim]fleet: ansible-playbook rollout.yml on {len(limit)} board(s)"
+                          f"{f' ({len(current)} already current)' if current else ''}: canary "
+                          f"{', '.join(run_canary) or 'none'}, batches {options.batches}, max fail "
+                          f"{options.max_fail}%, forks {forks}{', check mode' if options.check else ''}[/dim]")
+            run = run_playbook("rollout.yml", run_inventory(data, limit, run_canary), extra, limit, forks=forks,
+                               check=options.check, on_line=_printer(console, quiet), color=console.is_terminal,
+                               control=fleet.control, hold=fleet.lock_fds())
     hosts = run.report.get("hosts") or {}
+    site_reports = staged.collect(hosts)
     for name, host in hosts.items():  # a success sets no stats: its report is made here (failures set theirs)
         if not host.get("failures") and not host.get("unreachable") and not host.get("data"):
             made = activation_report(extra["edgekit_plans"][name], host.get("registered") or {}, options.check)

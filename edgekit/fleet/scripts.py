@@ -3,12 +3,16 @@
 The release layout and the unit install are edgekit's own shell (edgekit.remote.releases,
 edgekit.deploy.service), passed through unchanged so a board updated by Ansible looks exactly like
 one updated by `edgekit deploy`; the health check is the one deploy runs too (edgekit/agent/health.py,
-its source sent as ``python3 -c``). STATE_PY (the board's release state as JSON) is the fleet's own.
-Values only ever arrive as arguments; the roles quote every argument (Jinja's `quote` = shlex).
+its source sent as ``python3 -c``), and so is a site's pull (edgekit/agent/site_pull.py). STATE_PY (the
+board's release state as JSON) is the fleet's own. Values only ever arrive as arguments (or on stdin); the roles
+quote every argument (Jinja's `quote` = shlex).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from edgekit.agent import site_pull
 from edgekit.engines import ENGINES, get_engine
 from edgekit.release.health import health_program
 from edgekit.remote import boardscripts, releases
@@ -185,6 +189,8 @@ def scripts() -> dict[str, str]:
         "inventory": boardscripts.INVENTORY_SH,
         "inventory_ro": INVENTORY_RO,
         "place": PLACE_PY,
+        # `python3 -c SITE_PULL -`, the spec on stdin: a board takes blobs from its site (agent/site_pull.py)
+        "site_pull": Path(site_pull.__file__).read_text(encoding="utf-8"),
     }
 
 

@@ -1,28 +1,29 @@
 """Sites: a rollout costs the workstation one release per site, not one per board.
 
-Boards that reach each other cheaply share a ``site`` in the board file. Before the playbook runs, per site:
+Boards that reach each other cheaply share a ``site`` in the board file. Per site, before the playbook runs:
 
 1. **Seed.** The site's blobs (every member's release) go once to one board — the canary where it is in the site,
-   else the first — over edgekit's verified, resumable SSH push. A seed that cannot take them hands the role to
-   the next board; if none can, the site falls back to today's path.
-2. **Serve.** The seed serves its blob store read-only with the board's own nginx (Range requests: a cut
-   download resumes), on ``site_host:site_port``, to the site's boards' addresses only, for this rollout only.
-3. **Pull**, in waves: each board runs ``agent site-pull`` (aria2c, several sources in order: the seed, then the
-   boards that already finished and now serve too, so a seed that dies hands over). The manifest of hashes comes
-   from the workstation over SSH; each board checks every blob's sha256 itself and drops bytes that do not match,
-   so a seed is transport only: a poisoned store can delay a board, never poison it.
+   else the first — over edgekit's verified, resumable SSH push (its stored copies hashed again first). A seed
+   that cannot take them or serve them hands the role to the next board; if none can, the site falls back to
+   today's path.
+2. **Serve.** Every board of the site serves its blob store read-only with the board's own nginx (Range requests:
+   a cut download resumes), on ``site_host:site_port``, to the site's boards' addresses only, while the playbook
+   runs; edgekit stops them after it.
 
-Whatever a board still lacks afterwards the playbook sends from the workstation, as for a board in no site. Blobs
-only: nothing is activated here; canary, batches and max-fail are the playbook's, as before.
+Then the **playbook pulls**, board by board under its canary, batches and max-fail: the role's ``edgekit_blobs``
+runs edgekit's agent/site_pull.py on each board of a site for what it lacks (aria2c, sources in order: the seed,
+then boards of earlier batches, so a seed that dies hands over to a board that has finished), and sends what is
+still missing from the workstation, as for a board in no site. The manifest of hashes comes from the workstation
+over SSH; each board checks every blob's sha256 itself and drops bytes that do not match, so a seed is transport
+only: a poisoned store can delay a board, never poison it.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import secrets
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +35,10 @@ from edgekit.fleet.plan import FleetPlan
 from edgekit.remote.transfer import Blob, drop_corrupt, push_blobs
 from edgekit.resources import data_path
 
-WAVE = 4  # boards pulling at once: each wave's boards serve the next one
+# "$1" store, "$2" hold dir, then sha256s: the seed's activation in the playbook prunes store blobs no release links;
+# the site's other boards still need those of their releases it lacks.
+HOLD_SH = 'store="$1"; hold="$2"; shift 2; mkdir -p "$hold"; for s in "$@"; do ln -f "$store/$s" "$hold/$s"; done'
+MORE_SOURCES = 7  # boards tried after the seed, for a blob the seed cannot give
 
 
 @dataclass
@@ -80,9 +84,11 @@ def _nginx(target: Target) -> str:
 class _Server:
     """nginx on one board, serving its store to the site (a job of its own, stopped at the end)."""
 
-    def __init__(self, target: Target, base: str, allow: list[str]) -> None:
+    def __init__(self, target: Target, base: str, allow: list[str], hold: list[str] = ()) -> None:  # type: ignore[assignment]
         self.target, self.base = target, base
         self.run_dir = f"{base}/site/http-{secrets.token_hex(3)}"
+        if hold:  # hard links in the run dir: the board's own activation (its prune) keeps what it serves
+            target.runner.run(["sh", "-c", HOLD_SH, "sh", f"{base}/store", f"{self.run_dir}/hold", *hold], timeout=120)
         board = target.board
         conf = data_path("site", "nginx.conf").read_text().format(
             run=self.run_dir, store=f"{base}/store", user=board.user,
@@ -107,99 +113,102 @@ class _Server:
         self.target.runner.run(["rm", "-rf", "--", self.run_dir], check=False, timeout=60)
 
 
-def _pull(target: Target, base: str, blobs: list[Blob], sources: list[str]) -> dict[str, Any]:
-    """``agent site-pull`` on the board; per blob where it came from (None: still missing)."""
-    work = f"{base}/site/pull-{secrets.token_hex(3)}"
-    try:
-        agent = boardfs.push_agent(target.runner, f"{work}/agent")
-        spec = {"store": f"{base}/store", "staging": f"{base}/site/staging", "sources": sources,
-                "blobs": [{"sha256": b.sha256, "size": b.size, "executable": b.executable} for b in blobs]}
-        boardfs.put_text(target.runner, f"{work}/spec.json", json.dumps(spec))
-        res = target.runner.run(["python3", agent, "site-pull", f"{work}/spec.json"], check=False,
-                                timeout=600 + sum(b.size for b in blobs) / 1e6)
+def _stop_leftovers(target: Target, base: str) -> None:
+    """Servers an earlier rollout left running (its edgekit was killed while the playbook ran) are stopped: the board
+    is locked by this rollout, so none of them is anyone's now."""
+    res = target.runner.run(["sh", "-c", 'for d in "$1"/site/http-*; do [ -d "$d" ] && echo "$d"; done; true',
+                             "sh", base], check=False, timeout=30)
+    for run_dir in res.stdout.split():
+        Job(target.runner, f"{run_dir}/job", "nginx").stop(grace_s=3.0)
+        target.runner.run(["rm", "-rf", "--", run_dir], check=False, timeout=60)
+
+
+def _sources(order: list[str], seed: str, serving: list[str], urls: dict[str, str], board: str) -> list[str]:
+    """Where ``board`` takes its blobs from, in order: the seed, then up to MORE_SOURCES boards that come before it
+    in the rollout (earlier batches, done by then; one that is not answers 404 at once and the next is tried)."""
+    earlier = [m for m in order[:order.index(board)] if m != seed and m in serving]
+    return [urls[seed]] + [urls[m] for m in earlier[:MORE_SOURCES]]
+
+
+def _seed(fleet: Fleet, fp: FleetPlan, report: SiteReport, union: list[Blob], allow: list[str],
+          say: Callable[[str], None]) -> _Server | None:
+    """The first board of the site that takes every blob and starts its server; None when none can."""
+    for seed in report.members:
+        target = fleet.targets[seed]
         try:
-            out = json.loads(res.stdout)
-        except ValueError:
-            raise EdgekitError(f"site-pull failed on board {target.name!r}: "
-                               f"{(res.stderr.strip().splitlines() or ['no output'])[-1]}") from None
-        if out.get("error"):
-            raise EdgekitError(f"Board {target.name!r}: {out['error']}.")
-        return out
-    finally:
-        target.runner.run(["rm", "-rf", "--", work], check=False, timeout=60)
+            # What it will serve is hashed again first: a copy corrupted at rest is sent anew, not served
+            # (the neighbours would reject it, and the seed would activate it).
+            bad = drop_corrupt(target.runner, fp.boards[seed].base, union)
+            if bad:
+                report.notes.append(f"{seed}: {len(bad)} stored blob(s) did not match their sha256; sent again")
+                say(f"site {report.site}: {seed} had {len(bad)} corrupted blob(s) in its store; sending them again")
+            push = push_blobs(target.runner, fp.boards[seed].base, union)
+            server = _Server(target, fp.boards[seed].base, allow, hold=[b.sha256 for b in union])
+        except EdgekitError as exc:
+            report.notes.append(f"{seed} could not seed: {exc}")
+            say(f"site {report.site}: {seed} could not seed ({exc}); the next board tries")
+            continue
+        report.seed, report.workstation_bytes = seed, push.sent_bytes
+        return server
+    return None
 
 
-def _board_result(out: dict[str, Any]) -> dict[str, Any]:
-    got = [b for b in out["blobs"] if b["source"] not in (None, "present")]
-    sources: dict[str, int] = {}
-    for b in got:
-        sources[b["source"]] = sources.get(b["source"], 0) + 1
-    rejected = sum(1 for b in out["blobs"] for t in b["tries"] if (t["exit"] == 0 and not t["ok"]) or t["exit"] == 32)
-    return {"bytes": sum(b["bytes"] for b in got), "blobs": len(got), "sources": sources,
-            "missing": [b["sha256"] for b in out["blobs"] if b["source"] is None], "rejected_copies": rejected,
-            "seconds": out.get("seconds")}
+@dataclass
+class Staged:
+    """What the playbook needs of the sites (per pulling board: its sources and staging dir) and their reports."""
+    reports: dict[str, SiteReport] = field(default_factory=dict)
+    pulls: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def collect(self, hosts: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """Each site's report with its boards' pulls, as the playbook's edgekit_blobs registered them."""
+        for report in self.reports.values():
+            for m in report.members:
+                push = ((hosts.get(m) or {}).get("registered") or {}).get("edgekit_release_push") or {}
+                if m == report.seed or m not in self.pulls or not push or push.get("skipped"):
+                    continue
+                report.boards[m] = push.get("site") or {"bytes": 0, "blobs": 0, "sources": {}, "missing": [],
+                                                        "rejected_copies": 0, "seconds": 0.0}
+        return {site: r.to_dict() for site, r in self.reports.items()}
 
 
-def stage_site(fleet: Fleet, fp: FleetPlan, site: str, members: list[str], say: Callable[[str], None]) -> SiteReport:
-    """One site (see the module's docstring); never raises for one board: what fails falls back."""
-    start = time.monotonic()
-    report = SiteReport(site, members)
-    need = {m: fp.boards[m].plan.blobs for m in members}
-    union = list({b.sha256: b for bl in need.values() for b in bl}.values())
-    allow = [t.board.site_host or t.board.host for t in (fleet.targets[m] for m in members)]
+@contextlib.contextmanager
+def serving(fleet: Fleet, fp: FleetPlan, names: list[str], first: list[str],
+            say: Callable[[str], None]) -> Iterator[Staged]:
+    """Every site among ``names`` seeded and served (see the module's docstring) while the caller runs the
+    playbook; the servers are stopped at the end. Never raises for one board: what fails falls back."""
+    staged = Staged()
     servers: list[_Server] = []
     try:
-        for seed in members:
-            target = fleet.targets[seed]
-            try:
-                # What it will serve is hashed again first: a copy corrupted at rest is sent anew, not served
-                # (the neighbours would reject it, and the seed would activate it).
-                bad = drop_corrupt(target.runner, fp.boards[seed].base, union)
-                if bad:
-                    report.notes.append(f"{seed}: {len(bad)} stored blob(s) did not match their sha256; sent again")
-                    say(f"site {site}: {seed} had {len(bad)} corrupted blob(s) in its store; sending them again")
-                push = push_blobs(target.runner, fp.boards[seed].base, union)
-                servers.append(_Server(target, fp.boards[seed].base, allow))
-            except EdgekitError as exc:
-                report.notes.append(f"{seed} could not seed: {exc}")
-                say(f"site {site}: {seed} could not seed ({exc}); the next board tries")
+        for site, members in sites_of(fleet, names, first).items():
+            start = time.monotonic()
+            report = staged.reports[site] = SiteReport(site, members)
+            union = list({b.sha256: b for m in members for b in fp.boards[m].plan.blobs}.values())
+            allow = [t.board.site_host or t.board.host for t in (fleet.targets[m] for m in members)]
+            for m in members:
+                _stop_leftovers(fleet.targets[m], fp.boards[m].base)
+            seed_server = _seed(fleet, fp, report, union, allow, say)
+            if seed_server is None:
+                report.notes.append("no board could seed: every board of the site gets its blobs from the workstation")
+                report.seconds = round(time.monotonic() - start, 2)
                 continue
-            report.seed, report.workstation_bytes = seed, push.sent_bytes
-            break
-        if report.seed is None:
-            report.notes.append("no board could seed: every board of the site gets its blobs from the workstation")
-            return report
-        say(f"site {site}: {report.seed} seeded ({report.workstation_bytes / 1e6:.1f} MB from the workstation); "
-            f"{len(members) - 1} board(s) pull from it")
-        sources = [_url(fleet.targets[report.seed])]
-        rest = [m for m in members if m != report.seed]
-        for k in range(0, len(rest), WAVE):
-            wave = rest[k:k + WAVE]
-            with ThreadPoolExecutor(max_workers=len(wave), thread_name_prefix="site-pull") as pool:
-                futures = {m: pool.submit(_pull, fleet.targets[m], fp.boards[m].base, need[m], list(sources))
-                           for m in wave}
-                for m, fut in futures.items():
-                    try:
-                        report.boards[m] = _board_result(fut.result())
-                    except EdgekitError as exc:
-                        report.boards[m] = {"error": str(exc), "missing": [b.sha256 for b in need[m]]}
-                        say(f"site {site}: {m} could not pull ({exc}); the workstation sends it its blobs")
-            for m in wave:  # a board that has everything serves the next wave too
-                if not report.boards[m].get("missing"):
+            servers.append(seed_server)
+            serving_boards = [report.seed]
+            for m in members:  # the others serve what they have: a board done in one batch serves the next ones
+                if m != report.seed:
                     try:
                         servers.append(_Server(fleet.targets[m], fp.boards[m].base, allow))
-                        sources.append(_url(fleet.targets[m]))
+                        serving_boards.append(m)
                     except EdgekitError as exc:
                         report.notes.append(str(exc))
+            urls = {m: _url(fleet.targets[m]) for m in members}
+            for m in members:
+                if m != report.seed:
+                    staged.pulls[m] = {"sources": _sources(members, report.seed, serving_boards, urls, m),
+                                       "staging": f"{fp.boards[m].base}/site/staging"}
+            report.seconds = round(time.monotonic() - start, 2)
+            say(f"site {site}: {report.seed} seeded ({report.workstation_bytes / 1e6:.1f} MB from the "
+                f"workstation); {len(members) - 1} board(s) pull from it in the playbook")
+        yield staged
     finally:
         for server in servers:
             server.stop()
-        report.seconds = round(time.monotonic() - start, 2)
-    return report
-
-
-def stage(fleet: Fleet, fp: FleetPlan, names: list[str], first: list[str],
-          say: Callable[[str], None]) -> dict[str, dict[str, Any]]:
-    """Every site among ``names``, one after another; site name → its report."""
-    return {site: stage_site(fleet, fp, site, members, say).to_dict()
-            for site, members in sites_of(fleet, names, first).items()}

@@ -10,18 +10,23 @@ so a fresh push costs two round trips, not several module runs per file. Unless 
 the release directory is then made from the store (edgekit's CREATE_PY) in that same command.
 Supports check mode: reports what would be sent and sends nothing.
 
+A board of a site (``plan.site``: the sources, its seed first, that `edgekit fleet rollout` started nginx on)
+first takes the missing blobs from its neighbours (edgekit's agent/site_pull.py: aria2c, then the board's own
+sha256, a wrong copy deleted and the next source tried); what none of them could give is sent as above.
+
 Options (what `edgekit fleet rollout` planned; the task passes them whole, since Ansible 2.19 would
 compile a template per derived argument in every worker):
   plan:   the board's plan (edgekit.fleet.plan.BoardPlan.to_vars, with the state edgekit read): base
           (absolute; the store is <base>/store), blobs (sha256s), release, files ([path, sha256, ...]);
-          the release is made unless state.has_release
+          the release is made unless state.has_release; site (optional): sources (URLs, in order), staging
   fleet:  edgekit_fleet: blobs ({sha256: {sha256, src (local path), size, executable}}) and scripts
-          ({inventory, inventory_ro, place, create}: board-side programs)
+          ({inventory, inventory_ro, place, create, site_pull}: board-side programs)
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shlex
@@ -100,6 +105,13 @@ class ActionModule(ActionBase):
             return result
         if not result["changed"]:
             return self._create(result, create) if create else result
+        site = plan.get("site") or {}
+        if missing and site.get("sources"):  # from the site's boards first; what they cannot give is sent below
+            result["site"] = self._site_pull(store, site, scripts, blobs, missing)
+            still = set(result["site"].get("missing") or [])
+            result["pulled_blobs"] = len(missing) - len(still)
+            result["pulled_bytes"] = result["site"].get("bytes", 0)
+            missing = [s for s in missing if s in still]
         for sha in relink:  # same content, now needed executable (edgekit's push does the same)
             self._sh('chmod 0755 "$1/$2"', store, sha)
         for sha in missing:
@@ -119,6 +131,36 @@ class ActionModule(ActionBase):
         # The last tar stream and the check of every upload in one command: one round trip fewer.
         return self._place(result, store, scripts, blobs, missing, create,
                            self._tar(batches[-1], blobs) if batches else None)
+
+    def _site_pull(self, store: str, site: dict[str, Any], scripts: dict[str, str], blobs: dict[str, Any],
+                   missing: list[str]) -> dict[str, Any]:
+        """edgekit's agent/site_pull.py on the board (aria2c from ``site.sources`` in order, each blob checked by
+        the board's own sha256; the spec on stdin); never fails the task: what it lacks after, the caller sends.
+        Per board: bytes and blobs taken, from which source, what is still missing, copies rejected."""
+        spec = {"store": store, "staging": site.get("staging") or f"{store.rsplit('/', 1)[0]}/site/staging",
+                "sources": list(site["sources"]),
+                "blobs": [{"sha256": s, "size": blobs[s]["size"], "executable": blobs[s]["executable"]}
+                          for s in missing]}
+        res = self._run(["python3", "-c", scripts["site_pull"], "-"], json.dumps(spec).encode())
+        try:
+            out = json.loads(res.get("stdout") or "")
+        except ValueError:
+            out = {"error": f"site pull failed: {self._why(res)}"}
+        if out.get("error") or not isinstance(out.get("blobs"), list):
+            return {"error": str(out.get("error") or "site pull gave no result"), "missing": missing, "bytes": 0}
+        got = [b for b in out["blobs"] if b.get("source") not in (None, "present")]
+        sources: dict[str, int] = {}
+        for b in got:
+            sources[b["source"]] = sources.get(b["source"], 0) + 1
+        return {"bytes": sum(int(b.get("bytes") or 0) for b in got), "blobs": len(got), "sources": sources,
+                "missing": [b["sha256"] for b in out["blobs"] if b.get("source") is None],
+                # why a blob is still missing: its last source's answer (aria2c's exit status and message)
+                "why": {b["sha256"][:12]: (b.get("tries") or [{}])[-1] for b in out["blobs"]
+                        if b.get("source") is None},
+                # a copy that arrived whole but hashed wrong (our check, or aria2c's --checksum: exit 32)
+                "rejected_copies": sum(1 for b in out["blobs"] for t in b.get("tries") or []
+                                       if (t.get("exit") == 0 and not t.get("ok")) or t.get("exit") == 32),
+                "seconds": out.get("seconds")}
 
     @staticmethod
     def _why(res: dict[str, Any], first: bool = False) -> str:

@@ -49,9 +49,10 @@ def _register(result: Any) -> str | None:
 
 
 def _kept(res: dict[str, Any]) -> dict[str, Any]:
-    """What edgekit reads of a registered result: stdout and rc (raw), the counts edgekit_blobs returns."""
+    """What edgekit reads of a registered result: stdout and rc (raw), the counts edgekit_blobs returns and its
+    site pull's summary."""
     return {k: v for k, v in res.items()
-            if k in ("stdout", "rc", "release_created") or k.endswith(("_blobs", "_bytes"))}
+            if k in ("stdout", "rc", "release_created", "site") or k.endswith(("_blobs", "_bytes"))}
 
 
 def _reason(res: dict[str, Any]) -> str:
