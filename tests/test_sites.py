@@ -1,9 +1,10 @@
 """Seed boards per site: a rollout sends each blob once per site, the site's boards take it from each other.
 
-* A rollout to a simulated site of three boards and one board outside any site, every board reached through one
-  network namespace (`edgekit.sim.netns`, the bytes counted on its veth): the workstation sends the release
-  about twice (once to the site's seed, once to the outsider), not four times; every board serves the release
-  and every blob on every board has its sha256.
+* A rollout to a simulated site of three boards and one board outside any site, each board in a network namespace
+  of its own on one bridge, all behind one uplink (`edgekit.sim.netns.site`, the bytes counted on the uplink's
+  veth and on the seed's bridge port): the workstation sends the release about twice (once to the site's seed,
+  once to the outsider), not four times, and the neighbours' copies cross the bridge from the seed; every board
+  serves the release and every blob on every board has its sha256.
 * The pull itself (`agent site-pull`, the real nginx the seeds run, the real aria2c): a poisoned copy at the
   first source is rejected and the blob taken from the next; a source that dies mid-blob is resumed from the
   next one, from where it stopped.
@@ -136,37 +137,39 @@ def test_a_site_takes_each_blob_once_from_the_workstation(sim_session, env: dict
     board_file = Boards(Path(env["EDGEKIT_CONFIG"]))
     known = Path(env["EDGEKIT_CONFIG_DIR"]) / "known_hosts"
     names: list[str] = []
-    ports = [free_port() for _ in range(3)]
     with contextlib.ExitStack() as stack:
-        up = stack.enter_context(netns.uplink(None))
+        lan = stack.enter_context(netns.site(None, boards=4))  # each board in its own namespace, on one bridge
         for i, b in enumerate(boards):
-            host, port = stack.enter_context(netns.board_behind(up, b.port, inner_port=2300 + i))
-            site = {"site": "lab", "site_host": "127.0.0.1", "site_port": ports[i]} if i < 3 else {}
+            host, port = stack.enter_context(netns.sshd_in(lan, i, b.dir / "ssh" / "sshd_config",
+                                                           b.dir / "sshd-site.log"))
+            site = {"site": "lab", "site_host": host} if i < 3 else {}  # site_port: the default, 8089
             names.append(route_to(Path(env["EDGEKIT_CONFIG"]), known, b.name, host, port, **site))
         stack.callback(board_file.update, remove=names)
         data = board_file.load()
         data.groups["sites"] = names
         board_file.save(data)
-        before = up.tx_bytes()
+        before, seed_before = lan.uplink.tx_bytes(), lan.sent_by(0)
         res = subprocess.run([sys.executable, "-m", "edgekit", "--json", "fleet", "rollout", "--recipe",
                               "sim-tiny-mtp", "--group", "sites", "--no-canary"], env=env, capture_output=True,
                              text=True, timeout=1200)
-        sent = up.tx_bytes() - before
+        sent, seed_sent = lan.uplink.tx_bytes() - before, lan.sent_by(0) - seed_before
+        wrong = {b.name: faults.violations(b, netns=lan.namespaces[i]) for i, b in enumerate(boards)}
     assert res.returncode == 0, res.stderr[-3000:]
     report = json.loads(res.stdout)
     assert sorted(report["succeeded"]) == sorted(names), report.get("failed")
     site = report["sites"]["lab"]
     release = site["workstation_bytes"]
     print(f"\nrelease {release / 1e6:.1f} MB; the uplink carried {sent / 1e6:.1f} MB for 4 boards "
-          f"({sent / release:.2f} releases; 3 in the site, 1 outside); pulls: "
+          f"({sent / release:.2f} releases; 3 in the site, 1 outside); the seed sent {seed_sent / 1e6:.1f} MB on "
+          "the LAN; pulls: "
           + ", ".join(f"{m}: {r['bytes'] / 1e6:.1f} MB in {r['seconds']} s" for m, r in site["boards"].items()))
     assert site["seed"] == names[0] and release > 10e6
     for m in names[1:3]:  # the seed's neighbours took everything over the site, nothing from the workstation
         assert site["boards"][m]["missing"] == [] and site["boards"][m]["bytes"] >= 0.9 * release
-        assert set(site["boards"][m]["sources"]) == {f"http://127.0.0.1:{ports[0]}"}
+        assert set(site["boards"][m]["sources"]) == {f"http://{lan.address(0)}:8089"}
     assert 2 * release <= sent <= 2 * release + 12e6  # the seed's copy, the outsider's, and SSH/Ansible's own bytes
-    for b in boards:
-        assert faults.violations(b) == []  # serving a checked release, every blob holding its bytes
+    assert seed_sent >= 2 * 0.9 * release  # the neighbours' copies crossed the bridge from the seed
+    assert not any(wrong.values()), wrong  # each serves a checked release, every blob holding its bytes
 
 
 def _largest_blob(board) -> str:  # type: ignore[no-untyped-def]

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -102,7 +103,15 @@ def free_disk(board: SimBoard) -> None:
         (board.base / FILLER).unlink()
 
 
-def answers(port: int, timeout: float = 2.0) -> bool:
+def answers(port: int, timeout: float = 2.0, netns: str | None = None) -> bool:
+    """Whether the board's server answers /health 200 on its loopback (``netns``: a board in a network namespace of
+    its own, edgekit.sim.netns.site, asked from inside it)."""
+    if netns is not None:
+        probe = [sys.executable, "-c", "import sys, urllib.request as u; "
+                 "sys.exit(u.urlopen(sys.argv[1], timeout=float(sys.argv[2])).status != 200)",
+                 f"http://127.0.0.1:{port}/health", str(timeout)]
+        return subprocess.run(["ip", "netns", "exec", netns, *probe], capture_output=True,
+                              timeout=timeout + 30).returncode == 0
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=timeout) as resp:
             return resp.status == 200
@@ -125,9 +134,10 @@ def current(board: SimBoard) -> str | None:
         return None
 
 
-def violations(board: SimBoard, verify_blobs: bool = True) -> list[str]:
+def violations(board: SimBoard, verify_blobs: bool = True, netns: str | None = None) -> list[str]:
     """What is wrong with the board now, one sentence each; [] when it serves a complete release that passed its
-    check, with `current`, `serving` and the unit agreeing and no blob holding other bytes than its name says."""
+    check, with `current`, `serving` and the unit agreeing and no blob holding other bytes than its name says
+    (``netns``: where its server runs, for a board in a namespace of its own)."""
     rid = current(board)
     if rid is None:
         return ["`current` names no release"]
@@ -147,7 +157,7 @@ def violations(board: SimBoard, verify_blobs: bool = True) -> list[str]:
         wrong.append(f"`serving` says {serving}, `current` {rid}")
     if unit_release(board) != rid:
         wrong.append(f"the service unit runs {unit_release(board)}, `current` is {rid}")
-    if not answers(board.service_port):
+    if not answers(board.service_port, netns=netns):
         wrong.append("/health does not answer 200")
     if verify_blobs:
         for blob in sorted((board.base / "store").iterdir()) if (board.base / "store").is_dir() else []:

@@ -8,6 +8,16 @@ direction exactly once.
 
     with netns.uplink(rate_mbit=50) as up, netns.board_behind(up, board.port) as (host, port):
         ...  # connect to host:port; up.tx_bytes() counts what went towards the namespace
+
+A simulated **site** puts each board in a namespace of its own instead: a bridge (the site's LAN) in the uplink's
+namespace, a veth from it to each board's namespace, and the board's sshd started inside (a second sshd with the
+board's config, listening on the board's LAN address): what the board starts (nginx, aria2c, its server) lives
+there too, so the boards reach each other over the bridge, and the workstation reaches them through the shaped
+uplink, routed by the uplink's namespace.
+
+    with netns.site(rate_mbit=20, boards=3) as lan:
+        with netns.sshd_in(lan, 0, board.dir / "sshd_config", board.dir / "sshd-ns.log") as (host, port):
+            ...  # host is the board's LAN address (also its site_host); port 22
 """
 
 from __future__ import annotations
@@ -15,13 +25,16 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.sim.link import Link
+from edgekit.sim.sshd import find_sshd
 
 RELAY_PORT = 2222  # inside the namespace: nothing else listens there
 
@@ -107,3 +120,91 @@ def board_behind(up: Uplink, board_port: int, inner_port: int = RELAY_PORT) -> I
             except subprocess.TimeoutExpired:
                 relay.kill()
                 relay.wait()
+
+
+@dataclass(frozen=True)
+class SiteLan:
+    uplink: Uplink
+    prefix: str  # the LAN's first three octets: 10.232.<index>
+    namespaces: tuple[str, ...]  # one per board
+
+    def address(self, i: int) -> str:
+        """Board ``i``'s address on the site's LAN."""
+        return f"{self.prefix}.{10 + i}"
+
+    def sent_by(self, i: int) -> int:
+        """Bytes board ``i`` has sent onto the LAN (its bridge port's receive counter)."""
+        res = subprocess.run(self.uplink.exec_argv("cat", f"/sys/class/net/p{i}/statistics/rx_bytes"),
+                             capture_output=True, text=True, check=True)
+        return int(res.stdout)
+
+
+@contextlib.contextmanager
+def site(rate_mbit: float | None, boards: int, index: int | None = None) -> Iterator[SiteLan]:
+    """``boards`` namespaces on one bridge, behind one uplink capped at ``rate_mbit`` (see the module's docstring);
+    everything removed at the end."""
+    with uplink(rate_mbit, index) as up:
+        prefix = f"10.232.{up.outer_ip.split('.')[2]}"
+        _ip("-n", up.ns, "link", "add", "lan", "type", "bridge")
+        _ip("-n", up.ns, "addr", "add", f"{prefix}.1/24", "dev", "lan")
+        _ip("-n", up.ns, "link", "set", "lan", "up")
+        subprocess.run(up.exec_argv("sysctl", "-qw", "net.ipv4.ip_forward=1"), check=True, capture_output=True)
+        _ip("route", "add", f"{prefix}.0/24", "via", up.inner_ip)  # goes with the uplink's veth
+        made: list[str] = []
+        try:
+            for i in range(boards):
+                ns, port, end = f"{up.ns}n{i}", f"p{i}", f"{up.ns}e{i}"[:15]
+                _ip("netns", "add", ns)
+                made.append(ns)
+                _ip("link", "add", end, "type", "veth", "peer", "name", f"{up.ns}f{i}"[:15])
+                _ip("link", "set", end, "netns", up.ns)
+                _ip("-n", up.ns, "link", "set", end, "name", port)
+                _ip("-n", up.ns, "link", "set", port, "master", "lan")
+                _ip("-n", up.ns, "link", "set", port, "up")
+                _ip("link", "set", f"{up.ns}f{i}"[:15], "netns", ns)
+                _ip("-n", ns, "link", "set", f"{up.ns}f{i}"[:15], "name", "eth0")
+                _ip("-n", ns, "addr", "add", f"{prefix}.{10 + i}/24", "dev", "eth0")
+                _ip("-n", ns, "link", "set", "eth0", "up")
+                _ip("-n", ns, "link", "set", "lo", "up")
+                _ip("-n", ns, "route", "add", "default", "via", f"{prefix}.1")
+            yield SiteLan(up, prefix, tuple(made))
+        finally:
+            for ns in made:
+                subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+@contextlib.contextmanager
+def sshd_in(lan: SiteLan, i: int, config: Path, log: Path) -> Iterator[tuple[str, int]]:
+    """The board whose sshd config is ``config`` reachable at ``(its LAN address, 22)``: a second sshd with that
+    config inside board ``i``'s namespace (the first, on this machine's loopback, keeps running)."""
+    host = lan.address(i)
+    own = config.with_name(f"{config.name}.site{i}")
+    lines = [f"ListenAddress {host}:22" if ln.startswith("ListenAddress ") else
+             f"PidFile {own.with_suffix('.pid')}" if ln.startswith("PidFile ") else ln
+             for ln in config.read_text().splitlines()]
+    own.write_text("\n".join(lines) + "\n")
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(["ip", "netns", "exec", lan.namespaces[i], find_sshd(), "-f", str(own), "-D", "-e"],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 15
+        while not _banner(host, 22):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"sshd in {lan.namespaces[i]} did not start: {log.read_text()[-500:]}")
+            time.sleep(0.05)
+        yield host, 22
+    finally:
+        proc.terminate()  # the listener only: sessions and what they started end with the board
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _banner(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1) as s:
+            return s.recv(4).startswith(b"SSH-")
+    except OSError:
+        return False
