@@ -4,20 +4,20 @@
     sudo python benchmarks/fleet_bytes.py --sizes 1,4,8 --rate 50
     sudo python benchmarks/fleet_bytes.py --sizes 1 --faults 4   # then the faults on a site of 4
 
-Fresh simulated boards (empty stores), every one reached from the workstation through one network namespace
-whose way in is capped with tbf (`edgekit.sim.netns`: the site's uplink; its veth counts the bytes), all in one
-site: the seed takes the release over the uplink, the others from the seed over the site's network (this
-machine's loopback), with the boards' own nginx and aria2c. Per size: the bytes the workstation sent over the
-uplink ÷ (N × the release) — goal ≈ 1/N — and the whole `edgekit fleet rollout` (probe, plan, seed, pulls, the
-playbook's activation and health) against one board's — goal ≤ 1.5× at N = 8. The ratio covers the whole
+Fresh simulated boards (empty stores), each in a network namespace of its own on one bridge (the site's LAN),
+all behind one uplink whose way in is capped with tbf (`edgekit.sim.netns.site`; the uplink's veth counts the
+bytes): the seed takes the release over the uplink, the others from the seed over the bridge, with the boards'
+own nginx and aria2c, pulled in the playbook's batches. Per size: the bytes the workstation sent over the
+uplink ÷ (N × the release) — goal ≈ 1/N — and the whole `edgekit fleet rollout` (probe, plan, seed, the
+playbook's pulls, activation and health) against one board's — goal ≤ 1.5× at N = 8. The ratio covers the whole
 command; the boards' activation runs on this machine's 2 cores (a real site activates on each board's own).
 With ``--faults N``: a site of N boards takes a release, then four more, each after its boards lost the model
-blob from their stores (as new boards would lack it): one with no fault (the baseline of the others), then
-each with one fault: a byte flipped in the seed's stored
-copy (hashed again before it serves: sent anew), the seed's nginx killed the moment it starts (its neighbours'
-pulls find nobody; the playbook sends them their blobs), the uplink dropped for 8 s in the middle of the seed's
-push and restored (the push resumes). Per fault: the uplink's bytes ÷ the release, the wall time against the
-no-fault one's, and whether every board then serves a checked release with every blob holding its bytes.
+blob from their stores (as new boards would lack it): one with no fault (the baseline of the others), then each
+with one fault: a byte flipped in the seed's stored copy (hashed again before it serves: sent anew), the seed's
+nginx killed the moment it starts (the first batch's pulls find nobody and the workstation sends them their
+blobs; later batches pull from them), the uplink dropped for 8 s in the middle of the seed's push and restored
+(the push resumes). Per fault: the uplink's bytes ÷ the release, the wall time against the no-fault one's, and
+whether every board then serves a checked release with every blob holding its bytes.
 Prints JSON, then tables. Needs root (namespaces), nginx and aria2c.
 """
 
@@ -29,7 +29,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -49,23 +48,17 @@ from edgekit.sim.link import route_to
 from edgekit.sim.testing import SimBoard
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def one_size(n: int, rate: float, env: dict[str, str], targets: sim.Targets, sim_dir: Path, k: int,
              with_faults: bool = False) -> dict[str, Any]:
     st, created, _ = sim.up(sim_dir, n, "orin", targets)
     board_file = Boards(targets.board_file)
-    with contextlib.ExitStack() as stack, netns.uplink(rate, index=200 + k) as up:
-        names = []
+    with contextlib.ExitStack() as stack, netns.site(rate, boards=n, index=200 + k) as lan:
+        up, names = lan.uplink, []
         for i, name in enumerate(created):
-            entry = board_file.load().boards[name]
-            host, port = stack.enter_context(netns.board_behind(up, entry.port, inner_port=2400 + i))
+            board = st.boards[name]
+            host, port = stack.enter_context(netns.sshd_in(lan, i, board.sshd_config, board.path / "sshd-site.log"))
             names.append(route_to(targets.board_file, targets.known_hosts, name, host, port, site=f"site{k}",
-                                  site_host="127.0.0.1", site_port=free_port()))
+                                  site_host=host))
         data = board_file.load()
         data.groups[f"size{k}"] = names
         board_file.save(data)
@@ -77,7 +70,7 @@ def one_size(n: int, rate: float, env: dict[str, str], targets: sim.Targets, sim
                "site": site, "succeeded": len(report.get("succeeded") or [])}
         if with_faults:
             boards = [SimBoard.from_state(st, st.boards[name], targets.known_hosts) for name in created]
-            row["faults"] = run_faults(env, up, boards, f"size{k}", f"site{k}", release or sent, sim_dir)
+            row["faults"] = run_faults(env, lan, boards, f"size{k}", f"site{k}", release or sent, sim_dir)
     return row
 
 
@@ -152,8 +145,9 @@ def _uplink_drop_after(up: netns.Uplink, after_bytes: int, seconds: float) -> An
         up.cut(False)
 
 
-def run_faults(env: dict[str, str], up: netns.Uplink, boards: list[SimBoard], group: str, site_name: str,
+def run_faults(env: dict[str, str], lan: netns.SiteLan, boards: list[SimBoard], group: str, site_name: str,
                release: int, sim_dir: Path) -> list[dict[str, Any]]:
+    up = lan.uplink
     seed, rest = boards[0], boards[1:]
     model = _model(seed)
     model_size = (seed.base / "store" / model).stat().st_size
@@ -192,14 +186,16 @@ def run_faults(env: dict[str, str], up: netns.Uplink, boards: list[SimBoard], gr
                                        ("the seed's nginx killed as it starts", killed),
                                        ("the uplink dropped 8 s mid-push, restored", dropped)), start=1):
         with fault() as seen:
-            report, wall, sent = rollout(env, up, _variant(work, n), group)
+            report, wall, sent = rollout(env, up, _variant(work, 3 + n), group)  # 4..7: 3 is sim-tiny-mtp's own
         clean = wall if n == 1 else clean
         site = (report.get("sites") or {}).get(site_name) or {}
-        wrong = {b.name: faults.violations(b) for b in boards}
+        wrong = {b.name: faults.violations(b, netns=lan.namespaces[i]) for i, b in enumerate(boards)}
         rows.append({"fault": name, "uplink_bytes": sent, "uplink_releases": round(sent / release, 2),
                      "wall_s": round(wall, 2), "wall_vs_clean": round(wall / clean, 2), **(seen or {}),
                      "all_correct": not any(wrong.values()) and len(report.get("succeeded") or []) == len(boards),
                      "seed": site.get("seed"), "notes": site.get("notes"),
+                     "pulls": {m: {k: r.get(k) for k in ("bytes", "sources", "missing", "why")}
+                               for m, r in (site.get("boards") or {}).items()},
                      "wrong": {k: v for k, v in wrong.items() if v}})
     return rows
 
