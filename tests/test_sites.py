@@ -264,6 +264,12 @@ def test_a_seed_poisoned_at_rest_or_killed_mid_rollout_leaves_every_board_correc
     assert any(f":{data.boards[neighbours[0].name].site_port}" in src for src in second["sources"]), second
     for b in boards:
         assert faults.violations(b) == []
+        # the servers are stopped and their run dirs (and the seed's hold on what it served) gone with them
+        assert not list((b.base / "site").glob("http-*")), list((b.base / "site").iterdir())
+    import psutil
+
+    assert not [p.pid for p in psutil.process_iter(["name", "cmdline"]) if p.info["name"] == "nginx"
+                and any(f"{b.base}/site/" in " ".join(p.info["cmdline"] or []) for b in boards)]
     data = board_file.load()
     data.groups.pop("faultsite", None)
     for b in boards:
