@@ -359,3 +359,30 @@ def test_a_release_of_an_engine_this_edgekit_does_not_know_is_one_sentence_not_a
     assert "--api openai" in board.health("edgekit-serve.service", commands.Serve(8080, engine="vllm"))
     with pytest.raises(ValueError, match=r"engine 'plain' is not one this edgekit knows .*EDGEKIT_ENGINES"):
         board.health("edgekit-serve.service", commands.Serve(8080, engine="plain"))
+
+
+def test_a_site_board_pulls_from_the_seed_then_from_boards_of_earlier_batches() -> None:
+    from edgekit.fleet.sites import MORE_SOURCES, SiteReport, Staged, _sources
+
+    order = [f"b{i}" for i in range(12)]
+    urls = {b: f"http://{b}:8089" for b in order}
+    serving = [b for b in order if b != "b2"]  # b2's nginx did not start: never a source
+    assert _sources(order, "b0", serving, urls, "b1") == ["http://b0:8089"]
+    assert _sources(order, "b0", serving, urls, "b4") == ["http://b0:8089", "http://b1:8089", "http://b3:8089"]
+    far = _sources(order, "b0", serving, urls, "b11")
+    assert far[0] == "http://b0:8089" and len(far) == 1 + MORE_SOURCES and "http://b2:8089" not in far
+    # A seed that is not first in the order (the canary was elsewhere) is tried first all the same.
+    assert _sources(order, "b3", serving, urls, "b4")[:2] == ["http://b3:8089", "http://b0:8089"]
+
+    # The report takes each pulling board's summary from what the playbook's edgekit_blobs registered.
+    staged = Staged(reports={"lab": SiteReport("lab", ["b0", "b1", "b2", "b3"], seed="b0")},
+                    pulls={b: {"sources": [urls["b0"]]} for b in ("b1", "b2", "b3")})
+    pulled = {"bytes": 10, "blobs": 1, "sources": {urls["b0"]: 1}, "missing": []}
+    hosts = {"b0": {"registered": {"edgekit_release_push": {"sent_bytes": 0}}},
+             "b1": {"registered": {"edgekit_release_push": {"site": pulled}}},
+             "b2": {"registered": {"edgekit_release_push": {"missing_blobs": 0}}},  # had everything: no pull
+             # b3: the playbook never reached it (its canary failed)
+             }
+    boards = staged.collect(hosts)["lab"]["boards"]
+    assert boards == {"b1": pulled, "b2": {"bytes": 0, "blobs": 0, "sources": {}, "missing": [],
+                                             "rejected_copies": 0, "seconds": 0.0}}

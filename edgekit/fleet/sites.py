@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,7 +84,7 @@ def _nginx(target: Target) -> str:
 class _Server:
     """nginx on one board, serving its store to the site (a job of its own, stopped at the end)."""
 
-    def __init__(self, target: Target, base: str, allow: list[str], hold: list[str] = ()) -> None:  # type: ignore[assignment]
+    def __init__(self, target: Target, base: str, allow: list[str], hold: Sequence[str] = ()) -> None:
         self.target, self.base = target, base
         self.run_dir = f"{base}/site/http-{secrets.token_hex(3)}"
         if hold:  # hard links in the run dir: the board's own activation (its prune) keeps what it serves
@@ -118,7 +118,7 @@ def _stop_leftovers(target: Target, base: str) -> None:
     is locked by this rollout, so none of them is anyone's now."""
     res = target.runner.run(["sh", "-c", 'for d in "$1"/site/http-*; do [ -d "$d" ] && echo "$d"; done; true',
                              "sh", base], check=False, timeout=30)
-    for run_dir in res.stdout.split():
+    for run_dir in res.stdout.splitlines():
         Job(target.runner, f"{run_dir}/job", "nginx").stop(grace_s=3.0)
         target.runner.run(["rm", "-rf", "--", run_dir], check=False, timeout=60)
 
