@@ -30,7 +30,9 @@ from pathlib import Path
 import pytest
 from build_helpers import sdist_or_skip
 
+from edgekit.bench.jobs import Job
 from edgekit.config.boardfile import Boards
+from edgekit.remote.runner import LocalRunner
 from edgekit.resources import data_path
 from edgekit.sim import faults, netns
 from edgekit.sim.link import Link, route_to
@@ -223,7 +225,12 @@ def test_a_seed_poisoned_at_rest_or_killed_mid_rollout_leaves_every_board_correc
     bad = seed.base / "store" / f"{model}.bad"
     bad.write_bytes(good[:4096] + bytes([good[4096] ^ 0xFF]) + good[4097:])
     os.replace(bad, seed.base / "store" / model)
+    # And a server a killed edgekit left running on a neighbour (the playbook outlives edgekit): stopped by this one.
+    left = Job(LocalRunner("left"), f"{neighbours[0].base}/site/http-left00/job", "nginx")
+    left.launch(["sleep", "600"])
+    assert left.pid is not None and left.poll(0.1) == "running"
     report = _rollout(env, _variant(tmp_path, 2))
+    assert left.poll(0.1) != "running" and not (neighbours[0].base / "site" / "http-left00").exists()
     site = report["sites"]["faultsite"]
     print(f"\npoisoned at rest: {site['notes']}; pulls {site['boards']}")
     assert site["seed"] == seed.name and any("did not match their sha256" in n for n in site["notes"])
