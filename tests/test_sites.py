@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from build_helpers import sdist_or_skip
 
@@ -244,8 +245,6 @@ def test_a_seed_poisoned_at_rest_or_killed_mid_rollout_leaves_every_board_correc
     stop = threading.Event()
 
     def kill_seed_nginx() -> None:
-        import psutil
-
         while not stop.is_set():
             for p in psutil.process_iter(["name", "cmdline"]):
                 with contextlib.suppress(psutil.Error):
@@ -273,8 +272,6 @@ def test_a_seed_poisoned_at_rest_or_killed_mid_rollout_leaves_every_board_correc
         assert faults.violations(b) == []
         # the servers are stopped and their run dirs (and the seed's hold on what it served) gone with them
         assert not list((b.base / "site").glob("http-*")), list((b.base / "site").iterdir())
-    import psutil
-
     assert not [p.pid for p in psutil.process_iter(["name", "cmdline"]) if p.info["name"] == "nginx"
                 and any(f"{b.base}/site/" in " ".join(p.info["cmdline"] or []) for b in boards)]
     data = board_file.load()

@@ -44,7 +44,7 @@ class Units:
 
     def __init__(self) -> None:
         self.sudo = privileged.prefix_for_this_user()
-        self.helper = len(self.sudo) == 3  # [sudo, -n, HELPER]
+        self.helper = self.sudo[2:] != []  # [sudo, -n, HELPER], not full sudo's [sudo, -n] or root's []
         self.dir = os.environ.get("EDGEKIT_BOARD_ROOT", "") + "/etc/systemd/system"
 
     def _run(self, *argv: str, check: bool = True, data: bytes | None = None) -> int:

@@ -16,7 +16,7 @@ there too, so the boards reach each other over the bridge, and the workstation r
 uplink, routed by the uplink's namespace.
 
     with netns.site(rate_mbit=20, boards=3) as lan:
-        with netns.sshd_in(lan, 0, board.dir / "sshd_config", board.dir / "sshd-ns.log") as (host, port):
+        with netns.sshd_in(lan, 0, board.dir / "ssh" / "sshd_config", board.dir / "sshd-site.log") as (host, port):
             ...  # host is the board's LAN address (also its site_host); port 22
 """
 
@@ -153,16 +153,18 @@ def site(rate_mbit: float | None, boards: int, index: int | None = None) -> Iter
         made: list[str] = []
         try:
             for i in range(boards):
-                ns, port, end = f"{up.ns}n{i}", f"p{i}", f"{up.ns}e{i}"[:15]
+                # a veth pair made here (names unique on this machine), each end moved and renamed: the bridge's
+                # end p<i> in the uplink's namespace, the board's eth0 in its own
+                ns, port, end, peer = f"{up.ns}n{i}", f"p{i}", f"{up.ns}e{i}"[:15], f"{up.ns}f{i}"[:15]
                 _ip("netns", "add", ns)
                 made.append(ns)
-                _ip("link", "add", end, "type", "veth", "peer", "name", f"{up.ns}f{i}"[:15])
+                _ip("link", "add", end, "type", "veth", "peer", "name", peer)
                 _ip("link", "set", end, "netns", up.ns)
                 _ip("-n", up.ns, "link", "set", end, "name", port)
                 _ip("-n", up.ns, "link", "set", port, "master", "lan")
                 _ip("-n", up.ns, "link", "set", port, "up")
-                _ip("link", "set", f"{up.ns}f{i}"[:15], "netns", ns)
-                _ip("-n", ns, "link", "set", f"{up.ns}f{i}"[:15], "name", "eth0")
+                _ip("link", "set", peer, "netns", ns)
+                _ip("-n", ns, "link", "set", peer, "name", "eth0")
                 _ip("-n", ns, "addr", "add", f"{prefix}.{10 + i}/24", "dev", "eth0")
                 _ip("-n", ns, "link", "set", "eth0", "up")
                 _ip("-n", ns, "link", "set", "lo", "up")

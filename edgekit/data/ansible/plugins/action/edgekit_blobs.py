@@ -106,7 +106,7 @@ class ActionModule(ActionBase):
         if not result["changed"]:
             return self._create(result, create) if create else result
         site = plan.get("site") or {}
-        if missing and site.get("sources"):  # from the site's boards first; what they cannot give is sent below
+        if missing and site.get("sources") and site.get("staging"):  # the site's boards first; the rest below
             result["site"] = self._site_pull(store, site, scripts, blobs, missing)
             still = set(result["site"].get("missing") or [])
             result["pulled_blobs"] = len(missing) - len(still)
@@ -137,8 +137,7 @@ class ActionModule(ActionBase):
         """edgekit's agent/site_pull.py on the board (aria2c from ``site.sources`` in order, each blob checked by
         the board's own sha256; the spec on stdin); never fails the task: what it lacks after, the caller sends.
         Per board: bytes and blobs taken, from which source, what is still missing, copies rejected."""
-        spec = {"store": store, "staging": site.get("staging") or f"{store.rsplit('/', 1)[0]}/site/staging",
-                "sources": list(site["sources"]),
+        spec = {"store": store, "staging": str(site["staging"]), "sources": list(site["sources"]),
                 "blobs": [{"sha256": s, "size": blobs[s]["size"], "executable": blobs[s]["executable"]}
                           for s in missing]}
         res = self._run(["python3", "-c", scripts["site_pull"], "-"], json.dumps(spec).encode())
