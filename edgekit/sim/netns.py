@@ -148,7 +148,9 @@ def site(rate_mbit: float | None, boards: int, index: int | None = None) -> Iter
         _ip("-n", up.ns, "link", "add", "lan", "type", "bridge")
         _ip("-n", up.ns, "addr", "add", f"{prefix}.1/24", "dev", "lan")
         _ip("-n", up.ns, "link", "set", "lan", "up")
-        subprocess.run(up.exec_argv("sysctl", "-qw", "net.ipv4.ip_forward=1"), check=True, capture_output=True)
+        # forwarding between the uplink and the LAN (the namespace's own /proc/sys; no procps needed)
+        subprocess.run(up.exec_argv("sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"), check=True,
+                       capture_output=True)
         _ip("route", "add", f"{prefix}.0/24", "via", up.inner_ip)  # goes with the uplink's veth
         made: list[str] = []
         try:
