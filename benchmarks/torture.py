@@ -5,7 +5,8 @@ the board must keep edgekit's invariants (edgekit.sim.faults.violations).
     python benchmarks/torture.py --rounds 12 --boards 1 --seed 7  # what tests/test_torture.py runs
 
 Faults, each kind in turn (the order shuffled per cycle; the instant drawn from 5–100 % of the time a switch
-between the two releases took on this machine before the rounds, ≈ 3–5 s for the tiny release):
+between the two releases took on this machine before the rounds, ≈ 3–5 s for the tiny release, each round from a
+slice of that window of its own, so the rounds cover the whole switch and no two hit the same instant):
 - kill:  the deploying edgekit SIGKILLed;
 - power: every process of the board killed at once (a power cut), with the deploying edgekit, then the board
          booted (`sim up` starts its enabled units, as systemd does);
@@ -110,7 +111,7 @@ def one_round(i: int, target: Target, fault: str, path: Path, env: dict[str, str
     faults.free_disk(board)
     took, wrong = faults.settle(board, limit=120)
     recovered = None if took is None else round(time.monotonic() - hit, 2)
-    return {"round": i, "board": board.name, "fault": fault, "at_s": round(at, 2), "deploy_rc": rc,
+    return {"round": i, "board": board.name, "fault": fault, "at_s": round(at, 3), "deploy_rc": rc,
             "recovered_s": recovered, "violations": wrong, "serving": faults.current(board)}
 
 
@@ -176,6 +177,9 @@ def main() -> int:
             span = time.monotonic() - t0
         kinds: list[str] = []
         rounds = []
+        # Stratified: round i's instant falls in slice slots[i] of the window. Independent draws over the whole
+        # window left rounds at the same instant (12 rounds in ≈ 1.5 s at 10 ms steps: one time in three).
+        slots = rng.sample(range(args.rounds), args.rounds)
         with Progress(transient=True) as progress:
             task = progress.add_task("torture", total=args.rounds)
             for i in range(args.rounds):
@@ -183,7 +187,7 @@ def main() -> int:
                     kinds = rng.sample(kinds_here, len(kinds_here))
                 target = tortured[i % len(tortured)]
                 path = paths[1 - (i // len(tortured)) % 2]  # each board alternates: b, a, b, …
-                at = rng.uniform(0.05, 1.0) * span
+                at = (0.05 + 0.95 * (slots[i] + rng.random()) / args.rounds) * span
                 rounds.append(one_round(i, target, kinds.pop(), path, env, sim_dir, targets, args.boards, at))
                 progress.update(task, advance=1, description=f"round {i + 1}: {rounds[-1]['fault']}")
         # The next deploy finishes the job — waiting, as a user would with --wait, for the deploy lock a session
