@@ -93,8 +93,7 @@ class Plain(EngineBase):
 
         def render(rid: str) -> dict[str, str]:
             return service_units(ctx.facts.base, rid, lambda rdir, port: [f"{rdir}/{SERVER}", *server_argv(rt, port)],
-                                 ports, "llama-server (plain)", ctx.recipe.name, ctx.recipe.runtime.env,
-                                 ctx.recipe.runtime.watchdog)
+                                 ports, ctx.recipe.runtime, user=ctx.facts.service_user)
 
         return EngineRelease(plan_release(ctx.recipe.name, files, describe, render), built.to_dict(), stages)
 

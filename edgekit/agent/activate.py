@@ -27,80 +27,14 @@ import argparse
 import fcntl
 import json
 import os
-import subprocess
 import threading
 import time
 from contextlib import contextmanager, suppress
 from typing import Any, Callable, Iterator
 
-from . import health, privileged
+from . import health
 from .board_releases import Layout
-
-
-class Units:
-    """The board's systemd units. As root, directly; else through edgekit's root helper where `edgekit board setup
-    --apply` installed it (agent/privileged.py: the unit file goes on stdin, read here as the login user), else
-    through ``sudo -n``. The unit directory is under ``$EDGEKIT_BOARD_ROOT`` (a simulated board's root)."""
-
-    def __init__(self) -> None:
-        self.sudo = privileged.prefix_for_this_user()
-        self.helper = self.sudo[2:] != []  # [sudo, -n, HELPER], not full sudo's [sudo, -n] or root's []
-        self.dir = os.environ.get("EDGEKIT_BOARD_ROOT", "") + "/etc/systemd/system"
-
-    def _run(self, *argv: str, check: bool = True, data: bytes | None = None) -> int:
-        proc = subprocess.run([*self.sudo, *argv], stdout=subprocess.DEVNULL, input=data, check=False)
-        if check and proc.returncode != 0:
-            raise RuntimeError(f"`{' '.join(argv)}` failed (exit {proc.returncode})")
-        return proc.returncode
-
-    def install(self, unit: str, src: str) -> None:
-        """The unit file ``src`` into the unit directory under ``unit``, replaced with one rename; daemon-reload."""
-        if self.helper:
-            with open(src, "rb") as fh:
-                self._run("unit-install", unit, data=fh.read())
-            return
-        tmp = f"{self.dir}/.{unit}.new"
-        self._run("mkdir", "-p", self.dir)
-        self._run("install", "-m", "0644", src, tmp)
-        self._run("mv", "-f", tmp, f"{self.dir}/{unit}")
-        self._run("systemctl", "daemon-reload")
-
-    def restart(self, unit: str, enable: bool = True) -> None:
-        """``enable``: started at boot too (the service, its watchdog); a candidate is not: a power cut during its
-        check must not bring it back."""
-        if enable:
-            self._run("systemctl", "enable", unit, check=False)
-        self._run("systemctl", "restart", unit)
-
-    def stop(self, unit: str) -> None:
-        self._run("systemctl", "stop", unit, check=False)
-
-    def remove(self, unit: str) -> None:
-        if self.helper:
-            self._run("unit-remove", unit, check=False)
-            return
-        self.stop(unit)
-        self._run("systemctl", "disable", unit, check=False)
-        if os.path.exists(f"{self.dir}/{unit}"):
-            self._run("rm", "-f", f"{self.dir}/{unit}", check=False)
-            self._run("systemctl", "daemon-reload", check=False)
-
-    def claim(self, base: str) -> None:
-        """What an earlier edgekit's servers, run as root, left of root's where they write (their logs, the caches
-        in their releases) given back to the login user, who runs them now. Only with full sudo; `edgekit board
-        setup --apply` does the same once for a board that has the helper."""
-        if os.getuid() == 0 or self.helper:
-            return
-        me = os.getuid()
-        for top in (os.path.join(base, d) for d in privileged.SERVER_WRITES):
-            for dirpath, dirs, files in os.walk(top):
-                if any(os.lstat(os.path.join(dirpath, n)).st_uid != me for n in (*dirs, *files)):
-                    self._run("chown", "-R", f"{me}:{os.getgid()}", top, check=False)
-                    break
-
-    def active(self, unit: str) -> bool:
-        return subprocess.call(["systemctl", "is-active", "--quiet", unit], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL) == 0
+from .units import OldRelease, Units, release_spec
 
 
 class HostGone(Exception):
@@ -202,7 +136,7 @@ def activate(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
         host.still_there()
         say("begin candidate")
         try:
-            units.install(args.candidate_unit, f"{args.base}/releases/{rid}/{args.candidate_unit}")
+            units.install(args.candidate_unit, _spec(args, rid, args.candidate_unit))
             units.restart(args.candidate_unit, enable=False)
             h = _check(args, args.candidate_port, args.candidate_unit, args.candidate_log)
         except RuntimeError as exc:
@@ -236,13 +170,22 @@ def _remove_stale(units: Units, args: argparse.Namespace) -> None:
         units.remove(stale)
 
 
+def _spec(args: argparse.Namespace, rid: str, unit: str) -> dict[str, Any]:
+    """The release's spec of ``unit`` (units.json); a release without one cannot be served (RuntimeError)."""
+    try:
+        spec = release_spec(args.base, rid, unit)
+    except OldRelease as exc:
+        raise RuntimeError(str(exc)) from None
+    if spec is None:
+        raise RuntimeError(f"release {rid} has no unit {unit}")
+    return spec
+
+
 def _serve(lay: Layout, units: Units, args: argparse.Namespace, rid: str) -> None:
-    """The service (re)started on release ``rid``: its unit file (under a legacy name, in a release an older
-    edgekit made) installed as ``args.unit``, the legacy units stopped and removed first, so the port is free
-    and a board is upgraded once. (The check reads the server's log where the installed unit says.)"""
-    src = next((lay.path("releases", rid, u) for u in [args.unit, *args.legacy_unit]
-                if os.path.isfile(lay.path("releases", rid, u))), lay.path("releases", rid, args.unit))
-    units.install(args.unit, src)
+    """The service (re)started on release ``rid``: its unit rendered from the release's spec and installed as
+    ``args.unit``, the legacy units (an older edgekit's name of the service) stopped and removed first, so the port
+    is free and a board is upgraded once."""
+    units.install(args.unit, _spec(args, rid, args.unit))
     for old in args.legacy_unit:
         units.remove(old)
     units.restart(args.unit)
@@ -302,10 +245,10 @@ def _watch(lay: Layout, units: Units, args: argparse.Namespace, rid: str) -> Non
     unit = getattr(args, "watchdog_unit", "")
     if not unit:
         return
-    src = lay.path("releases", rid, unit)
-    with suppress(RuntimeError):
-        if os.path.isfile(src) and os.path.isfile(lay.path("releases", rid, "agent", "watchdog.py")):
-            units.install(unit, src)
+    with suppress(RuntimeError, OldRelease):
+        spec = release_spec(args.base, rid, unit)
+        if spec is not None:
+            units.install(unit, spec)
             units.restart(unit)
         else:
             units.remove(unit)
@@ -317,6 +260,7 @@ def rollback(args: argparse.Namespace, units: Units, say: Callable[..., None] = 
     lay, rid = Layout(args.base), args.release
     if rid not in lay.releases():
         raise ValueError(f"no release {rid} under {args.base}/releases")
+    release_spec(args.base, rid, args.unit)  # OldRelease (a ValueError): refused before anything is touched
     had = lay.current
     _remove_stale(units, args)
     units.claim(args.base)

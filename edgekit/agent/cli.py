@@ -11,6 +11,8 @@
     rollback  --base B --release ID --port P ...    an earlier release back in service, checked first
     watchdog  --base B --port P --unit U --log L    restart a wedged server, cap its logs (runs as a unit)
     site-pull SPEC                                  a release's blobs from the site's boards (see site_pull.py)
+    unit-install --base B --release R --unit U | --spec FILE    a unit from its spec (see units.py)
+    unit-remove --unit U                            a unit stopped, disabled and deleted
 
 Every subcommand but watchdog prints one JSON object on stdout. Errors: one sentence on stderr, exit 2.
 """
@@ -27,7 +29,7 @@ import time
 from typing import Any, Iterator
 
 from . import activate as activate_cmd
-from . import energy, extras, service_exec, site_pull, sources, watchdog
+from . import energy, extras, service_exec, site_pull, sources, units, watchdog
 from . import load as load_cmd
 from .sampler import Sampler
 
@@ -236,6 +238,12 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("site-pull", help="take missing blobs from the site's boards over HTTP (aria2c), sha256-checked")
     p.add_argument("spec", help="JSON: store, staging, blobs, sources")
     p.set_defaults(fn=lambda a: site_pull.main(a.spec))
+    p = sub.add_parser("unit-install", help="install a unit rendered from its spec (a release's, or a file)")
+    units.add_install_arguments(p)
+    p.set_defaults(fn=lambda a: _emit(units.cmd_install(a)) or 0)
+    p = sub.add_parser("unit-remove", help="stop, disable and delete a unit")
+    p.add_argument("--unit", required=True)
+    p.set_defaults(fn=lambda a: _emit(units.cmd_remove(a)) or 0)
     return ap
 
 

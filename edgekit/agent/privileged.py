@@ -1,20 +1,25 @@
 #!/usr/bin/python3 -I
 """edgekit-root: the one program edgekit runs as root on a board whose login user has no other sudo rights.
 
-`edgekit board setup --apply` installs this file root-owned as /usr/local/sbin/edgekit-root and a sudoers
-drop-in that lets the login user run it, and nothing else, without a password. Every verb is checked here, so
-what the login user can do as root is exactly this list:
+`edgekit board setup --apply` installs this file root-owned as /usr/local/sbin/edgekit-root, a root-owned
+/etc/edgekit/root-helper.json that names each login user's edgekit base, and a sudoers drop-in that lets the
+login user run this file, and nothing else, without a password. What the login user can do as root is exactly:
 
     systemctl daemon-reload
     systemctl VERB [--quiet] UNIT       VERB: start stop restart enable disable is-active is-enabled reset-failed
-    unit-install UNIT < unit-file       the unit file comes on stdin (root never opens a path the user names)
+    unit-install UNIT < spec.json       a unit rendered here from a typed spec (unitspec.py), never unit text
     unit-remove UNIT                    stop, disable and delete it
     nvpmodel -m N
     jetson_clocks [--store|--restore /var/lib/edgekit/jetson_clocks.conf]
+    adopt USER                          (root only) units an earlier helper installed, recorded as USER's
 
-UNIT is always ``edgekit-<name>.service``. A unit installed for a caller other than root must run as that
-caller (``User=``) and may use only the keys edgekit writes; none of them makes systemd open a file as root
-(no StandardOutput=append:, no EnvironmentFile=: the server opens its log and key file itself, as the user).
+UNIT is always ``edgekit-<name>.service``. The helper never accepts unit text: systemd reads text differently from
+any parser of ours (it unquotes and C-unescapes ExecStart's first word before it reads the ``+`` prefix, it ignores
+a section whose header is not exactly known, a NUL ends its line). It takes the spec, checks every value (printable
+only, paths under the caller's base, the caller as the unit's user) and renders the unit itself with unitspec.py's
+one renderer, the same that writes the units of full-sudo and root boards. Each unit it installs is recorded as the
+caller's (/var/lib/edgekit/units/UNIT.json, with the rendered text's sha256): a caller may stop, disable, remove or
+overwrite only its own units, and start only a unit whose file is still the text this helper wrote for it.
 Refused: exit 64 and one sentence on stderr. Standard library only (Python 3.8); imports nothing of edgekit.
 
 On a simulated board this file sits under the board's root (<root>/usr/local/sbin/edgekit-root): the root is
@@ -24,37 +29,59 @@ taken from where the file is, never from the caller's environment, and the board
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import pwd
 import re
+import stat
 import subprocess
 import sys
 
+
+def unsafe_mode(uid: int, mode: int) -> bool:
+    """A file or directory someone other than root can change: not root's, or group/other-writable (a sticky
+    directory such as /tmp excepted: nobody renames what root put there)."""
+    return uid != 0 or (bool(mode & 0o022) and not (stat.S_ISDIR(mode) and mode & stat.S_ISVTX))
+
+
+def untrusted(path: str) -> str | None:
+    """Why root cannot trust ``path`` (it, or a directory above it, can be changed by someone else), or None."""
+    here = os.path.realpath(path)
+    while True:
+        st = os.lstat(here)
+        if unsafe_mode(st.st_uid, st.st_mode):
+            return f"{here} can be changed by someone other than root (owner uid {st.st_uid}, mode {st.st_mode:o})"
+        if here == "/":
+            return None
+        here = os.path.dirname(here)
+
+
+try:  # in the package (the agent, the workstation)
+    from . import unitspec
+except ImportError:  # installed alone as edgekit-root: its renderer sits beside it, root-owned (board setup)
+    _LIB = os.path.realpath(__file__) + ".d"
+    _WHY = untrusted(os.path.join(_LIB, "unitspec.py")) if os.path.isfile(os.path.join(_LIB, "unitspec.py")) \
+        else f"{_LIB}/unitspec.py is missing"
+    if _WHY:  # checked before it is imported: root runs what is there
+        print(f"edgekit-root refused: it will not run: {_WHY}; run `edgekit board setup --apply`.", file=sys.stderr)
+        sys.exit(64)
+    sys.path.insert(0, _LIB)
+    import unitspec  # type: ignore[no-redef]
+
 HELPER_PATH = "/usr/local/sbin/edgekit-root"
+HELPER_LIB = HELPER_PATH + ".d"  # unitspec.py, beside the helper
+CONFIG_PATH = "/etc/edgekit/root-helper.json"  # {"users": {USER: {"base": BASE}}}, written by board setup
+OWNERS_DIR = "/var/lib/edgekit/units"  # UNIT.json: {"user": ..., "sha256": ...} for each unit installed here
 CLOCKS_FILE = "/var/lib/edgekit/jetson_clocks.conf"
-UNIT_RE = re.compile(r"^edgekit-[a-z0-9][a-z0-9-]{0,62}\.service$")
+UNIT_RE = re.compile(r"edgekit-[a-z0-9][a-z0-9-]{0,62}\.service")
+USER_RE = unitspec.USER_RE
 SYSTEMCTL_VERBS = frozenset({"start", "stop", "restart", "enable", "disable", "is-active", "is-enabled",
                              "reset-failed"})
-# The keys edgekit's units use (release/units.py), by section. Nothing here opens a path as root or runs
-# anything outside the service's user.
-ALLOWED_KEYS = {
-    "Unit": frozenset({"Description", "After", "Wants"}),
-    "Service": frozenset({"Type", "WorkingDirectory", "Environment", "ExecStart", "Restart", "RestartSec",
-                          "TimeoutStopSec", "User", "StandardOutput", "StandardError"}),
-    "Install": frozenset({"WantedBy"}),
-}
-SAFE_OUTPUT = frozenset({"journal", "null", "inherit"})
-# Keys whose value could reach beyond the unit (start another unit, hook it into another target): edgekit's only.
-FIXED_VALUES = {
-    "After": frozenset({"network-online.target", "network.target"}),
-    "Wants": frozenset({"network-online.target", "network.target"}),
-    "WantedBy": frozenset({"multi-user.target"}),
-    "Type": frozenset({"simple", "exec"}),
-    "Restart": frozenset({"no", "on-failure", "always"}),
-}
 STARTING_VERBS = frozenset({"start", "restart", "enable"})
+READING_VERBS = frozenset({"is-active", "is-enabled"})
 SERVER_WRITES = ("logs", "releases")  # under the base: where a server writes (its log, a release's caches)
-MAX_UNIT_BYTES = 64 * 1024
+MAX_SPEC_BYTES = 256 * 1024
 REFUSED = 64
 SIM_ENV = ("EDGEKIT_SIM_BOARD", "EDGEKIT_SIM_ID", "EDGEKIT_SIM_DIR")  # sudo keeps them for a sim (see setup)
 
@@ -82,6 +109,10 @@ def board_root() -> str:
     return here[: -len(HELPER_PATH)] or "/"
 
 
+def at(root: str, path: str) -> str:
+    return os.path.join(root, path.lstrip("/"))
+
+
 def environment(root: str) -> dict:
     """A fixed environment: sudo reset the caller's, and nothing of it is trusted but a sim's process tags."""
     path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -102,78 +133,123 @@ def caller() -> str:
 
 
 def unit_name(name: str) -> str:
-    if not UNIT_RE.match(name):
+    if not UNIT_RE.fullmatch(name):
         raise Refused(f"{name!r} is not an edgekit unit (edgekit-<name>.service)")
     return name
 
 
-def check_unit(text: str, user: str) -> None:
-    """A unit for ``user`` may only run as ``user``, with edgekit's keys, and open nothing as root."""
-    section = ""
-    users = []
-    for n, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line[0] in "#;":
-            continue
-        if line.endswith("\\"):
-            raise Refused(f"line {n}: continued lines are not accepted")
-        if line.startswith("["):
-            section = line.strip("[]")
-            if section not in ALLOWED_KEYS:
-                raise Refused(f"line {n}: section [{section}] is not one edgekit writes")
-            continue
-        key, sep, value = line.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or key not in ALLOWED_KEYS.get(section, ()):
-            raise Refused(f"line {n}: {key!r} is not a key edgekit writes in [{section}]")
-        if key == "User":
-            users.append(value)
-        elif key == "ExecStart" and (not value or value[0] in "+!@:-"):
-            raise Refused(f"line {n}: ExecStart must be a plain command (no +, !, @, :, - prefix)")
-        elif key in ("StandardOutput", "StandardError") and value not in SAFE_OUTPUT:
-            raise Refused(f"line {n}: {key} may only be journal, null or inherit (systemd opens files as root)")
-        elif key in FIXED_VALUES and value not in FIXED_VALUES[key]:
-            raise Refused(f"line {n}: {key}={value} is not one edgekit writes")
-    if users != [user]:
-        raise Refused(f"the unit must run as {user!r} (one User={user} line)")
-
-
-def run(argv: list, root: str, stdin_text: str | None = None) -> int:
-    return subprocess.run(argv, env=environment(root), input=stdin_text, text=True, check=False).returncode
-
-
-def unit_install(name: str, root: str) -> int:
-    data = sys.stdin.buffer.read(MAX_UNIT_BYTES + 1)
-    if len(data) > MAX_UNIT_BYTES:
-        raise Refused(f"the unit file is larger than {MAX_UNIT_BYTES} bytes")
+def caller_base(root: str, who: str) -> str:
+    """The base `board setup` recorded for ``who`` in the root-owned configuration (never the caller's word)."""
+    path = at(root, CONFIG_PATH)
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise Refused("the unit file is not UTF-8") from None
-    who = caller()
-    if who != "root":
-        check_unit(text, who)
-    unit_dir = os.path.join(root, "etc/systemd/system")
-    os.makedirs(unit_dir, exist_ok=True)
-    tmp = os.path.join(unit_dir, f".{name}.new")
+        why = untrusted(path)
+        with open(path, encoding="utf-8") as fh:
+            base = json.load(fh)["users"][who]["base"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise Refused(f"{CONFIG_PATH} names no edgekit base for {who}; run `edgekit board setup --apply`") from None
+    if why:
+        raise Refused(f"{CONFIG_PATH} is not root's alone ({why})")
+    return str(base)
+
+
+# ---------------------------------------------------------------- who installed what
+
+def _owner_file(root: str, name: str) -> str:
+    return os.path.join(at(root, OWNERS_DIR), name + ".json")
+
+
+def owner(root: str, name: str) -> dict:
+    try:
+        with open(_owner_file(root, name), encoding="utf-8") as fh:
+            rec = json.load(fh)
+        return rec if isinstance(rec, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def record_owner(root: str, name: str, user: str, sha256: str | None) -> None:
+    os.makedirs(at(root, OWNERS_DIR), mode=0o755, exist_ok=True)
+    write_file(_owner_file(root, name), json.dumps({"user": user, "sha256": sha256}) + "\n")
+
+
+def installed_sha(root: str, name: str) -> str | None:
+    try:
+        with open(os.path.join(at(root, "etc/systemd/system"), name), "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def require_owner(root: str, name: str, who: str, starting: bool = False) -> None:
+    """``who`` may act on ``name`` only if this helper installed it for them (and, to start it, only while its file
+    is the text the helper wrote)."""
+    if who == "root":
+        return
+    rec = owner(root, name)
+    if rec.get("user") != who:
+        raise Refused(f"{name} was not installed by edgekit-root for {who}")
+    if starting and (rec.get("sha256") is None or installed_sha(root, name) != rec.get("sha256")):
+        raise Refused(f"the installed {name} is not the unit edgekit-root rendered for {who}; deploy again, which "
+                      "installs one that is")
+
+
+# ---------------------------------------------------------------- the verbs
+
+def write_file(path: str, text: str) -> None:
+    """``text`` at ``path``, root's, 0644, replaced with one rename (no symlink followed)."""
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.new")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w") as fh:
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
     os.chmod(tmp, 0o644)
-    os.replace(tmp, os.path.join(unit_dir, name))
+    os.replace(tmp, path)
+
+
+def run(argv: list, root: str) -> int:
+    return subprocess.run(argv, env=environment(root), check=False).returncode
+
+
+def read_spec(name: str) -> dict:
+    data = sys.stdin.buffer.read(MAX_SPEC_BYTES + 1)
+    if len(data) > MAX_SPEC_BYTES:
+        raise Refused(f"the unit spec is larger than {MAX_SPEC_BYTES} bytes")
+    try:
+        spec = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise Refused("the unit spec is not JSON (the helper takes a spec, never unit text)") from None
+    if not isinstance(spec, dict) or spec.get("unit") != name:
+        raise Refused(f"the unit spec is not one for {name}")
+    return spec
+
+
+def unit_install(name: str, root: str) -> int:
+    spec, who = read_spec(name), caller()
+    if installed_sha(root, name) is not None:  # replacing a unit: only one this helper installed for the caller
+        require_owner(root, name, who)
+    try:
+        text = unitspec.render(unitspec.check(spec, who, None if who == "root" else caller_base(root, who)))
+    except unitspec.BadSpec as exc:
+        raise Refused(str(exc)) from None
+    unit_dir = at(root, "etc/systemd/system")
+    os.makedirs(unit_dir, exist_ok=True)
+    record_owner(root, name, who, hashlib.sha256(text.encode("utf-8")).hexdigest())
+    write_file(os.path.join(unit_dir, name), text)
     return run(["systemctl", "daemon-reload"], root)
 
 
 def unit_remove(name: str, root: str) -> int:
+    path = os.path.join(at(root, "etc/systemd/system"), name)
+    if not os.path.lexists(path):
+        return 0
+    require_owner(root, name, caller())
     run(["systemctl", "stop", name], root)
     run(["systemctl", "disable", name], root)
-    path = os.path.join(root, "etc/systemd/system", name)
-    if os.path.lexists(path):
-        os.remove(path)
-        return run(["systemctl", "daemon-reload"], root)
-    return 0
+    os.remove(path)
+    if os.path.lexists(_owner_file(root, name)):
+        os.remove(_owner_file(root, name))
+    return run(["systemctl", "daemon-reload"], root)
 
 
 def systemctl(args: list, root: str) -> int:
@@ -185,23 +261,25 @@ def systemctl(args: list, root: str) -> int:
         raise Refused("systemctl takes daemon-reload, or one of " + ", ".join(sorted(SYSTEMCTL_VERBS))
                       + " and one unit")
     verb, name = rest[0], unit_name(rest[1])
-    who = caller()
-    if verb in STARTING_VERBS and who != "root":
-        # What starts must be a unit this helper would install for the caller: not one an earlier edgekit left
-        # running as root (its ExecStart is the user's file), nor one of that name from anywhere else.
-        try:
-            with open(os.path.join(root, "etc/systemd/system", name), encoding="utf-8") as fh:
-                check_unit(fh.read(MAX_UNIT_BYTES), who)
-        except OSError:
-            raise Refused(f"{name} is not installed in /etc/systemd/system") from None
-        except Refused as exc:
-            raise Refused(f"the installed {name} is not one for {who} ({exc}); deploy again, which installs one "
-                          "that is") from None
+    if verb not in READING_VERBS:
+        require_owner(root, name, caller(), starting=verb in STARTING_VERBS)
     return run(["systemctl", verb, *(["--quiet"] if quiet else []), name], root)
 
 
+def adopt(args: list, root: str) -> int:
+    """Root only (board setup): the edgekit units an earlier helper installed, recorded as USER's, so the user may
+    stop, remove and replace them; not start them (their text was not rendered here)."""
+    if caller() != "root" or len(args) != 1 or not USER_RE.fullmatch(args[0]):
+        raise Refused("adopt is root's, and takes one user name")
+    unit_dir = at(root, "etc/systemd/system")
+    for name in sorted(os.listdir(unit_dir)) if os.path.isdir(unit_dir) else []:
+        if UNIT_RE.fullmatch(name) and not owner(root, name):
+            record_owner(root, name, args[0], None)
+    return 0
+
+
 def nvpmodel(args: list, root: str) -> int:
-    if len(args) != 2 or args[0] != "-m" or not re.match(r"^[0-9]{1,2}$", args[1]):
+    if len(args) != 2 or args[0] != "-m" or not re.fullmatch(r"[0-9]{1,2}", args[1]):
         raise Refused("nvpmodel takes -m and a mode number")
     return run(["nvpmodel", "-m", args[1]], root)
 
@@ -210,8 +288,8 @@ def jetson_clocks(args: list, root: str) -> int:
     if args and (len(args) != 2 or args[0] not in ("--store", "--restore") or args[1] != CLOCKS_FILE):
         raise Refused(f"jetson_clocks takes nothing, or --store/--restore {CLOCKS_FILE}")
     if args:
-        os.makedirs(os.path.join(root, os.path.dirname(CLOCKS_FILE).lstrip("/")), mode=0o755, exist_ok=True)
-        args = [args[0], os.path.join(root, CLOCKS_FILE.lstrip("/"))]
+        os.makedirs(at(root, os.path.dirname(CLOCKS_FILE)), mode=0o755, exist_ok=True)
+        args = [args[0], at(root, CLOCKS_FILE)]
     return run(["jetson_clocks", *args], root)
 
 
@@ -233,8 +311,10 @@ def main(argv: list) -> int:
             return nvpmodel(args, root)
         if verb == "jetson_clocks":
             return jetson_clocks(args, root)
+        if verb == "adopt":
+            return adopt(args, root)
         raise Refused(f"{verb!r} is not one of its verbs (systemctl, unit-install, unit-remove, nvpmodel, "
-                      "jetson_clocks)")
+                      "jetson_clocks, adopt)")
     except Refused as exc:
         print(f"edgekit-root refused: {exc}.", file=sys.stderr)
         return REFUSED

@@ -32,8 +32,9 @@ from contextlib import suppress
 from typing import Any, Callable
 
 from . import health
-from .activate import Units, _restore, _serve
+from .activate import _restore, _serve
 from .board_releases import Layout
+from .units import Units
 
 STATE = "watchdog.json"
 KEEP_RESTARTS = 20  # the newest restarts kept in the record

@@ -3,13 +3,15 @@
 The bench never edits the deployed unit: it records whether `edgekit-serve.service` (or the service under
 the name an older edgekit gave it) is active and enabled and the sha256 of its unit file, stops it when the
 bench needs the board to itself, runs each configuration as `edgekit-bench.service` (rendered with
-`render_unit` from the same
-release, on the candidate port), and at the end removes the bench unit and starts the deployed
-unit again only if it was running before; the session compares the state before and after.
+the same
+release's server, on the candidate port), and at the end removes the bench unit and starts the deployed
+unit again only if it was running before; the session compares the state before and after. The bench unit is
+installed from a spec (release/units.py's unit_spec) by the agent the bench pushed, as every unit is.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,8 +19,13 @@ from edgekit.bench import boardfs
 from edgekit.deploy.health import wait_ready
 from edgekit.deploy.service import log_tail
 from edgekit.errors import EdgekitError
-from edgekit.release.units import LEGACY_UNITS, UNIT_NAME, render_unit
-from edgekit.remote import privilege
+from edgekit.release.units import (
+    LEGACY_UNITS,
+    UNIT_NAME,
+    unit_install_spec_argv,
+    unit_remove_argv,
+    unit_spec,
+)
 from edgekit.remote.runner import LocalRunner, SshRunner
 
 Runner = SshRunner | LocalRunner
@@ -63,9 +70,10 @@ class Board:
     """Stop / restore the deployed service; start / stop the bench unit (never enabled)."""
 
     def __init__(self, runner: Runner, base: str, release_dir: str, sudo: Sequence[str], work: str,
-                 main_port: int, user: str | None = None) -> None:
+                 main_port: int, user: str | None = None, hardening: str = "default") -> None:
         self.runner, self.base, self.release_dir, self.sudo = runner, base, release_dir, list(sudo)
         self.user = user  # the units' User= (the login user unless it is root)
+        self.hardening = hardening  # the recipe's runtime.hardening
         self.work, self.main_port = work, main_port
         self.before: ServiceState | None = None
         self.unit = UNIT_NAME  # the deployed service's name on this board (remember() finds it)
@@ -100,20 +108,21 @@ class Board:
 
     def start_server(self, argv: list[str], port: int, description: str, timeout: float,
                      exe: list[str] | None = None, env: dict[str, str] | None = None,
-                     release_dir: str | None = None, env_file: str = "") -> float:
+                     release_dir: str | None = None, env_file: str = "", key_file: str = "") -> float:
         """(Re)start the bench unit with ``argv`` (relative to the release dir); seconds until ready.
 
         ``exe``: the server command (default: the release's llama-server), e.g. the LiteRT-LM front.
         ``release_dir``: the release it runs from (default: the deployed one), e.g. another engine's.
         """
-        unit_file = f"{self.work}/{BENCH_UNIT}"
+        spec_file = f"{self.work}/{BENCH_UNIT}.json"
         rdir = release_dir or self.release_dir
         command = exe or [f"{rdir}/bin/llama-server"]
-        text = render_unit(rdir, [*command, *argv], self.log, description, user=self.user, environment=env,
-                           environment_file=env_file or None)
-        boardfs.put_text(self.runner, unit_file, text)
+        spec = unit_spec(BENCH_UNIT, "bench", self.base, rdir.rsplit("/", 1)[-1], [*command, *argv], self.log,
+                         self.user, env, env_file or None, key_file or None, hardening=self.hardening,
+                         writable=[rdir, self.work])
+        boardfs.put_text(self.runner, spec_file, json.dumps(spec))
         self.bench_installed = True
-        self._priv(privilege.unit_install(self.sudo, unit_file, BENCH_UNIT))
+        self._priv(unit_install_spec_argv(self.work, spec_file))
         self._priv([*self.sudo, "systemctl", "restart", BENCH_UNIT])
         try:
             return wait_ready(self.runner, port, timeout, alive=self._bench_active)
@@ -129,7 +138,7 @@ class Board:
     def restore(self, health_timeout: float = 180.0) -> ServiceState:
         """Remove the bench unit; start the deployed unit again if it ran before. Returns the state now."""
         if self.bench_installed:
-            self._priv(privilege.unit_remove(self.sudo, BENCH_UNIT), check=False)
+            self._priv(unit_remove_argv(self.work, BENCH_UNIT), check=False)
             self.bench_installed = False
         before = self.before
         if before is not None:

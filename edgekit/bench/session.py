@@ -191,7 +191,8 @@ class Session:
         self.prompts = f"{self.work}/prompts.json"
         boardfs.put_text(runner, self.prompts, json.dumps(prompts.load(self.recipe.bench.prompt_set)))
         self.svc = BenchBoard(runner, base, self.release_dir, self.facts.sudo_prefix, self.work,
-                              int(self.manifest.get("port") or self.recipe.runtime.port), self.facts.service_user)
+                              int(self.manifest.get("port") or self.recipe.runtime.port), self.facts.service_user,
+                              self.recipe.runtime.hardening)
         self.service_before = self.svc.remember()
         self.bench_port = int(self.manifest.get("candidate_port") or self.svc.main_port + 1)
         self.snapshots["before"] = self.agent_json(["snapshot"])
@@ -325,7 +326,7 @@ class Session:
             for cfg, points in matrix:
                 ready: float | None = self.svc.start_server(cfg.args, self.bench_port, f"edgekit bench: {cfg.name}",
                                                             self.opts.server_timeout_s, cfg.exe, cfg.env,
-                                                            cfg.release_dir, cfg.env_file)
+                                                            cfg.release_dir, cfg.env_file, cfg.key_file)
                 self.say(f"server {cfg.name} ready in {ready:.1f} s (repetition {rep + 1}/{first_rep + reps})")
                 for point in points:
                     runs.append(self._run(self.runs_done, cfg, point, rep, n_gen, warmup, requests(point), ignore_eos,

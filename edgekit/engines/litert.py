@@ -52,8 +52,9 @@ def compose(ctx: ReleaseContext, python: str, bundle: dict[str, Any]) -> Release
     }
 
     def render(rid: str) -> dict[str, str]:
-        return service_units(ctx.facts.base, rid, argv_at, ports, "LiteRT-LM", recipe.name, rt.env, rt.watchdog,
-                             user=ctx.facts.service_user)
+        # The front writes its compiled-model caches in the release (litert-cache-PORT, made at its first start).
+        return service_units(ctx.facts.base, rid, argv_at, ports, rt, key_file=auth.get("api_key_file"),
+                             user=ctx.facts.service_user, writable_at=lambda rdir, _port: [rdir])
 
     return plan_release(recipe.name, {BUNDLE: Path(bundle["file"]), **agent_files()}, describe, render)
 

@@ -207,7 +207,7 @@ def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: s
 
     def render(rid: str) -> dict[str, str]:
         return service_units(base, rid, lambda rdir, port: [f"{rdir}/bin/llama-server", *args_at(port)], ports,
-                             "llama-server", recipe.name, rt.env, rt.watchdog, user=user)
+                             rt, key_file=auth.get("api_key_file"), user=user)
 
     return plan_release(recipe.name, release_files(bin_dir, models), describe, render)
 

@@ -117,8 +117,10 @@ def compose(ctx: ReleaseContext, python: str, version: str, models: dict[str, Pa
     }
 
     def render(rid: str) -> dict[str, str]:
-        return service_units(ctx.facts.base, rid, argv_at, ports, "vLLM", recipe.name, environment,
-                             recipe.runtime.watchdog, auth.get("api_env_file"), ctx.facts.service_user)
+        # vLLM writes its caches in the release (hardening: strict); what it keeps under HOME is not declared yet.
+        return service_units(ctx.facts.base, rid, argv_at, ports, recipe.runtime, environment,
+                             auth.get("api_env_file"), auth.get("api_key_file"), ctx.facts.service_user,
+                             writable_at=lambda rdir, _port: [rdir])
 
     return plan_release(recipe.name, {**models, **agent_files()}, describe, render)
 

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgekit.agent.health import check_options, command_args
-from edgekit.release.units import CANDIDATE_LOG_NAME, LOG_NAME, activation_program
-from edgekit.remote import privilege
+from edgekit.release.units import CANDIDATE_LOG_NAME, LOG_NAME, activation_program, unit_install_argv
 
 PASSED = "'{\"ok\": true,'*"  # a case pattern: the health check prints "ok" first
 
@@ -70,11 +69,9 @@ class Board:
         return q([*self.sudo, "systemctl", *args])
 
     def start(self, unit: str, release: str) -> str:
-        """Service.install + Service.restart: the unit file from the release into the unit directory (a release an
-        older edgekit made has it under an older name), daemon-reload, enable (may fail), restart; one round trip."""
-        rdir = f"{self.base}/releases/{release}"
-        install = q(privilege.unit_install(self.sudo, f"{rdir}/{unit}", unit,
-                                           [f"{rdir}/{old}" for old in self.units.get("legacy") or []]))
+        """The unit installed from the release's spec by its agent (agent/units.py: through the root helper where
+        the board has it), enabled (may fail) and restarted; one round trip."""
+        install = q(unit_install_argv(f"{self.base}/releases/{release}", self.base, release, unit))
         return f"{install} && {{ {self._systemctl('enable', unit)} || true; }} && {self._systemctl('restart', unit)}"
 
     def stop(self, unit: str) -> str:

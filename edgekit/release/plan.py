@@ -14,16 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgekit.agent.units import UNITS_FILE
 from edgekit.build.memo import remember
-from edgekit.config.recipes import Watchdog
+from edgekit.config.recipes import Runtime
 from edgekit.release.manifest import ReleaseManifest
 from edgekit.release.units import (
     CANDIDATE_UNIT,
     UNIT_NAME,
     WATCHDOG_LOG_NAME,
     WATCHDOG_UNIT,
-    render_unit,
     service_log,
+    unit_spec,
     watchdog_argv,
 )
 from edgekit.remote.transfer import Blob
@@ -62,27 +63,33 @@ def service_ports(board_port: int | None, recipe_port: int) -> tuple[int, int]:
 
 
 def service_units(base: str, rid: str, argv_at: Callable[[str, int], list[str]], ports: tuple[int, int],
-                  server: str, recipe: str, environment: dict[str, str], watchdog: Watchdog,
-                  environment_file: str | None = None, user: str | None = None) -> dict[str, str]:
-    """The release's main and candidate units: the same server (``argv_at(release dir, port)``) on two ports,
-    each logging where activation reads it (``environment_file``: read as the unit starts); and its
-    watchdog's unit, unless the recipe turns it off (activation then removes a watchdog an earlier one left).
-    ``user``: all three run as that user (BoardFacts.service_user)."""
+                  runtime: Runtime, environment: dict[str, str] | None = None, env_file: str | None = None,
+                  key_file: str | None = None, user: str | None = None,
+                  writable_at: Callable[[str, int], list[str]] | None = None) -> dict[str, str]:
+    """The release's units as ``units.json`` (their specs, by name): the main and candidate server (``argv_at(release
+    dir, port)``) on two ports, each logging where activation reads it, and the watchdog's, unless the recipe turns
+    it off (activation then removes a watchdog an earlier one left). ``user``: all three run as that user
+    (BoardFacts.service_user); ``writable_at(release dir, port)``: what the engine's server writes besides its log
+    (``hardening: strict``); ``key_file``: checked before the server starts."""
 
     rdir = f"{base}/releases/{rid}"
     main, candidate = ports
-    guard = {} if not watchdog.enabled else {
-        WATCHDOG_UNIT: render_unit(rdir, watchdog_argv(base, rid, main, **watchdog.model_dump(exclude={"enabled"})),
-                                   f"{base}/logs/{WATCHDOG_LOG_NAME}", f"edgekit watchdog (release {rid})",
-                                   user=user, restart="always")}
-    return {**guard,
-        UNIT_NAME: render_unit(rdir, argv_at(rdir, main), service_log(base),
-                               f"edgekit {server} ({recipe}, release {rid})", user=user, environment=environment,
-                               environment_file=environment_file),
-        CANDIDATE_UNIT: render_unit(rdir, argv_at(rdir, candidate), service_log(base, candidate=True),
-                                    f"edgekit candidate {server} ({recipe}, release {rid})", user=user,
-                                    environment=environment, environment_file=environment_file),
-    }
+    hardening = runtime.hardening
+    env = runtime.env if environment is None else environment
+    writable = writable_at or (lambda _rdir, _port: [])
+
+    def server(unit: str, role: str, port: int, log: str) -> dict[str, object]:
+        return unit_spec(unit, role, base, rid, argv_at(rdir, port), log, user, env, env_file, key_file,
+                         hardening=hardening, writable=writable(rdir, port))
+
+    specs = {} if not runtime.watchdog.enabled else {
+        WATCHDOG_UNIT: unit_spec(WATCHDOG_UNIT, "watchdog", base, rid,
+                                 watchdog_argv(base, rid, main, **runtime.watchdog.model_dump(exclude={"enabled"})),
+                                 f"{base}/logs/{WATCHDOG_LOG_NAME}", user, restart="always", hardening=hardening,
+                                 writable=[base])}
+    specs[UNIT_NAME] = server(UNIT_NAME, "server", main, service_log(base))
+    specs[CANDIDATE_UNIT] = server(CANDIDATE_UNIT, "candidate", candidate, service_log(base, candidate=True))
+    return {UNITS_FILE: json.dumps(specs, indent=2, sort_keys=True) + "\n"}
 
 
 def agent_files() -> dict[str, Path]:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
+
+from edgekit.agent import unitspec
+from edgekit.errors import EdgekitError
 
 UNIT_NAME = "edgekit-serve.service"
 CANDIDATE_UNIT = "edgekit-serve-candidate.service"  # a new release, health-checked beside the old one
@@ -11,7 +15,7 @@ WATCHDOG_LOG_NAME = "watchdog.log"
 LOG_NAME, CANDIDATE_LOG_NAME = "server.log", "server-candidate.log"  # under <base>/logs/
 # The service's names before they were engine-neutral (edgekit 0.1 up to the board-side activation), and where
 # that unit logs. A board such an edgekit deployed is upgraded by the next activation (the old unit stopped and
-# removed as the new one starts), and its releases still roll back: their unit file is taken under the new name.
+# removed as the new one starts); its releases carry unit text, not specs, so they are redeployed, not rolled back to.
 LEGACY_UNITS = {"edgekit-llama.service": "llama-server.log"}
 LEGACY_CANDIDATE_UNITS = ("edgekit-llama-candidate.service",)  # removed before a candidate takes the port
 
@@ -35,73 +39,43 @@ def activation_program_at(release_dir: str) -> list[str]:
     return ["python3", "-B", f"{release_dir}/agent/edgekit_agent.py"]
 
 
-def systemd_quote(arg: str, executable: bool = False) -> str:
-    """Quote one ExecStart argument: systemd expands $VAR and %specifiers, and splits on spaces.
-
-    The executable itself gets no `$$`: systemd takes its path literally after %specifiers.
-    """
-    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
-    if not executable:
-        escaped = escaped.replace("$", "$$")
-    if escaped and not any(c in escaped for c in " \t'\"\\") and escaped == arg:
-        return arg
-    return f'"{escaped}"'
+def unit_install_argv(agent_release_dir: str, base: str, rid: str, unit: str) -> list[str]:
+    """The agent of ``agent_release_dir`` installing release ``rid``'s ``unit`` from the spec it carries."""
+    return [*activation_program_at(agent_release_dir), "unit-install", "--base", base, "--release", rid,
+            "--unit", unit]
 
 
-def systemd_path(path: str) -> str:
-    """A path setting (WorkingDirectory=, append:): taken literally except for %specifiers."""
-    if any(c in path for c in "\n\0"):
-        raise ValueError(f"{path!r} contains a control character")
-    return path.replace("%", "%%")
+def unit_install_spec_argv(agent_release_dir: str, spec_file: str) -> list[str]:
+    """The agent installing the unit of a spec file on the board (the bench's own unit)."""
+    return [*activation_program_at(agent_release_dir), "unit-install", "--spec", spec_file]
 
 
-def render_unit(
-    release_dir: str,
-    argv: Sequence[str],
-    log_file: str,
-    description: str,
-    user: str | None = None,
-    environment: Mapping[str, str] | None = None,
-    environment_file: str | None = None,
-    restart: str = "on-failure",
-) -> str:
-    """A unit whose ExecStart names the release directory itself (not `current`).
+def unit_remove_argv(agent_release_dir: str, unit: str) -> list[str]:
+    return [*activation_program_at(agent_release_dir), "unit-remove", "--unit", unit]
 
-    Pointing at the release, not at the `current` symlink, lets a new release be started and
-    health-checked while `current` still names the last good one.
 
-    ``user``: the unit runs as that user (the login user where it is not root). systemd would open an
-    ``append:`` log and read an ``EnvironmentFile=`` as root, before it changes user, through any symlink the
-    user left; so such a unit starts the release's agent (``exec``), which opens both as the user and then
-    becomes the server. The board's root helper (agent/privileged.py) accepts no other shape for a user's unit.
-    """
-    env = {"LD_LIBRARY_PATH": f"{release_dir}/lib", **(environment or {})}
-    if user:
-        argv = [*activation_program_at(release_dir), "exec", "--log", log_file,
-                *(["--env-file", environment_file] if environment_file else []), "--", *argv]
-    output = [] if user else [f"StandardOutput=append:{systemd_path(log_file)}",
-                              f"StandardError=append:{systemd_path(log_file)}"]
-    lines = [
-        "[Unit]",
-        f"Description={description}",
-        "After=network-online.target",
-        "Wants=network-online.target",
-        "",
-        "[Service]",
-        "Type=simple",
-        f"WorkingDirectory={systemd_path(release_dir)}",
-        *(f"Environment={systemd_quote(f'{k}={v}')}" for k, v in env.items()),
-        # A secret (the API key) comes from a 0600 file, so it is in no unit file and no command line.
-        *([f"EnvironmentFile={systemd_path(environment_file)}"] if environment_file and not user else []),
-        "ExecStart=" + " ".join(systemd_quote(a, executable=i == 0) for i, a in enumerate(argv)),
-        f"Restart={restart}",
-        "RestartSec=3",
-        *output,
-    ]
-    if user:
-        lines.append(f"User={user}")
-    lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
-    return "\n".join(lines)
+def unit_spec(unit: str, role: str, base: str, rid: str, argv: Sequence[str], log: str, user: str | None,
+              environment: Mapping[str, str] | None = None, env_file: str | None = None,
+              key_file: str | None = None, restart: str = "on-failure", hardening: str = "default",
+              writable: Sequence[str] = ()) -> dict[str, Any]:
+    """A unit's spec (agent/unitspec.py), checked here already so a bad value stops the deploy on the workstation.
+
+    The board renders the unit from it (the root helper, or the agent on a root or full-sudo board): a release
+    carries its units as specs (``units.json``), never as unit text. ``user``: the unit runs as that user (the
+    login user where it is not root); ``key_file``: the server refuses to start while it holds no proper key;
+    ``writable``: what the server writes besides its log, under ``hardening: strict``."""
+    spec = {"unit": unit, "role": role, "base": base, "release": rid, "argv": list(argv),
+            "env": dict(environment or {}), "log": log, "env_file": env_file, "key_file": key_file,
+            "restart": restart, "user": user, "hardening": hardening, "writable": list(writable)}
+    try:
+        return unitspec.check(spec, "root")
+    except unitspec.BadSpec as exc:
+        raise EdgekitError(f"The {role} unit of release {rid} cannot be written: {exc}.") from None
+
+
+def render_unit(spec: Mapping[str, Any]) -> str:
+    """The unit text the board will install for ``spec`` (the one renderer: agent/unitspec.py)."""
+    return unitspec.render(dict(spec))
 
 
 def watchdog_argv(base: str, rid: str, port: int, every_s: float, timeout_s: float, failures: int, restarts: int,

@@ -70,6 +70,9 @@ kv sudo "$( [ "$(id -u)" = 0 ] && echo root \
 kv helper "$helper"
 kv helper_sha "$( [ -r "$helper" ] && { openssl dgst -sha256 -r "$helper" 2>/dev/null || sha256sum "$helper"; } \
   | cut -c1-64 )"
+lib="$helper.d/unitspec.py"  # its renderer
+kv helper_lib_sha "$( [ -r "$lib" ] && { openssl dgst -sha256 -r "$lib" 2>/dev/null || sha256sum "$lib"; } \
+  | cut -c1-64 )"
 kv groups "$(id -Gn)"
 for dev in "$root"/sys/bus/i2c/devices/*; do
   [ -r "$dev/name" ] || continue
@@ -128,6 +131,7 @@ class BoardFacts:
     helper: str = ""  # where edgekit-root is (or would be) on the board
     groups: list[str] = field(default_factory=list)  # the login user's: its servers run with them
     helper_sha: str = ""  # the installed helper's sha256 ("" when there is none)
+    helper_lib_sha: str = ""  # and its renderer's (unitspec.py beside it)
 
     @property
     def is_jetson(self) -> bool:
@@ -225,6 +229,7 @@ def parse_probe(board: str, output: str) -> BoardFacts:
         helper=values.get("helper", ""),
         groups=values.get("groups", "").split(),
         helper_sha=values.get("helper_sha", ""),
+        helper_lib_sha=values.get("helper_lib_sha", ""),
         power_rails=rails,
     )
 
