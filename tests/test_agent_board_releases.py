@@ -29,6 +29,8 @@ def _layout(base: Path) -> None:
         rdir.mkdir(parents=True)
         for b in blobs:
             os.link(store / shas[b], rdir / shas[b])
+        (rdir.parent / "units.json").write_text(json.dumps({"edgekit-serve.service": {
+            "unit": "edgekit-serve.service", "release": rid}}))
         os.utime(base / "releases" / rid, (1_000_000 + n, 1_000_000 + n))
     pin = base / "pushed" / "r-d"
     pin.mkdir(parents=True)
@@ -94,8 +96,8 @@ class _RefusingUnits:
     def __init__(self, refuse: str) -> None:
         self.refuse, self.calls = refuse, []
 
-    def install(self, unit: str, src: str) -> None:
-        self.calls.append(("install", unit, Path(src).parent.name))
+    def install(self, unit: str, spec: dict) -> None:
+        self.calls.append(("install", unit, spec["release"]))
 
     def restart(self, unit: str, enable: bool = True) -> None:
         self.calls.append(("restart", unit))

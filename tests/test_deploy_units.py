@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,6 @@ from edgekit.config.recipes import Runtime
 from edgekit.engines.llamacpp_args import server_args
 from edgekit.errors import EdgekitError
 from edgekit.release.plan import plan_release
-from edgekit.release.units import render_unit, systemd_quote
 from edgekit.remote.probe import jetpack_for, parse_l4t, parse_probe
 
 HELP_2026 = """
@@ -57,17 +55,6 @@ def test_server_args_refuse_unknown_spec_type_and_flags() -> None:
         server_args(Runtime(), "--model only", "t", None, 1)
 
 
-def test_unit_quotes_hostile_arguments() -> None:
-    assert systemd_quote("plain") == "plain"
-    assert systemd_quote("a b") == '"a b"'
-    assert systemd_quote("$(reboot)") == '"$$(reboot)"'
-    assert systemd_quote("100%") == '"100%%"'
-    text = render_unit("/b/releases/r1", ["/b/releases/r1/bin/llama-server", "-m", "my model.gguf"],
-                       "/b/logs/server.log", "edgekit test")
-    assert 'ExecStart=/b/releases/r1/bin/llama-server -m "my model.gguf"' in text
-    assert "StandardOutput=append:/b/logs/server.log" in text
-
-
 def test_release_id_is_stable_and_content_addressed(tmp_path: Path) -> None:
     (tmp_path / "a").write_bytes(b"binary")
     (tmp_path / "m").write_bytes(b"model")
@@ -93,29 +80,6 @@ def test_probe_parsing() -> None:
     assert (facts.l4t, facts.jetpack, facts.cuda, facts.mem_total_mb, facts.disk_free_mb) == (
         "38.2.0", "7.0", "13.0.48", 128000, 2000)
     assert [r.label for r in facts.power_rails] == ["VIN"] and facts.is_jetson
-
-
-def test_rendered_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
-    """The unit edgekit installs is one systemd itself accepts (quoting, paths, settings)."""
-    import shutil
-    import subprocess
-
-    analyze = shutil.which("systemd-analyze")
-    if analyze is None:
-        pytest.skip("systemd-analyze is not installed (Debian package systemd)")
-    release = tmp_path / "we ird $(reboot) `id` ;x 100%" / "releases" / "r1"
-    (release / "bin").mkdir(parents=True)
-    server = release / "bin" / "llama-server"
-    server.write_text("#!/bin/sh\n")
-    server.chmod(0o755)
-    rt = Runtime(spec_type="draft-mtp", draft_n_max=3)
-    args = server_args(rt, HELP_2026, "models/target.gguf", "models/drafter.gguf", port=8080)
-    unit = tmp_path / "edgekit-serve.service"
-    unit.write_text(render_unit(str(release), [str(server), *args, "--alias", "$(reboot) 50%"],
-                                str(tmp_path / "logs" / "server.log"), "edgekit test", user="root"))
-    res = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, check=False)
-    problems = [ln for ln in res.stderr.splitlines() if "edgekit-serve.service" in ln]
-    assert res.returncode == 0 and not problems, res.stderr
 
 
 def test_guards_for_known_orin_bugs_apply_as_data_and_only_where_they_bite() -> None:
@@ -189,60 +153,6 @@ def test_binaries_newer_than_the_boards_glibc_are_refused() -> None:
     check_glibc(manifest, _facts("aarch64", glibc=""))  # unknown: the build's own JetPack check stands
     with pytest.raises(EdgekitError, match=r"need GLIBC 2.34, but board 'b' has glibc 2.31; nothing was sent"):
         check_glibc(manifest, _facts("aarch64", glibc="glibc 2.31"))
-
-
-def test_unit_install_takes_the_older_name_only_while_the_file_is_missing(tmp_path: Path) -> None:
-    """A release an older edgekit made carries its unit as edgekit-llama.service: the fleet's rescue installs that
-    file under the service's name; a release that has the file under the new name is installed from it."""
-    from edgekit.remote.privilege import unit_install
-
-    old, new = tmp_path / "old", tmp_path / "new"
-    old.mkdir()
-    new.mkdir()
-    (old / "edgekit-llama.service").write_text("old unit\n")
-    (new / "edgekit-serve.service").write_text("new unit\n")
-    (new / "edgekit-llama.service").write_text("never taken\n")
-    bin_dir = tmp_path / "bin"  # the simulated boards' systemctl stand-in, for the daemon-reload
-    bin_dir.mkdir()
-    (bin_dir / "systemctl").write_bytes((Path(__file__).parents[1] / "edgekit/sim/bin/systemctl").read_bytes())
-    (bin_dir / "systemctl").chmod(0o755)
-    env = {**os.environ, "EDGEKIT_BOARD_ROOT": str(tmp_path / "root"), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    installed = tmp_path / "root/etc/systemd/system/edgekit-serve.service"
-    for rdir, want in ((old, "old unit\n"), (new, "new unit\n")):
-        subprocess.run(unit_install([], str(rdir / "edgekit-serve.service"), "edgekit-serve.service",
-                                    [str(rdir / "edgekit-llama.service")]), env=env, check=True)
-        assert installed.read_text() == want and oct(installed.stat().st_mode & 0o777) == "0o644"
-    missing = subprocess.run(unit_install([], str(tmp_path / "none"), "edgekit-x.service"),
-                             env=env, capture_output=True, check=False)
-    assert missing.returncode != 0 and not (tmp_path / "root/etc/systemd/system/edgekit-x.service").exists()
-
-
-def test_a_unit_for_the_login_user_is_one_the_root_helper_accepts_and_no_other_is(tmp_path: Path) -> None:
-    """The root helper (agent/privileged.py) installs a user's unit only if it runs as that user and makes systemd
-    open nothing as root; render_unit's user shape is exactly such a unit, the root shape is not."""
-    from edgekit.agent.privileged import Refused, check_unit
-
-    rdir, log, env_file = "/home/u/ek/releases/r1", "/home/u/ek/logs/server.log", "/home/u/ek/keys/api.env"
-    text = render_unit(rdir, [f"{rdir}/bin/llama-server", "--port", "8080"], log, "d", user="u",
-                       environment={"A": "b"}, environment_file=env_file)
-    check_unit(text, "u")
-    assert "EnvironmentFile" not in text and "append:" not in text
-    assert f"exec --log {log} --env-file {env_file} -- {rdir}/bin/llama-server --port 8080" in text
-    with pytest.raises(Refused, match="must run as 'v'"):
-        check_unit(text, "v")
-    with pytest.raises(Refused, match="StandardOutput may only be"):
-        check_unit(render_unit(rdir, ["/bin/true"], log, "d") + "User=u\n", "u")
-    for bad, why in ((text.replace("ExecStart=", "ExecStart=+"), "plain command"),
-                     (text.replace("[Install]", "[Service]\nExecStartPre=/bin/id\n[Install]"), "'ExecStartPre'"),
-                     (text.replace("[Install]", "[Service]\nEnvironmentFile=/etc/shadow\n[Install]"),
-                      "'EnvironmentFile'"),
-                     (text.replace("[Install]", "[Service]\nUser=root\n[Install]"), "must run as"),
-                     (text.replace("[Install]", "[Socket]"), r"\[Socket\]"),
-                     (text.replace("Type=simple", "Type=simple \\\n"), "continued"),
-                     (text.replace("Wants=network-online.target", "Wants=debug-shell.service"), "not one edgekit"),
-                     (text.replace("WantedBy=multi-user.target", "WantedBy=sysinit.target"), "not one edgekit")):
-        with pytest.raises(Refused, match=why):
-            check_unit(bad, "u")
 
 
 def test_exec_opens_the_log_and_reads_the_key_file_as_its_own_user_then_becomes_the_program(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hmac
+import importlib.util
 import json
 import os
 import signal
@@ -30,6 +31,33 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def _keyfile():
+    """The agent's keyfile module: from this package when imported as one, else the file beside this one (the
+    board runs ``python <release>/agent/litert_server.py``, a script with no package)."""
+    if __package__:
+        from . import keyfile
+
+        return keyfile
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "keyfile.py")
+    spec = importlib.util.spec_from_file_location("_edgekit_keyfile", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def read_api_key(path: str) -> str:
+    """The key every request but /health must carry, from ``--api-key-file``; SystemExit (78, the reason on
+    stderr) when the file is missing, unreadable, empty, short or not printable ASCII: never a front that
+    serves without a key because its key file was bad."""
+    keyfile = _keyfile()
+    try:
+        return keyfile.read_key(path)
+    except keyfile.KeyFileError as exc:
+        print(f"edgekit litert-lm front: refusing to start: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(78) from None
 
 
 class Model:
@@ -243,10 +271,7 @@ def main(argv=None) -> None:
     p.add_argument("--accelerator", choices=("cpu", "gpu"), default="cpu", help="LiteRT-LM's backend")
     p.add_argument("--api-key-file", default="", help="the file holding the key every request but /health needs")
     args = p.parse_args(argv)
-    key = ""
-    if args.api_key_file:
-        with open(args.api_key_file) as fh:
-            key = fh.read().strip()
+    key = read_api_key(args.api_key_file) if args.api_key_file else ""  # before the engine loads or a port opens
     os.makedirs(args.cache_dir, exist_ok=True)  # LiteRT-LM refuses a cache dir that does not exist
     model = Model(args.model, args.speculative, args.draft_steps, args.cache_dir, args.ctx, args.accelerator)
     server = ThreadingHTTPServer((args.host, args.port), handler_for(model, key))

@@ -46,10 +46,11 @@ STRICT_HARDENING = (
     "ProtectSystem=strict", "ProtectHome=read-only", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
     "SystemCallFilter=@system-service", "RestrictNamespaces=yes", "ProtectProc=invisible", "RemoveIPC=yes",
 )
-# The watchdog restarts the service through sudo and the root helper: sudo needs its setuid bit to work and its
-# capabilities, so those two directives are left out of its unit (everything else stays).
-NEEDS_SUDO = {"watchdog": ("NoNewPrivileges=yes", "CapabilityBoundingSet=", "AmbientCapabilities=",
-                           "RestrictSUIDSGID=yes", "SystemCallFilter=@system-service", "RestrictNamespaces=yes")}
+# The watchdog restarts the service (and may roll it back) through sudo and the root helper, which run inside its
+# sandbox: sudo needs its setuid bit (no NoNewPrivileges=) and three capabilities (checked with setpriv's bounding
+# set); the helper writes /etc/systemd/system and /var/lib/edgekit (no ProtectSystem=strict, nor the rest of strict).
+SUDO_CAPABILITIES = "CapabilityBoundingSet=CAP_SETUID CAP_SETGID CAP_AUDIT_WRITE"
+CALLS_SUDO = frozenset({"watchdog"})
 
 
 class BadSpec(ValueError):
@@ -162,12 +163,14 @@ def hardening(spec: dict) -> list:
     level = spec.get("hardening", "default")
     if level == "off":
         return []
+    if spec["role"] in CALLS_SUDO:
+        return [SUDO_CAPABILITIES if line == "CapabilityBoundingSet=" else line for line in DEFAULT_HARDENING
+                if line != "NoNewPrivileges=yes"]
     lines = list(DEFAULT_HARDENING)
     if level == "strict":
         writable = [f"{spec['base']}/logs", *(spec.get("writable") or [])]
         lines += [*STRICT_HARDENING, "ReadWritePaths=" + " ".join(quote("-" + p) for p in writable)]
-    dropped = NEEDS_SUDO.get(spec["role"], ())
-    return [line for line in lines if line not in dropped]
+    return lines
 
 
 def render(spec: dict) -> str:
@@ -188,6 +191,7 @@ def render(spec: dict) -> str:
         "ExecStart=" + " ".join([argv[0], *(quote(a) for a in argv[1:])]),
         f"Restart={spec.get('restart', 'on-failure')}",
         "RestartSec=3",
+        "RestartPreventExitStatus=78",  # exec's refusal (EX_CONFIG: no proper key): trying again will not help
         *([f"User={spec['user']}"] if spec.get("user") else []),
         *hardening(spec),
         "",

@@ -10,13 +10,15 @@
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +37,25 @@ CUDA13_AARCH64_WHEELS = (
     "nvidia-cuda-cccl==13.0.85",
     "nvidia-cublas==13.1.1.3",
 )
-CUOBJDUMP_WHEEL = "nvidia-cuda-cuobjdump==13.0.85"
+# The cuobjdump .ci/install puts beside the tests (find_cuobjdump takes it from site-packages); PyPI has no 13.0.
+CUOBJDUMP_WHEEL = "nvidia-cuda-cuobjdump==13.2.78"
+# Every wheel above by file name and sha256 (PyPI's, recorded when pinned): the aarch64 files pip picks for
+# WHEEL_PLATFORMS and Python 3.11, and cuobjdump for both workstation machines. A file is checked against its
+# pin after pip downloads it and before anything of it is unpacked (verify_wheel).
+WHEEL_SHA256 = {
+    "nvidia_cuda_runtime-13.0.96-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl":
+        "ef9bcbe90493a2b9d810e43d249adb3d02e98dd30200d86607d8d02687c43f55",
+    "nvidia_cuda_crt-13.0.88-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl":
+        "ee2ea2a97073e02ee62bb27841f437332be2c248e3eac013df07997ada39c003",
+    "nvidia_cuda_cccl-13.0.85-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl":
+        "6f0203e29fed809ee2b7fe9b1344df66ecab990c37d6a2e0e189b26d6c97ed7c",
+    "nvidia_cublas-13.1.1.3-py3-none-manylinux_2_27_aarch64.whl":
+        "b7a210458267ac818974c53038fbec2e969d5c99f305ab15c72522fa9f001dd5",
+    "nvidia_cuda_cuobjdump-13.2.78-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl":
+        "394087411405b846bf43aa52ca2ff603bbe18b3b8a1257cda0903e23c17bdbf3",
+    "nvidia_cuda_cuobjdump-13.2.78-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl":
+        "c985f2ac62cc6b41cb3c612c4b8d117f4c30ff5c1a2f9e23ca3350e0090a85b6",
+}
 # Shared libraries a CUDA build of ggml needs at run time (JetPack provides them on the board).
 CUDA_RUNTIME_LIBS = ("libcudart.so", "libcublas.so", "libcublasLt.so")
 
@@ -162,12 +182,17 @@ def assemble_wheel_tree(root: Path, wheels_dir: Path | None = None) -> None:
     for plat in WHEEL_PLATFORMS:
         extra += ["--platform", plat]
     pip_download(list(CUDA13_AARCH64_WHEELS), wheels_dir, extra)
+    wheels = [_wheel_file(wheels_dir, req) for req in CUDA13_AARCH64_WHEELS]
+    for wheel in wheels:  # every one checked before the tree is begun
+        verify_wheel(wheel)
 
     def fill(sbsa: Path) -> None:
-        for req in CUDA13_AARCH64_WHEELS:
-            _unpack_wheel(_wheel_file(wheels_dir, req), sbsa)
+        for wheel in wheels:
+            _unpack_wheel(wheel, sbsa)
 
-    layout_cross_toolkit(root, nvcc, fill, "sbsa-linux", "\n".join(CUDA13_AARCH64_WHEELS) + "\n")
+    layout_cross_toolkit(root, nvcc, fill, "sbsa-linux",
+                         "".join(f"{req} {wheel.name} sha256:{WHEEL_SHA256[wheel.name]}\n"
+                                 for req, wheel in zip(CUDA13_AARCH64_WHEELS, wheels, strict=True)))
 
 
 def layout_cross_toolkit(root: Path, nvcc: Path, fill: Callable[[Path], None], target_dir: str,
@@ -216,23 +241,80 @@ def layout_cross_toolkit(root: Path, nvcc: Path, fill: Callable[[Path], None], t
         raise
 
 
-def _wheel_file(wheels_dir: Path, requirement: str) -> Path:
+def _pinned_name(requirement: str, machine: str = "aarch64") -> str:
+    """The file name WHEEL_SHA256 pins for ``requirement`` (``name==version``) on ``machine``."""
     name, version = requirement.split("==")
-    stem = name.replace("-", "_")
-    found = sorted(wheels_dir.glob(f"{stem}-{version}-*aarch64*.whl"))
-    if not found:
-        raise EdgekitError(f"No aarch64 wheel of {requirement} in {wheels_dir}.")
+    prefix = f"{name.replace('-', '_')}-{version}-"
+    found = [f for f in WHEEL_SHA256 if f.startswith(prefix) and f.endswith(f"_{machine}.whl")]
+    if len(found) != 1:
+        raise EdgekitError(f"edgekit pins no {machine} wheel of {requirement} by sha256, so it does not use one.")
     return found[0]
 
 
+def _wheel_file(wheels_dir: Path, requirement: str) -> Path:
+    """The pinned aarch64 wheel of ``requirement`` that pip downloaded into ``wheels_dir``."""
+    name = _pinned_name(requirement)
+    wheel = wheels_dir / name
+    if not wheel.is_file():
+        raise EdgekitError(f"pip did not download the pinned wheel of {requirement} ({name}) into {wheels_dir}.")
+    return wheel
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_wheel(wheel: Path, pins: Mapping[str, str] = WHEEL_SHA256) -> None:
+    """EdgekitError (one sentence) unless ``wheel``'s sha256 is the one ``pins`` records for its file name."""
+    want = pins.get(wheel.name)
+    if want is None:
+        raise EdgekitError(f"The wheel {wheel.name} is not one edgekit pins by sha256; it is not used.")
+    got = file_sha256(wheel)
+    if got != want:
+        raise EdgekitError(f"The wheel {wheel.name} has sha256 {got}, not the pinned {want}: it is not the file "
+                           f"edgekit was pinned to, so it is not used (delete {wheel} to download it again).")
+
+
+def _member_target(dest: Path, info: zipfile.ZipInfo) -> Path | None:
+    """Where a member of a wheel would land under ``dest`` (None: a member edgekit does not unpack);
+    EdgekitError for a member that is a symlink or whose path would leave ``dest``."""
+    name = info.filename
+    mode = info.external_attr >> 16
+    if stat.S_ISLNK(mode):
+        raise EdgekitError(f"member {name!r} is a symbolic link")
+    parts = name.split("/")
+    if name.startswith("/") or "\\" in name or re.match(r"[A-Za-z]:", name):  # C:… or C:\… on Windows
+        raise EdgekitError(f"member {name!r} has an absolute or non-POSIX path")
+    if ".." in parts:
+        raise EdgekitError(f"member {name!r} climbs out with '..'")
+    if len(parts) < 4 or parts[0] != "nvidia" or parts[2] not in ("include", "lib") or info.is_dir():
+        return None
+    out = dest.joinpath(*parts[2:])
+    root = dest.resolve()
+    if not out.resolve().is_relative_to(root):  # a symlink already under dest, e.g.
+        raise EdgekitError(f"member {name!r} would land outside {dest}")
+    return out
+
+
 def _unpack_wheel(wheel: Path, dest: Path) -> None:
-    """nvidia/cu13/{include,lib}/... → dest/{include,lib}/... (nothing else is needed)."""
+    """nvidia/cu13/{include,lib}/... → dest/{include,lib}/... (nothing else is needed).
+
+    Every member is checked first: a wheel with one that is a symlink, has an absolute path or ``..``, or would
+    land outside ``dest`` is refused (one sentence) with nothing of it written."""
     with zipfile.ZipFile(wheel) as zf:
+        plan = []
         for info in zf.infolist():
-            parts = info.filename.split("/")
-            if len(parts) < 4 or parts[0] != "nvidia" or parts[2] not in ("include", "lib") or info.is_dir():
-                continue
-            out = dest.joinpath(*parts[2:])
+            try:
+                out = _member_target(dest, info)
+            except EdgekitError as exc:
+                raise EdgekitError(f"Refusing to unpack the wheel {wheel.name}: its {exc}.") from None
+            if out is not None:
+                plan.append((info, out))
+        for info, out in plan:
             out.parent.mkdir(parents=True, exist_ok=True)
             with zf.open(info) as src, open(out, "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)

@@ -12,11 +12,14 @@ import os
 import secrets
 from pathlib import Path
 
+from edgekit.agent.keyfile import MIN_KEY_CHARS, key_problem
 from edgekit.config.names import require_name
 from edgekit.errors import EdgekitError
 from edgekit.paths import config_dir
 
 KEY_BYTES = 32  # 256 bits, URL-safe base64: no character a header or an environment file would mangle
+# 43 characters, more than the MIN_KEY_CHARS (32) a board's server starts with (edgekit.agent.keyfile): a key
+# shorter than that, or with a character that is not printable ASCII, is neither saved nor read here.
 
 
 def keys_dir() -> Path:
@@ -42,11 +45,21 @@ def read_key(board: str) -> str | None:
         raise EdgekitError(f"Cannot read board {board!r}'s API key at {path}: {exc.strerror}.") from None
     if not text:
         raise EdgekitError(f"Board {board!r}'s API key file {path} is empty; remove it and deploy again.")
+    problem = key_problem(text)
+    if problem is not None:
+        raise EdgekitError(f"Board {board!r}'s API key in {path} {problem} (a key is at least "
+                           f"{MIN_KEY_CHARS} printable ASCII characters); remove it and replace the board's key with "
+                           f"`edgekit board key rotate --board {board}`.")
     return text
 
 
 def save_key(board: str, key: str, suffix: str = "") -> Path:
-    """``key`` as the board's (``suffix``: a file beside it, e.g. a rotation's new key not yet on the board)."""
+    """``key`` as the board's (``suffix``: a file beside it, e.g. a rotation's new key not yet on the board);
+    refused, with nothing written, when it is no key a board's server would start with."""
+    problem = key_problem(key)
+    if problem is not None:
+        raise EdgekitError(f"Refusing to save this API key for board {board!r}: the key {problem} "
+                           f"(a key is at least {MIN_KEY_CHARS} printable ASCII characters).")
     folder = keys_dir()
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o700)

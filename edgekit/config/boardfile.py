@@ -1,4 +1,7 @@
-"""The board file (edgekit.yaml): named boards with their SSH address, key and profile."""
+"""The board file (edgekit.yaml): named boards with their SSH address, key and profile.
+
+Every string of it (names, host, user, base, paths …) goes into SSH command lines, units or files on the board,
+or ssh's own options: each must be printable (edgekit.config.printable), checked as the file is loaded."""
 
 from __future__ import annotations
 
@@ -8,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from edgekit.config.names import check_name
+from edgekit.config.printable import PrintableModel, UnprintableValue
 from edgekit.config.profiles import get_profile
 from edgekit.config.yamlfile import load_model
 from edgekit.errors import EdgekitError
@@ -20,7 +24,7 @@ DEFAULT_BASE = "~/edgekit"
 _HOST_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]_")
 
 
-class Board(BaseModel):
+class Board(PrintableModel):
     model_config = ConfigDict(extra="forbid")
 
     host: str
@@ -75,8 +79,6 @@ class Board(BaseModel):
         parts = v.split("/")
         if not (v.startswith("/") or v == "~" or v.startswith("~/")) or ".." in parts:
             raise ValueError(f"base {v!r} must be an absolute path or start with ~/, without '..'")
-        if any(c in v for c in "\n\r\t\0"):
-            raise ValueError("base contains a control character")
         if any(c in v for c in "'\"\\"):
             # systemd refuses to run an executable whose path holds quotes or backslashes.
             raise ValueError(f"base {v!r} must not contain quotes or backslashes (systemd cannot run from there)")
@@ -89,7 +91,7 @@ class Board(BaseModel):
         return Path(self.known_hosts).expanduser() if self.known_hosts else known_hosts_file()
 
 
-class BoardFile(BaseModel):
+class BoardFile(PrintableModel):
     model_config = ConfigDict(extra="forbid")
 
     boards: dict[str, Board] = Field(default_factory=dict)
@@ -133,7 +135,10 @@ class Boards:
     def load(self) -> BoardFile:
         if not self.path.exists():
             return BoardFile()
-        return load_model(BoardFile, self.path, "board file")
+        try:
+            return load_model(BoardFile, self.path, "board file")
+        except UnprintableValue as exc:
+            raise exc.within(f"board file {self.path}") from None
 
     def get(self, name: str) -> Board:
         data = self.load()

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from edgekit.config.align_spec import AlignSpec
 from edgekit.config.engine_table import engine_names
 from edgekit.config.names import check_name
+from edgekit.config.printable import FREE_TEXT, PrintableModel, UnprintableValue
 from edgekit.config.recipe_lookup import find_recipe
 from edgekit.config.serve_address import LOOPBACK_HOST, is_loopback, network_bind_refusal
 from edgekit.config.synthetic import SYNTHETIC_MODELS
@@ -26,7 +27,7 @@ _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _PKG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(==[A-Za-z0-9.]+)?$")
 
 
-class ModelSource(BaseModel):
+class ModelSource(PrintableModel):
     """Exactly one of: an HF repo at a revision, a local directory, a synthetic model, a PyPI package."""
 
     model_config = ConfigDict(extra="forbid")
@@ -95,7 +96,7 @@ class ConvertSpec(BaseModel):
         return {False: "off", True: "on"}.get(v, v) if isinstance(v, bool) else v
 
 
-class VllmSettings(BaseModel):
+class VllmSettings(PrintableModel):
     """vLLM's own knobs (engine: vllm); the shared ones (ctx_size, parallel, draft_n_max) are the runtime's."""
 
     model_config = ConfigDict(extra="forbid")
@@ -147,8 +148,11 @@ class Watchdog(BaseModel):
     start_grace_s: float = Field(600.0, gt=0.0)  # after a (re)start: the model loads before probes count
 
 
-class Runtime(BaseModel):
-    """Server settings; names follow the flags of the pinned llama.cpp (engine: llama.cpp, the default)."""
+class Runtime(PrintableModel):
+    """Server settings; names follow the flags of the pinned llama.cpp (engine: llama.cpp, the default).
+
+    Its strings (env names and values, extra_args, the engines' settings …) go into the board's units and
+    command lines: each must be printable (edgekit.config.printable), checked as the recipe is loaded."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -165,7 +169,7 @@ class Runtime(BaseModel):
     spec: Literal["auto", "on", "off"] = "on"
     spec_min_gain: float = Field(1.0, gt=0.0, le=10.0)
     # Written by edgekit, not by hand: why `spec: auto` served the target alone, with the figures (release.json).
-    spec_decision: dict[str, Any] | None = None
+    spec_decision: Annotated[dict[str, Any] | None, FREE_TEXT] = None  # only ever JSON in release.json
     draft_n_max: int = Field(3, ge=1, le=64)
     draft_n_min: int = Field(0, ge=0, le=64)
     draft_p_min: float | None = Field(None, ge=0.0, le=1.0)
@@ -183,6 +187,15 @@ class Runtime(BaseModel):
     watchdog: Watchdog = Field(default_factory=Watchdog)
     allow_quirks: list[str] = Field(default_factory=list)  # guards (edgekit.engines.llamacpp_quirks) not to apply
     extra_args: list[str] = Field(default_factory=list)
+    # The systemd sandboxing directives of the board's units: default = those that cannot take a GPU away;
+    # strict adds ProtectSystem=strict, ProtectHome=read-only, RestrictAddressFamilies, SystemCallFilter (each
+    # engine declares the paths it writes); off for a board where a directive breaks something.
+    hardening: Literal["default", "strict", "off"] = "default"
+
+    @field_validator("hardening", mode="before")
+    @classmethod
+    def _hardening(cls, v: object) -> object:
+        return "off" if v is False else v  # YAML 1.1 reads a bare `hardening: off` as false
 
     @field_validator("host")
     @classmethod
@@ -234,11 +247,11 @@ class BenchSpec(BaseModel):
         return v
 
 
-class Recipe(BaseModel):
+class Recipe(PrintableModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    description: str = ""
+    description: Annotated[str, FREE_TEXT] = ""  # stays on the workstation: may span lines
     target: ModelSource
     drafter: ModelSource | None = None
     convert: ConvertSpec = Field(default_factory=ConvertSpec)
@@ -283,7 +296,10 @@ class Recipe(BaseModel):
 def load_recipe(name_or_path: str) -> Recipe:
     """A recipe by name (the search path of edgekit.config.recipe_lookup) or by path, validated."""
     found = find_recipe(name_or_path)
-    recipe = load_model(Recipe, found.path, "recipe")
+    try:
+        recipe = load_model(Recipe, found.path, "recipe")
+    except UnprintableValue as exc:
+        raise exc.within(f"recipe {found.path}") from None
     recipe.source_file = str(found.path.resolve())
     recipe.origin = found.describe()
     return recipe

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+from edgekit.agent.keyfile import MIN_KEY_CHARS, key_problem
+from edgekit.errors import EdgekitError
 from edgekit.remote.runner import LocalRunner, SshRunner
 
 KEY_NAME, ENV_NAME = "api.key", "api.env"
@@ -41,7 +43,12 @@ def _write_private(runner: SshRunner | LocalRunner, path: str, text: str) -> Non
 
 
 def place(runner: SshRunner | LocalRunner, base: str, key: str) -> None:
-    """The key (and vLLM's environment file of it) on the board, each replaced with one rename."""
+    """The key (and vLLM's environment file of it) on the board, each replaced with one rename; refused (before
+    anything is written) when it is no key the board's servers would start with (edgekit.agent.keyfile)."""
+    problem = key_problem(key)
+    if problem is not None:
+        raise EdgekitError(f"Refusing to place this API key on the board: the key {problem} "
+                           f"(a key is at least {MIN_KEY_CHARS} printable ASCII characters).")
     folder = keys_dir(base)
     runner.run(["mkdir", "-p", "-m", "0700", folder], timeout=30)
     runner.run(["chmod", "0700", folder], timeout=30)  # mkdir -m leaves an existing directory as it was
