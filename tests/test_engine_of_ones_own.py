@@ -53,6 +53,7 @@ def test_an_engine_of_ones_own_deploys_rolls_back_benches_and_rolls_out(sim_sess
                                                                          monkeypatch) -> None:
     from edgekit.deploy.health import check
     from edgekit.release.manifest import ReleaseManifest
+    from edgekit.release.units import render_unit
     from edgekit.remote.runner import LocalRunner
 
     monkeypatch.setenv("EDGEKIT_ENGINES", REGISTER)  # this process asks the table too
@@ -72,9 +73,10 @@ def test_an_engine_of_ones_own_deploys_rolls_back_benches_and_rolls_out(sim_sess
     assert (rdir / "bin" / "llama-server").is_file() and (rdir / "lib" / "libllama-server-impl.so").is_file()
     assert (rdir / "models" / "model.gguf").stat().st_size > 0 and not (rdir / "models" / "drafter.gguf").exists()
     assert not (rdir / "lib" / "libllama-bench-impl.so").exists()
-    unit = (rdir / "edgekit-serve.service").read_text().splitlines()
+    unit = render_unit(json.loads((rdir / "units.json").read_text())["edgekit-serve.service"]).splitlines()
     exec_start = next(x for x in unit if x.startswith("ExecStart="))
-    assert exec_start.startswith(f"ExecStart={rdir}/bin/llama-server --model models/model.gguf"), exec_start
+    assert f" exec --log {board.base}/logs/server.log -- {rdir}/bin/llama-server --model models/model.gguf" \
+        in exec_start, exec_start
     # The board-side check in the dialect the engine's class declares, through its chat template (a sim board's
     # ports are this machine's).
     own = check(LocalRunner(board.name), ReleaseManifest.of(manifest).serve, timeout=60, n_predict=8)

@@ -15,6 +15,7 @@ from cli_helpers import edgekit, ok_json
 
 from edgekit.bench import results
 from edgekit.config.boardfile import Boards
+from edgekit.release.units import render_unit
 
 ENGINES = ("llama.cpp", "vllm", "litert-lm")
 RECIPES = {"llama.cpp": "sim-tiny-mtp", "vllm": "sim-tiny-mtp-vllm", "litert-lm": "sim-tiny-mtp-litert"}
@@ -41,7 +42,8 @@ def test_three_engines_deploy_bench_side_by_side_and_tune(sim_session, env, tmp_
     assert manifest["engine"] == "litert-lm" and manifest["spec_type"] == "litert-mtp" and manifest["drafter"]
     assert "tf_lite_mtp_drafter" in manifest["litert"]["model_types"] and manifest["litert"]["draft_steps"] == 3
     assert (lit / "models" / "model.litertlm").stat().st_size > 0 and not (lit / "bin").exists()
-    exec_start = next(x for x in (lit / "edgekit-serve.service").read_text().splitlines() if x.startswith("ExecStart="))
+    unit = render_unit(json.loads((lit / "units.json").read_text())["edgekit-serve.service"])
+    exec_start = next(x for x in unit.splitlines() if x.startswith("ExecStart="))
     assert f"{lit}/agent/litert_server.py" in exec_start and "--speculative" in exec_start
 
     # One run, one file: every engine with and without its drafter, alternated, same points and power (one

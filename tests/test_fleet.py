@@ -152,9 +152,9 @@ def test_canary_then_batches_all_healthy_then_nothing_to_do(fleet) -> None:
         manifests.append(json.loads((b.base / "current" / "release.json").read_text()))
     # Same release everywhere: one build, the same models and binaries; only the board's port and base
     # (in the unit files) differ, and with them the id.
-    same = {k: v for k, v in manifests[0]["files"].items() if not k.endswith(".service")}
+    same = {k: v for k, v in manifests[0]["files"].items() if k != "units.json"}
     for m in manifests[1:]:
-        assert {k: v for k, v in m["files"].items() if not k.endswith(".service")} == same
+        assert {k: v for k, v in m["files"].items() if k != "units.json"} == same
         assert m["build"] == manifests[0]["build"] and m["recipe"] == "sim-tiny-mtp"
     # The run's SSH masters and control sockets are gone.
     assert not [p for p in psutil.process_iter(["cmdline"]) if "ek-cp-" in " ".join(p.info["cmdline"] or [])]
@@ -305,7 +305,7 @@ def test_an_upload_the_board_cannot_unpack_fails_that_board_and_places_nothing(f
     (victim,) = sim_session.boards(1, fresh=True)
     rollout(env, "--recipe", "sim-tiny-mtp", "--group", boards[0].name, "--no-canary")
     files = json.loads((boards[0].base / "current" / "release.json").read_text())["files"]
-    sha = next(f["sha256"] for p, f in sorted(files.items()) if not p.endswith(".service"))
+    sha = next(f["sha256"] for p, f in sorted(files.items()) if p != "units.json")
     blocker = victim.base / "store" / f"{sha}.part"  # a non-empty directory where an upload should land
     blocker.mkdir(parents=True)
     (blocker / "keep").write_text("not a blob\n")

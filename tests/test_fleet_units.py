@@ -260,11 +260,11 @@ def test_rollout_commands_quote_every_value_and_follow_the_plan(tmp_path: Path) 
     assert subprocess.run(["sh", "-n", "-c", line], check=False).returncode == 0
     words = shlex.split(commands.rollout(plan, fleet, "restore_switch"))
     assert words[-2:] == [base, "r1"] and words[:2] == ["sh", "-c"]
-    restore = shlex.split(commands.rollout(plan, fleet, "restore"))
-    src = restore.index("edgekit-unit-file") + 1  # the unit file, then its file under older names, then who installs
+    restore = shlex.split(commands.rollout(plan, fleet, "restore"))  # the release's agent installs its unit's spec
     r1 = f"{base}/releases/r1"
-    assert restore[src:src + 5] == [f"{r1}/edgekit-serve.service", f"{r1}/edgekit-llama.service", "--", "sudo", "-n"]
-    assert restore[-1] == "edgekit-serve.service"  # the name it is installed under
+    assert restore[:10] == ["python3", "-B", f"{r1}/agent/edgekit_agent.py", "unit-install", "--base", base,
+                            "--release", "r1", "--unit", "edgekit-serve.service"]
+    assert restore[-1] == "edgekit-serve.service" and "restart" in restore
     serving = {**plan, "state": {**plan["state"], "current": "r2", "serving": "r2", "serves": True}}
     again = shlex.split(commands.rollout(serving, fleet, "activate"))
     assert "--check-first" in again and again[again.index("--strategy") + 1] == "candidate"

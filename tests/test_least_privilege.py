@@ -111,16 +111,20 @@ def test_a_board_whose_user_may_run_only_the_helper_deploys_benches_rolls_back_a
     assert b.run("sudo -n true").rc != 0
     assert b.run(f"sudo -n {helper} systemctl restart ssh.service").rc == REFUSED
     assert b.run(f"sudo -n {helper} nvpmodel -m 0; echo").rc == 0  # an allowed verb (the sim's stand-in)
+    # Unit text is never taken, whatever it says; a spec only for the user itself, under its own base.
     evil = "[Service]\nExecStart=/bin/sh -c id\nUser=root\n"
     assert b.run(f"printf '{evil}' | sudo -n {helper} unit-install edgekit-evil.service").rc == REFUSED
-    leak = f"[Service]\nExecStart=/bin/true\nUser={USER}\nStandardOutput=append:/etc/passwd\n"
-    assert b.run(f"printf '{leak}' | sudo -n {helper} unit-install edgekit-evil.service").rc == REFUSED
+    spec = json.dumps({"unit": "edgekit-evil.service", "role": "server", "base": str(b.base), "release": "r",
+                       "argv": ["/bin/sh"], "log": "/etc/passwd", "user": USER})
+    leak = b.run(f"printf '%s' '{spec}' | sudo -n {helper} unit-install edgekit-evil.service")
+    assert leak.rc == REFUSED and "is not under the base" in leak.stderr
     assert b.run(f"touch {b.root}/etc/systemd/system/edgekit-evil.service").rc != 0
-    # A unit an earlier edgekit left to run as root (its program the user's file) is not started for the user.
+    # A unit that did not come from the helper for this user (an earlier edgekit's, run as root, whose program is
+    # the user's file) is neither started nor touched for the user.
     (b.root / "etc/systemd/system/edgekit-old.service").write_text(f"[Service]\nExecStart={b.base}/x\n")
-    started = b.run(f"sudo -n {helper} systemctl start edgekit-old.service")
-    assert started.rc == REFUSED and "deploy again" in started.stderr
-    assert b.run(f"sudo -n {helper} systemctl stop edgekit-old.service").rc != REFUSED  # stopping one is fine
+    for verb in ("start", "stop"):
+        acted = b.run(f"sudo -n {helper} systemctl {verb} edgekit-old.service")
+        assert acted.rc == REFUSED and "was not installed by edgekit-root" in acted.stderr
     assert not (b.root / "etc/systemd/system/edgekit-evil.service").exists()
 
     # Deploy: the server runs as the login user, its log written by it.
@@ -130,6 +134,7 @@ def test_a_board_whose_user_may_run_only_the_helper_deploys_benches_rolls_back_a
     assert procs and {p.info["username"] for p in procs} == {USER}
     unit = (b.root / "etc/systemd/system/edgekit-serve.service").read_text()
     assert f"User={USER}" in unit and "append:" not in unit and " exec --log " in unit
+    assert "NoNewPrivileges=yes" in unit  # hardening: default
     assert (b.base / "logs/server.log").stat().st_uid == pwd.getpwnam(USER).pw_uid
 
     # A second release (its watchdog quick to act), then rollback to the first.
@@ -165,3 +170,12 @@ def test_a_board_whose_user_may_run_only_the_helper_deploys_benches_rolls_back_a
         with contextlib.suppress(ProcessLookupError):
             os.kill(old.pid, signal.SIGCONT)
     assert new and {p.info["username"] for p in new} == {USER}
+
+    # A release that asks for a key, and the key rotated: the server restarts through the helper on the new one.
+    keyed = variant.with_name("keyed.yaml")
+    data["runtime"].update(auth="key")
+    keyed.write_text(yaml.safe_dump(data))
+    assert ok_json(edgekit(env, "--json", "deploy", "--board", b.name, "--recipe", str(keyed)))["health"]["ok"]
+    rotated = ok_json(edgekit(env, "--json", "board", "key", "rotate", "--board", b.name))
+    assert rotated["release"] and ok_json(edgekit(env, "--json", "status", "--board", b.name))["health"]["ok"]
+    assert "--key-file" in (b.root / "etc/systemd/system/edgekit-serve.service").read_text()

@@ -2,8 +2,8 @@
 
 The previous edgekit (LEGACY_REF, taken from this repository's history) ran every engine as
 `edgekit-llama.service`, logging to `llama-server.log`, and activated from the host. This edgekit's board-side
-program starts `edgekit-serve.service`, stops and removes the old unit as it does, and rolls back to a release
-that carries only the old unit file by installing that file under the new name.
+program starts `edgekit-serve.service`, stops and removes the old unit as it does; a rollback to the old release
+(which carries unit text, not a unit spec) is refused in one sentence, and the board keeps serving.
 """
 
 from __future__ import annotations
@@ -71,23 +71,21 @@ def test_a_board_the_previous_edgekit_deployed_is_upgraded_and_rolls_back(boards
     now = status(board.name)
     assert now["current"] == new["release"] and now["health"]["ok"]
 
-    # Back to the release the previous edgekit made: its unit file, under the new name.
-    legacy_log = board.base / "logs" / "llama-server.log"
-    logged = legacy_log.stat().st_size
-    res = edgekit("--json", "rollback", "--board", board.name)
-    assert res.returncode == 0, res.stderr[-2000:]
-    back = json.loads(res.stdout)
-    assert back["release"] == old["release"] and back["health"]["ok"]
-    assert status(board.name)["current"] == old["release"]
-    assert not (units / "edgekit-llama.service").exists()
-    assert (units / "edgekit-serve.service").read_text() == \
-        (board.base / "releases" / old["release"] / "edgekit-llama.service").read_text()
+    # Back to the release the previous edgekit made: refused in one sentence (it carries unit text, which is never
+    # installed: units come from specs), before anything on the board is touched.
+    unit_before = (units / "edgekit-serve.service").read_text()
+    res = edgekit("rollback", "--board", board.name)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert f"Release {old['release']} on board {board.name!r} was made by an earlier edgekit" in res.stderr
+    assert "redeploy it (edgekit deploy" in res.stderr
+    assert status(board.name)["current"] == new["release"]
+    assert (units / "edgekit-serve.service").read_text() == unit_before
     assert complete(board.service_port)["content"] is not None
-    assert legacy_log.stat().st_size > logged  # the old release's server writes where its unit says
 
-    # And forward again, as any deploy.
+    # And a deploy again changes nothing.
     again = deploy(board.name, "sim-tiny-mtp")
-    assert again["changed"] and again["release"] == new["release"] and again["previous"] == old["release"]
+    assert not again["changed"] and again["release"] == new["release"]
 
 
 def _answers(host: str, port: int) -> bool:
@@ -123,12 +121,8 @@ def test_a_board_the_previous_edgekit_left_open_to_the_network_is_moved_to_loopb
     again = deploy(board.name, "sim-tiny-mtp")
     assert not again["changed"] and again["notes"] == []
 
-    # Rolling back to the old release brings its address back: the rollback warns of it.
+    # Rolling back to the old release (which served the network with no key) is refused: it is redeployed or not
+    # at all, and the board stays on loopback.
     res = edgekit("--json", "rollback", "--board", board.name)
-    assert res.returncode == 0, res.stderr[-2000:]
-    (warning,) = json.loads(res.stdout)["notes"]
-    assert f"Release {old['release']} serves on 0.0.0.0 with no key" in warning
-    assert _answers("127.0.0.2", board.service_port)
-    res = edgekit("--json", "rollback", "--board", board.name, "--to", new["release"])
-    assert res.returncode == 0 and json.loads(res.stdout)["notes"] == [], res.stderr[-2000:]
-    assert not _answers("127.0.0.2", board.service_port)
+    assert res.returncode == 2 and "was made by an earlier edgekit" in res.stderr, res.stderr[-2000:]
+    assert not _answers("127.0.0.2", board.service_port) and complete(board.service_port)["content"] is not None

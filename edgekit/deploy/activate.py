@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from edgekit.agent import health as board_health
+from edgekit.agent.units import UNITS_FILE
 from edgekit.deploy import health as health_mod
 from edgekit.deploy.service import Service, log_tail
 from edgekit.errors import EdgekitError
@@ -208,6 +209,11 @@ def rollback(runner: Runner, base: str, sudo: Sequence[str], to: str | None = No
         raise EdgekitError(f"Board {runner.name!r} has no release {target!r}.")
     manifest = ReleaseManifest.read(releases.read_manifest(runner, base, target),
                                     f"release {target} on board {runner.name!r}")
+    if not runner.run(["test", "-f", f"{base}/releases/{target}/{UNITS_FILE}"], check=False, timeout=30).ok:
+        raise EdgekitError(f"Release {target} on board {runner.name!r} was made by an earlier edgekit and carries "
+                           "unit text, which edgekit no longer installs (a unit is rendered on the board from a spec); "
+                           f"redeploy it (edgekit deploy --board {runner.name} --recipe {manifest.recipe}) instead of "
+                           "rolling back to it.")
     # The program of the release serving now (this edgekit's, once it deployed here), else the target's own.
     prog = next((activation_program(base, rid) for rid in (lay.current, target) if rid and runner.run(
         ["test", "-f", f"{base}/releases/{rid}/agent/activate.py"], check=False, timeout=30).ok), None)

@@ -61,7 +61,8 @@ def plan(board: str, facts: BoardFacts) -> Setup:
         keep = " ".join(privileged.SIM_ENV)
         lines.insert(2, f'Defaults!{helper} env_keep += "{keep}"')
     return Setup(board, user, helper, root + privileged.CONFIG_PATH,
-                 f"/etc/sudoers.d/edgekit-{user.replace('.', '_')}", "\n".join(lines) + "\n", facts.base, tuple(group_notes(user, facts)),
+                 f"/etc/sudoers.d/edgekit-{user.replace('.', '_')}", "\n".join(lines) + "\n", facts.base,
+                 tuple(group_notes(user, facts)),
                  "none" if not facts.helper_sha else "current" if helper_current(facts) else "outdated")
 
 
