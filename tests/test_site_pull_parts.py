@@ -124,11 +124,10 @@ def test_a_small_blob_from_a_flooding_source_costs_a_bounded_few_bytes(tmp_path:
 def test_a_source_that_redirects_is_refused(tmp_path: Path) -> None:
     blob = os.urandom(50_000)
     sha = hashlib.sha256(blob).hexdigest()
-    with source(good(blob)) as (ok, seen_ok):
-        with source(send(302, b"", Location=f"{ok}/{sha}")) as (mover, _):
-            alone = pull(tmp_path / "alone", blob, [mover])
-            assert seen_ok == []  # refused before anything asked the target
-            then = pull(tmp_path / "then", blob, [mover, ok])
+    with source(good(blob)) as (ok, seen_ok), source(send(302, b"", Location=f"{ok}/{sha}")) as (mover, _):
+        alone = pull(tmp_path / "alone", blob, [mover])
+        assert seen_ok == []  # refused before anything asked the target
+        then = pull(tmp_path / "then", blob, [mover, ok])
     assert alone["source"] is None and alone["tries"][0]["exit"] is None
     assert "302" in alone["tries"][0]["error"]
     assert then["source"] == ok and [t["ok"] for t in then["tries"]] == [False, True]
