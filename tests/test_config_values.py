@@ -1,4 +1,4 @@
-"""Values that reach the board are printable (issue #47, item 2): a recipe or a board file holding a control
+"""Values that reach the board are printable: a recipe or a board file holding a control
 character is refused as it is loaded, in one sentence naming the field by its path, and nothing is sent."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from test_config import BOARDS
 
 from edgekit.config.boardfile import Board, BoardFile, Boards
 from edgekit.config.printable import UnprintableValue, shown
@@ -34,16 +35,6 @@ runtime:
   extra_args: ["--verbose", "--no-warmup"]
 """
 
-BOARDS = """\
-boards:
-  orin-1:
-    host: 10.0.0.5
-    user: nvidia
-    key: ~/.ssh/id_ed25519
-    profile: orin
-groups:
-  canary: [orin-1]
-"""
 
 
 def write(tmp: Path, name: str, text: str) -> Path:

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_deploy_units import HELP_2026
 
 from edgekit.agent import privileged, unitspec
 from edgekit.config.recipes import Recipe, Runtime
@@ -37,20 +38,7 @@ from edgekit.release.units import render_unit, unit_spec
 REPO = Path(__file__).resolve().parents[1]
 ANALYZE = shutil.which("systemd-analyze")
 needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is not installed (.ci/install: systemd)")
-HELP = """
--m,    --model FNAME                    model path
--c,    --ctx-size N                     size of the prompt context
--ngl,  --gpu-layers, --n-gpu-layers N   max. number of layers to store in VRAM
--np,   --parallel N                     number of server slots
---host HOST                             ip address to listen
---port PORT                             port to listen
---spec-type [none|draft-simple|draft-mtp]
--md,   --spec-draft-model FNAME         draft model
---spec-draft-n-max N                    number of tokens to draft (default: 3)
--ngld, --spec-draft-ngl N               layers of the draft model in VRAM
--fa,   --flash-attn [on|off|auto]       set Flash Attention use
---no-webui                              disable the Web UI
---metrics                               enable prometheus compatible metrics endpoint
+HELP = HELP_2026 + """
 --api-key-file FNAME                    path to file containing API keys
 --alias STRING                          model alias
 """

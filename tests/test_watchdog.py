@@ -67,8 +67,8 @@ def test_a_wedged_server_is_restarted_by_the_board_and_status_says_so(sim_sessio
     rep = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe",
                           str(variant(tmp_path, "sim-tiny-watched"))))
     assert board.run("systemctl is-active edgekit-watchdog.service").rc == 0
-    unit = (board.base / "releases" / rep["release"] / "edgekit-watchdog.service").read_text()
-    assert "Restart=always" in unit and "watchdog" in unit
+    unit = (board.root / "etc/systemd/system/edgekit-watchdog.service").read_text()  # rendered from its spec
+    assert "Restart=always" in unit and " watchdog " in unit and rep["release"] in unit
 
     before = server_process(board).pid
     took = wedge_and_wait(board, lambda: (board.base / "watchdog.json").is_file() and record(board).get("restarts"))
