@@ -1,4 +1,4 @@
-"""Values that reach the board are printable (issue #47, item 2): a recipe or a board file holding a control
+"""Values that reach the board are printable: a recipe or a board file holding a control
 character is refused as it is loaded, in one sentence naming the field by its path, and nothing is sent."""
 
 from __future__ import annotations
