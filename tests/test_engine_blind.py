@@ -1,5 +1,5 @@
 """Nothing outside the engines branches on an engine's name: deploy, bench, tune, fleet, report, plots and
-sim ask the engine's class (issue #35). A comparison with a built-in engine's name anywhere else fails."""
+sim ask the engine's class. A comparison with a built-in engine's name anywhere else fails."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue #35: a fourth engine is one module and one line. ``plain`` (tests/engine_for_tests.py: built on
+"""A fourth engine is one module and one line. ``plain`` (tests/engine_for_tests.py: built on
 EngineBase from scratch, llama-server from the host build serving the tiny recipe's target alone, with argv and a
 release layout of its own), registered with ``EDGEKIT_ENGINES`` and nothing in edgekit edited, goes through
 deploy, status, a second deploy and rollback, `bench --engines` (alone, then side by side with llama.cpp) and a

@@ -133,7 +133,7 @@ def test_ordered_head_drafter_computes_what_transformers_computes_and_drafts(
     assert any(s["format"] == "litertlm" and s["why"].startswith("the bundle is text only: its vision and audio "
                                                                  "towers are not exported") for s in result.skipped)
     check = store.get("litertlm", entry["key"]).manifest["mtp"]["check"]
-    # A dense head here would be off by more than 1 (the 1.65): the check compares the ordered one.
+    # A dense head here would be off by more than 1 (docs/litert-mtp.md: 1.55): the check compares the ordered one.
     assert check["transformers_max_abs_diff_logits"] < 1e-4 and check["transformers_argmax_equal"], check
     rates = []
     for i, prompt in enumerate(PROMPTS):

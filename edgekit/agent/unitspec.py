@@ -47,10 +47,14 @@ STRICT_HARDENING = (
     "SystemCallFilter=@system-service", "RestrictNamespaces=yes", "ProtectProc=invisible", "RemoveIPC=yes",
 )
 # The watchdog restarts the service (and may roll it back) through sudo and the root helper, which run inside its
-# sandbox: sudo needs its setuid bit (no NoNewPrivileges=) and three capabilities (checked with setpriv's bounding
-# set); the helper writes /etc/systemd/system and /var/lib/edgekit (no ProtectSystem=strict, nor the rest of strict).
-SUDO_CAPABILITIES = "CapabilityBoundingSet=CAP_SETUID CAP_SETGID CAP_AUDIT_WRITE"
+# sandbox. In a unit with User=, systemd implies NoNewPrivileges= for every directive it enforces with seccomp
+# (systemd.exec(7): LockPersonality, ProtectHostname, ProtectKernel*, RestrictRealtime, RestrictSUIDSGID,
+# SystemCallArchitectures, ...), and sudo cannot run under NoNewPrivileges; the helper writes /etc/systemd/system
+# and /var/lib/edgekit (no ProtectSystem=strict). So its unit keeps only what needs no seccomp, and a capability
+# bounding set with the three sudo needs (checked with setpriv's --bounding-set), at every level.
 CALLS_SUDO = frozenset({"watchdog"})
+SUDO_HARDENING = ("PrivateTmp=yes", "ProtectControlGroups=yes", "KeyringMode=private", "UMask=0077",
+                  "CapabilityBoundingSet=CAP_SETUID CAP_SETGID CAP_AUDIT_WRITE", "AmbientCapabilities=")
 
 
 class BadSpec(ValueError):
@@ -91,7 +95,7 @@ def check(spec: object, caller: str, base: str | None = None) -> dict:
         raise BadSpec(f"the spec has a field edgekit does not write ({unknown[0]!r})")
     if not UNIT_RE.fullmatch(_text("unit", spec.get("unit"))):
         raise BadSpec(f"unit {spec['unit']!r} is not an edgekit unit (edgekit-<name>.service)")
-    if spec.get("role") not in ROLES:
+    if not isinstance(spec.get("role"), str) or spec["role"] not in ROLES:
         raise BadSpec(f"role must be one of {', '.join(ROLES)}")
     given = _text("base", spec.get("base"))
     if base is not None and given != base:
@@ -140,10 +144,14 @@ def quote(word: str) -> str:
     return '"' + word.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$") + '"'
 
 
-def _env_assignment(name: str, value: str) -> str:
-    # Environment= expands %specifiers but not $VAR: `$` stays as it is.
-    text = f"{name}={value}"
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%") + '"'
+def quote_path(path: str) -> str:
+    """A path in a list setting (ReadWritePaths=), or an Environment= assignment: systemd unquotes it and expands
+    %specifiers, but `$` stays as it is."""
+    if PLAIN_WORD.fullmatch(path):
+        return path
+    return '"' + path.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%") + '"'
+
+
 
 
 def release_dir(spec: dict) -> str:
@@ -164,12 +172,11 @@ def hardening(spec: dict) -> list:
     if level == "off":
         return []
     if spec["role"] in CALLS_SUDO:
-        return [SUDO_CAPABILITIES if line == "CapabilityBoundingSet=" else line for line in DEFAULT_HARDENING
-                if line != "NoNewPrivileges=yes"]
+        return list(SUDO_HARDENING)
     lines = list(DEFAULT_HARDENING)
     if level == "strict":
         writable = [f"{spec['base']}/logs", *(spec.get("writable") or [])]
-        lines += [*STRICT_HARDENING, "ReadWritePaths=" + " ".join(quote("-" + p) for p in writable)]
+        lines += [*STRICT_HARDENING, "ReadWritePaths=" + " ".join(quote_path("-" + p) for p in writable)]
     return lines
 
 
@@ -187,7 +194,7 @@ def render(spec: dict) -> str:
         "[Service]",
         "Type=simple",
         f"WorkingDirectory={rdir.replace('%', '%%')}",
-        *(f"Environment={_env_assignment(k, v)}" for k, v in env.items()),
+        *(f"Environment={quote_path(f'{k}={v}')}" for k, v in env.items()),
         "ExecStart=" + " ".join([argv[0], *(quote(a) for a in argv[1:])]),
         f"Restart={spec.get('restart', 'on-failure')}",
         "RestartSec=3",

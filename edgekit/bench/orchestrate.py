@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgekit import __version__
+from edgekit import __version__, optional
 from edgekit.bench import engines, heat, plots, prompts, report, results, roofline
 from edgekit.bench.plan import Overrides, Plan, make_plan
 from edgekit.bench.power import window_power
@@ -237,7 +237,8 @@ def write(doc: dict[str, Any], out_dir: Path, with_plots: bool = True) -> dict[s
         for name in plots.write_all(doc, out_dir):
             files[name.removesuffix(".png")] = name
     elif with_plots:  # the numbers matter more than the pictures: never lose a bench over them
-        doc.setdefault("notes", []).append("plots skipped: matplotlib is not installed (pip install matplotlib)")
+        command = optional.install_command(optional.extra(None, only={"matplotlib"}).requirements)
+        doc.setdefault("notes", []).append(f"plots skipped: matplotlib is not installed ({command})")
     doc["files"] = files
     (out_dir / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
     (out_dir / "report.md").write_text(report.render(doc))

@@ -6,8 +6,10 @@ baseline without speculative decoding is measured beside them for reference. Poi
 per repetition (as the bench alternates its two configurations), each at as many concurrent requests
 as it has slots. The best point by the objective (mean tok/s, or mean J/token) is reported with its
 CI95 and the points whose interval overlaps it ("tie"); then the recipe's runtime with those values
-goes through the deploy pipeline and becomes a new release on the board. Seed 004: long drafts cost
-speed on slow cards and the gain shrinks with concurrency, so this is worth doing per board.
+goes through the deploy pipeline and becomes a new release on the board. Worth doing per board: in a
+published user report (Gemma 4 E2B/E4B with their MTP drafters in llama.cpp on an RTX 3050 and a GTX 1650 Ti,
+"Do Drafters Work on Small Models?", github.com/xbill9/gemma4-dev) too many drafted tokens cost speed on the
+slower card, and the gain shrank with concurrency on both.
 """
 
 from __future__ import annotations

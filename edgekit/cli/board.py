@@ -59,16 +59,21 @@ def setup(app: App, board_name: str, do_apply: bool) -> None:
     with runner_for(entry, board_name) as runner:
         facts = probe_board(runner, entry.base)
         plan = board_setup.plan(board_name, facts)
+        disabled: list[str] = []
         if do_apply:
-            board_setup.apply(runner, facts, plan)
+            disabled = board_setup.apply(runner, facts, plan)
             facts = probe_board(runner, entry.base)
-    data = {**plan.to_dict(), "applied": do_apply, "sudo": facts.sudo}
+    data = {**plan.to_dict(), "applied": do_apply, "sudo": facts.sudo, "disabled_units": disabled}
 
     def human() -> None:
         if do_apply:
             app.out.print(f"board {board_name}: helper at {plan.helper}, {plan.sudoers_path} installed; "
                           f"edgekit now runs as root only through the helper (sudo: {facts.sudo}). You may now take "
                           f"{plan.user}'s other sudo rights away.")
+            if disabled:
+                app.out.print(f"note: {', '.join(disabled)} came from an earlier edgekit (or by hand), not from the "
+                              "helper: disabled, so none starts at boot as it is (a running one runs on); deploy "
+                              "again, which installs units the helper renders", markup=False, highlight=False)
             for note in plan.notes:
                 app.out.print(f"note: {note}", markup=False, highlight=False)
             return

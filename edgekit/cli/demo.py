@@ -29,10 +29,11 @@ from edgekit.sim import boards as sim_boards
 def demo(app: App, recipe_name: str, profile: str) -> None:
     """Simulated board up → probe → deploy → a completion you can paste."""
     from edgekit.build import fetch_sdist
-    from edgekit.deploy.pipeline import DeployOptions, deploy
+    from edgekit.deploy.pipeline import DeployOptions, check_host, deploy
     from edgekit.remote.transfer import TransferProgress
 
     recipe = load_recipe(recipe_name)  # bad input stops here, before anything is started
+    check_host(recipe)  # and a missing extra (the sim extra's model package)
     targets = sim_boards.Targets(app.board_file, known_hosts_file())
     st, created, restarted = sim_boards.up(sim_dir(), 1, profile, targets)
     # The demo owns the simulated boards when it started every one of them: a failure stops them again.

@@ -51,12 +51,13 @@ def deploy(app: App, board_name: str, recipe_name: str, src: str | None, strateg
     With `runtime.spec: auto` (the built-in Jetson recipes), the drafter is then measured against the target
     alone on the board, and the target alone is served unless the drafter wins.
     """
-    from edgekit.deploy.pipeline import DeployOptions
+    from edgekit.deploy.pipeline import DeployOptions, check_host
     from edgekit.deploy.pipeline import deploy as run_deploy
     from edgekit.remote.transfer import TransferProgress
 
-    board = app.board(board_name)
     recipe = load_recipe(recipe_name)
+    check_host(recipe)  # a missing extra first: nothing is looked up, built or sent
+    board = app.board(board_name)
     options = DeployOptions(src=src, strategy=strategy, wait_s=wait_s, health_timeout_s=health_timeout, keep=keep,
                             cuda=cuda)
     try:

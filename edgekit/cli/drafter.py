@@ -38,8 +38,10 @@ def align_cmd(app: App, recipe_name: str, steps: int | None, data: str | None, s
     from edgekit.align.recipe import recipe_job, recipe_spec
     from edgekit.align.run import align
     from edgekit.config.recipes import load_recipe
+    from edgekit.prepare.needs import check
 
     recipe = load_recipe(recipe_name)
+    check(recipe, (), align=True)  # torch and transformers (the convert extra) before anything is fetched
     spec = recipe_spec(recipe).with_overrides(steps=steps, data=data, seed=seed, lr=lr, qat=qat)
     job = recipe_job(recipe, spec, device, threads, measure_prompts)
     with AlignProgress(app.console) as progress:

@@ -29,12 +29,13 @@ def push(app: App, board_name: str, recipe_name: str, src: str | None, wait_s: i
     resumes. What the board serves does not change: `edgekit deploy` later activates the release with
     nothing left to send (e.g. push during the day, switch in a maintenance window).
     """
-    from edgekit.deploy.pipeline import DeployOptions
+    from edgekit.deploy.pipeline import DeployOptions, check_host
     from edgekit.deploy.pipeline import push as run_push
     from edgekit.remote.transfer import TransferProgress
 
-    board = app.board(board_name)
     recipe = load_recipe(recipe_name)
+    check_host(recipe)  # a missing extra first: nothing is looked up, built or sent
+    board = app.board(board_name)
     with TransferProgress(console=app.console) as progress:
         outcome = run_push(board_name, board, recipe, DeployOptions(src=src, wait_s=wait_s, cuda=cuda), app.console,
                            progress=progress)

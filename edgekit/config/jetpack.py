@@ -7,8 +7,10 @@ container engine (the default image per board family).
 
 Orin runs JetPack 6 (R36, CUDA 12.6) or, since June 2026, JetPack 7.2 (R39, CUDA 13.2, SBSA packaging,
 a full reflash); Thor runs JetPack 7 (R38, CUDA 13.0) or 7.2. JetPack 5 (R35) is known to the probe and
-the glibc check, but no profile is put on it. Sources: FIELD-NOTES ("CUDA for Orin and Thor",
-jetson-containers' L4T map).
+the glibc check, but no profile is put on it. Sources: NVIDIA's JetPack and Jetson Linux releases (JetPack 7.2
+= Jetson Linux R39, Ubuntu 24.04, CUDA 13.2, June 2026), NVIDIA's CUDA compatibility table for Tegra (JetPack 6
+runs CUDA 12.4–12.9 upgrade packages, never 13.x; JetPack 7.2 runs 13.2–13.4) and jetson-containers' L4T map
+(L4T 36.x = JetPack 6.0–6.2.1, 38.x = 7.0–7.1, 39.x = 7.2).
 
 This module is low in the layers: it imports nothing of edgekit but ``edgekit.errors``.
 """

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgekit import optional
 from edgekit.errors import EdgekitError
 from edgekit.paths import build_dir_once, cache_dir
 
@@ -46,6 +47,7 @@ def dir_fingerprint(path: Path) -> str:
 
 
 def _from_hub(repo: str, revision: str) -> tuple[Path, str]:
+    optional.require(f"fetching {repo} from Hugging Face", optional.extra(None, only={"huggingface-hub"}))
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -92,7 +94,12 @@ def ensure_synthetic(name: str, seed: int = 0) -> Path:
 
     if name not in SYNTHETIC_MAKERS:
         raise EdgekitError(f"Unknown synthetic model {name!r} (known: {', '.join(SYNTHETIC_MAKERS)}).")
-    return build_dir_once(synthetic_dir(name, seed), "config.json", lambda tmp: SYNTHETIC_MAKERS[name](tmp, seed))
+
+    def make(tmp: Path) -> Path:
+        optional.require(f"generating the tiny model {name}", optional.extra("convert"))  # torch, transformers
+        return SYNTHETIC_MAKERS[name](tmp, seed)
+
+    return build_dir_once(synthetic_dir(name, seed), "config.json", make)
 
 
 def resolve(source: ModelSource, role: str, base_dir: Path | None = None, seed: int = 0) -> ModelInput:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edgekit import optional
 from edgekit.convert.inputs import ModelInput
 from edgekit.errors import EdgekitError
 from edgekit.models.validate import ModelInfo
@@ -30,6 +31,8 @@ from edgekit.store import Artifact, Store
 
 # litert-torch quantizes to int8 unless told "none" (no recipe at all means its default, dynamic_wi8_afp32).
 QUANT_RECIPES = {"int8": "dynamic_wi8_afp32", "none": "none"}
+# What the LiteRT Python needs (no extra of edgekit's: litert-torch pulls tensorflow-cpu, jax and torchao).
+REQUIREMENTS = ("litert-torch==0.10.0", "tensorflow-cpu==2.21.0", "litert-lm-api==0.18.1")
 _MTP_WORKER = Path(__file__).with_name("_litert_mtp.py")
 
 
@@ -65,6 +68,35 @@ def available(python: str | None = None) -> bool:
     return proc.returncode == 0
 
 
+def missing_in(python: str) -> list[str]:
+    """The distributions of REQUIREMENTS' modules that ``python`` lacks (found, not imported: tensorflow is slow)."""
+    code = ("import importlib.util as u, sys\n"
+            "print(' '.join(d for m, d in (('litert_torch', 'litert-torch'), ('litert_lm', 'litert-lm-api'))"
+            " if u.find_spec(m) is None))")
+    try:
+        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ["litert-torch", "litert-lm-api"]
+    return proc.stdout.split() if proc.returncode == 0 else ["litert-torch", "litert-lm-api"]
+
+
+def missing_sentence(purpose: str, python: str | None = None, missing: list[str] | None = None) -> str:
+    python = python or litert_python()
+    missing = missing if missing is not None else ["litert-torch", "litert-lm-api"]
+    # Another Python than edgekit's is installed into as itself; edgekit's own, the way edgekit was installed.
+    prefix = None if python == sys.executable else Path(python).parent.parent
+    command = optional.install_command(REQUIREMENTS, prefix=prefix, executable=python)
+    return optional.sentence(missing, purpose, command, where=f" in {python}",
+                             aside="EDGEKIT_LITERT_PYTHON may name another Python that has them")
+
+
+def check_python(purpose: str, python: str | None = None) -> None:
+    """Refuse, before anything is exported, a LiteRT Python without litert-torch or litert-lm-api."""
+    python = python or litert_python()
+    if missing := missing_in(python):
+        raise EdgekitError(missing_sentence(purpose, python, missing))
+
+
 @dataclass(frozen=True)
 class LitertExport:
     path: Path
@@ -94,8 +126,7 @@ def export_litertlm(model_dir: Path, out_dir: Path, prefill_lengths: list[int], 
     if quant not in QUANT_RECIPES:
         raise EdgekitError(f"LiteRT quantization must be one of {', '.join(QUANT_RECIPES)}, not {quant!r}.")
     if not available(python):
-        raise EdgekitError(f"{python} cannot import litert_torch and litert_lm: pip install litert-torch==0.10.0 "
-                           "tensorflow-cpu==2.21.0 litert-lm-api==0.18.1 (or set EDGEKIT_LITERT_PYTHON).")
+        raise EdgekitError(missing_sentence("the LiteRT-LM export", python))
     out_dir.mkdir(parents=True, exist_ok=True)
     log = log or out_dir / "export.log"
     if drafter_dir is None:

@@ -100,6 +100,14 @@ def push_local(base: str, blobs: list) -> PushReport:
     return PushReport(sent_bytes, sent, skipped, 0, time.monotonic() - start)
 
 
+def check_host(recipe: Recipe) -> None:
+    """What the recipe's engine makes of its models on this workstation (converter, tiny models, a package) is
+    installed: one sentence, with the command that installs it, before anything is built or sent."""
+    from edgekit.engines import get_engine
+
+    get_engine(recipe.runtime.engine).check_host_needs(recipe)
+
+
 def choose_strategy(options: DeployOptions, facts: BoardFacts, plan: ReleasePlan) -> str:
     """Two servers at once only when the board's memory holds both models with room to spare."""
     if options.strategy != "auto":
@@ -166,6 +174,7 @@ def _pushed(name: str, board: Board, recipe: Recipe, options: DeployOptions, con
     from edgekit.engines import ReleaseContext, get_engine
 
     engine = get_engine(recipe.runtime.engine)
+    engine.check_host_needs(recipe)
     engine.check_exposure(recipe.runtime.host, is_loopback(recipe.runtime.host))
     with runner_for(board, name) as runner:
         facts = probe(runner, board.base)

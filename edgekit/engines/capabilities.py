@@ -62,6 +62,8 @@ class EngineBase:
     open_without_key: ClassVar[tuple[str, ...] | None] = ()
     # a GET its server answers only with the key: `board key rotate` checks the new key and the old one on it
     key_probe_path: ClassVar[str] = "/props"
+    # what it makes of the recipe's models on the host (prepare.pipeline.FORMATS; none: the checkpoints as they are)
+    model_formats: ClassVar[tuple[str, ...]] = ()
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:
         raise NotImplementedError
@@ -69,6 +71,12 @@ class EngineBase:
     def kv_cache_bytes(self, plan: ReleasePlan, recipe: Recipe) -> int:
         """The KV cache its server allocates for ``plan`` at the recipe's context (0: not known up front)."""
         return 0
+
+    def check_host_needs(self, recipe: Recipe) -> None:
+        """Refuse, before anything is built or sent, a recipe whose models need a package this Python lacks."""
+        from edgekit.prepare.needs import check
+
+        check(recipe, self.model_formats, serve=True)
 
     def check_exposure(self, host: str, loopback: bool) -> None:
         """Refuse, before anything is built or sent, a network address this engine's key cannot guard."""

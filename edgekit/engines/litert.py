@@ -62,6 +62,7 @@ def compose(ctx: ReleaseContext, python: str, bundle: dict[str, Any]) -> Release
 class Litert(EngineBase):
     name = "litert-lm"
     health_api = "llama"  # the front speaks llama-server's /completion with `timings`
+    model_formats = ("litertlm",)
     color = "#d62728"
     tunes_by_export = True  # the drafter's verify step is fixed in the bundle: one bundle per draft length
     benches_model = True  # `bench --backend litert-lm`: the recipe's bundle without a release

@@ -215,6 +215,7 @@ def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: s
 class LlamaCpp(EngineBase):
     name = "llama.cpp"
     health_api = "llama"  # llama-server's /completion with `timings`
+    model_formats = ("gguf",)
     open_without_key = ("/models", "/v1/models")  # llama-server's public endpoints (and its web UI, turned off)
     color = "#1f77b4"
     tune_p_mins = (None, 0.5, 0.8)  # llama-server's --spec-draft-p-min: its default, and two thresholds

@@ -10,6 +10,7 @@ import importlib
 from importlib import metadata
 from pathlib import Path
 
+from edgekit import optional
 from edgekit.errors import EdgekitError
 from edgekit.store import Artifact, Store
 
@@ -20,7 +21,7 @@ def packaged_gguf(requirement: str, store: Store | None = None) -> Artifact:
     try:
         version = metadata.version(name)
     except metadata.PackageNotFoundError:
-        raise EdgekitError(f"The model package {name} is not installed; run `pip install {requirement}`.") from None
+        raise optional.refusal("this recipe", optional.package(requirement)) from None
     if pinned and version != pinned:
         raise EdgekitError(f"The recipe pins {requirement} but {name} {version} is installed.")
     module = importlib.import_module(name.replace("-", "_"))

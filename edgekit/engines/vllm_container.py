@@ -1,6 +1,6 @@
 """vLLM in a container on a Jetson: the image for the board's line, pinned to the digest the board holds.
 
-NVIDIA's Gemma 4 model cards serve vLLM on Jetson from containers (FIELD-NOTES): Orin on JetPack 6
+NVIDIA's Gemma 4 model cards serve vLLM on Jetson from containers: Orin on JetPack 6
 from ``ghcr.io/nvidia-ai-iot/vllm:gemma4-jetson-orin``, Thor from ``vllm/vllm-openai``. edgekit does not
 pull multi-GB images in a deploy: the board must hold the image (``docker pull`` once, or a fleet's
 image step); the release then names it by the digest found on the board (``repo@sha256:…``), so the

@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from edgekit import optional
 from edgekit.errors import EdgekitError
 from edgekit.paths import cache_dir
 from edgekit.remote import mux
@@ -47,7 +48,7 @@ def ansible_version() -> str:
     try:
         from ansible.release import __version__
     except ImportError:
-        raise EdgekitError("ansible-core is not installed; run: pip install 'ansible-core==2.19.*'") from None
+        raise optional.refusal("edgekit fleet", optional.extra("fleet", only={"ansible-core"})) from None
     return str(__version__)
 
 
@@ -65,7 +66,9 @@ def playbook_command() -> str:
     beside = Path(sys.executable).with_name("ansible-playbook")  # the venv edgekit runs in
     found = str(beside) if beside.is_file() else shutil.which("ansible-playbook")
     if not found:
-        raise EdgekitError("ansible-playbook was not found; run: pip install 'ansible-core==2.19.*'")
+        command = optional.install_command(optional.extra("fleet", only={"ansible-core"}).requirements)
+        raise EdgekitError(f"ansible-playbook was not found beside this Python or on PATH (edgekit fleet runs it: "
+                           f"ansible-core, edgekit's fleet extra); run: {command}")
     return found
 
 

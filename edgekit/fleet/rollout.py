@@ -84,6 +84,7 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
     if not names:
         raise EdgekitError(f"No boards to roll out to in {board_file}.")
     recipe = load_recipe(options.recipe)
+    get_engine(recipe.runtime.engine).check_host_needs(recipe)  # before any board is contacted
     canary = choose_canary(data, names, options.canary, options.no_canary)
     deploy_opts = DeployOptions(src=options.src, strategy=options.strategy, wait_s=options.wait_s,
                                 health_timeout_s=options.health_timeout, keep=options.keep)

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import EdgekitError
+from edgekit import optional
 from edgekit.history.metrics import METRICS, point_label
 from edgekit.history.store import History
 
@@ -26,7 +26,7 @@ def _plt() -> Any:
     try:
         import matplotlib
     except ModuleNotFoundError:
-        raise EdgekitError("Plots need matplotlib: pip install matplotlib.") from None
+        raise optional.refusal("the history's plots", optional.extra(None, only={"matplotlib"})) from None
     matplotlib.use("Agg")  # files only, never a window
     import matplotlib.pyplot as plt
 

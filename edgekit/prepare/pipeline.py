@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from gguf import LlamaFileType
 
+from edgekit import optional
 from edgekit.convert.checkpoint_repack import repack_checkpoint
 from edgekit.convert.gguf_io import GGUFFile
 from edgekit.convert.gguf_stage import QUANTIZE_TYPES, Converted, convert_mmproj, convert_model, lossless_outtype
@@ -20,6 +21,7 @@ from edgekit.convert.repack import GGUFValues, RepackReport, SafetensorsValues, 
 from edgekit.errors import EdgekitError
 from edgekit.models.safetensors import open_model
 from edgekit.models.validate import ModelInfo, check_pair, inspect_model
+from edgekit.prepare.needs import check as check_needs
 from edgekit.store import Store
 
 if TYPE_CHECKING:  # the recipe's pydantic models: not needed by `edgekit repack`, whose start they would delay
@@ -93,6 +95,7 @@ def convert_recipe(recipe: Recipe, store: Store | None = None, src: str | None =
     wanted = recipe_formats(recipe) if formats is None else tuple(formats)
     if unknown := sorted(set(wanted) - set(FORMATS)):
         raise ValueError(f"Unknown conversion format(s) {unknown}; known: {list(FORMATS)}.")
+    check_needs(recipe, wanted)  # what makes them is installed, before anything is fetched or generated
     store = store or Store()
     result = ConvertResult(recipe.name)
     ready, result.skipped = prepare_inputs(recipe, say, store)
@@ -176,6 +179,8 @@ def repack_any(src: Path, out: Path, ref: Path | None = None, fallback: str = "Q
         raise EdgekitError(f"The reference GGUF {ref} does not exist.")
     if out.resolve() in {src.resolve(), Path(ref).resolve() if ref else None}:
         raise EdgekitError("OUT must be a new file, not the source or the reference.")
+    if src.is_dir() and ref is None:  # llama.cpp's converter runs on it (torch, transformers)
+        optional.require(f"repacking {src.name} without --from-gguf", optional.extra("convert"))
     ref_file = GGUFFile(Path(ref)) if ref is not None else None
     q8_ref = Path(ref) if ref_file is not None and ref_file.get("general.file_type") == LlamaFileType.MOSTLY_Q8_0 \
         else None
@@ -232,6 +237,7 @@ def verify_recipe(recipe: Recipe, store: Store | None = None, src: str | None = 
     from edgekit.convert.hfreference import write_transformers_base
     from edgekit.convert.verify import FAITHFUL, score, write_base
 
+    check_needs(recipe, ("gguf",), reference=True)
     store = store or Store()
     converted = convert_recipe(recipe, store, src, bin_dir, say=say, formats=("gguf",))  # the GGUFs are verified
     target = next((m for m in converted.models if m.role == "target"), None)

@@ -103,11 +103,12 @@ def _put(runner: Runner, path: str, data: bytes) -> None:
         fh.write(data)
 
 
-def _run(runner: Runner, argv: list[str], what: str) -> None:
+def _run(runner: Runner, argv: list[str], what: str) -> str:
     res = runner.run(argv, check=False, timeout=120)
     if not res.ok:
         last = ((res.stderr or res.stdout).strip().splitlines() or [f"exit {res.exit_code}"])[-1]
         raise EdgekitError(f"Board {runner.name!r}: could not {what}: {last}")
+    return res.stdout
 
 
 def ancestors(path: str) -> list[str]:
@@ -121,11 +122,15 @@ def unsafe_directories(runner: Runner, paths: list[str]) -> list[str]:
     helper's own, privileged.unsafe_mode)."""
     dirs = sorted({d for p in paths for d in ancestors(p)})
     res = runner.run(["stat", "-L", "-c", "%u %a %n", "--", *dirs], check=False, timeout=30)
-    unsafe = []
+    unsafe, seen = [], set()
     for line in res.stdout.splitlines():
         uid, mode, name = line.split(" ", 2)
+        seen.add(name)
         if privileged.unsafe_mode(int(uid), stat.S_IFDIR | int(mode, 8)):
             unsafe.append(f"{name} (owner uid {uid}, mode {mode})")
+    # Fail closed: a directory stat said nothing of is unsafe unless stat said it does not exist (made root's).
+    unsafe += [f"{d} (stat could not tell)" for d in dirs
+               if d not in seen and f"'{d}': No such file or directory" not in res.stderr]
     return unsafe
 
 
@@ -141,11 +146,11 @@ def _config_text(runner: Runner, setup: Setup) -> str:
     return json.dumps({"users": users}, indent=2, sort_keys=True) + "\n"
 
 
-def apply(runner: Runner, facts: BoardFacts, setup: Setup) -> None:
+def apply(runner: Runner, facts: BoardFacts, setup: Setup) -> list[str]:
     """Install the helper, its renderer and its configuration (the user's base), the drop-in (checked by visudo
-    first), record the edgekit units already there as the user's (the helper then lets the user replace them, not
-    start them as they are), and give the base's logs and releases back to the login user (an earlier edgekit ran
-    the servers as root, so what they wrote there may be root's)."""
+    first), record the edgekit units already there as the user's and disable them (the helper then lets the user
+    replace them, never start them as they are; those are returned), and give the base's logs and releases back to
+    the login user (an earlier edgekit ran the servers as root, so what they wrote there may be root's)."""
     if facts.sudo not in ("nopasswd", "helper") or (facts.sudo == "helper" and not _full_sudo(runner)):
         raise EdgekitError(f"Board {setup.board!r}: applying needs root or passwordless sudo for {setup.user!r} "
                            "once; run it from an admin's session, or install the printed files by hand.")
@@ -169,13 +174,14 @@ def apply(runner: Runner, facts: BoardFacts, setup: Setup) -> None:
         _run(runner, [*sudo, "install", "-o", "root", "-g", "root", "-m", "0440", f"{tmp}/sudoers",
                       setup.sudoers_path], f"install {setup.sudoers_path}")
         # As root itself (full sudo may run anything; without SUDO_UID the helper sees root, not the user).
-        _run(runner, [*sudo, "env", "-u", "SUDO_UID", "-u", "SUDO_USER", setup.helper, "adopt", setup.user],
-             "record the edgekit units already installed")
+        adopted = _run(runner, [*sudo, "env", "-u", "SUDO_UID", "-u", "SUDO_USER", setup.helper, "adopt",
+                                setup.user], "record the edgekit units already installed")
         for top in (f"{setup.base}/{d}" for d in privileged.SERVER_WRITES):  # never more than edgekit's own dirs
             if runner.run(["test", "-d", top], check=False, timeout=30).ok:
                 _run(runner, [*sudo, "chown", "-R", f"{setup.user}:", top], f"give {top} to {setup.user}")
     finally:
         runner.run(["rm", "-rf", tmp], check=False, timeout=60)
+    return adopted.split()
 
 
 def _full_sudo(runner: Runner) -> bool:

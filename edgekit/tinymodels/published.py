@@ -6,7 +6,8 @@ full layers, ``eos_token_id: [1, 106]``), the same sliding/full period (4:1 for 
 KV-shared split that, as published, ends on a full layer. Assistants have ordered embeddings
 (``masked_embedding.centroids`` + ``token_ordering``, a real permutation). What is small: widths, two periods
 of layers, a 512-token vocabulary, one-layer towers. The audio tower keeps the published width: llama.cpp's
-``gemma4a`` graph asserts on a narrower conformer (FIELD-NOTES).
+``gemma4a`` graph asserts (``ggml_can_mul_mat``) on a narrower conformer (hidden 64, subsampling [8, 2]; tried
+with the pinned llama.cpp, 0c1e570), and works with the published hidden 1024, 8 heads, subsampling [128, 32].
 """
 
 from __future__ import annotations
@@ -169,7 +170,8 @@ def _add_unused_kv(out_dir: Path, text, seed: int, qat: bool) -> None:  # text: 
 
 def _write_preprocessor(out_dir: Path, config) -> None:  # config: Gemma4Config
     """``preprocessor_config.json`` as the published checkpoints ship it: llama.cpp's mmproj converter reads
-    ``image_mean``/``image_std`` from it (FIELD-NOTES)."""
+    ``image_mean``/``image_std`` from it (or from ``processor_config.json``) and needs one of the two (checked
+    with the pinned llama.cpp, 0c1e570)."""
     vision = config.vision_config
     doc = {"image_processor_type": "Gemma4ImageProcessor", "do_normalize": False, "do_rescale": True,
            "rescale_factor": 1 / 255, "image_mean": [0.0, 0.0, 0.0], "image_std": [1.0, 1.0, 1.0],
