@@ -162,14 +162,21 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "from the fixtures a test uses; `-m 'not sim'` is the fast lane)")
 
 
-# What makes a test slow: a simulated board, the store deploys convert into. A test that builds or generates
-# models without them says so itself (`pytestmark = pytest.mark.sim`).
+# What makes a test slow: a simulated board, the store deploys convert into; and the modules that build llama.cpp,
+# generate, train or convert models, export LiteRT bundles, make venvs or start boards without those fixtures.
 SIM_FIXTURES = frozenset({"sim_session", "sim_boards", "deploy_store"})
+SIM_MODULES = frozenset({
+    "test_align", "test_build_cuda", "test_build_host", "test_build_pipeline", "test_collection", "test_convert_gguf",
+    "test_convert_litert", "test_convert_tiny", "test_convert_verify", "test_engine_vllm", "test_heat",
+    "test_installed", "test_least_privilege", "test_link_rate", "test_litert_mtp", "test_missing_extras",
+    "test_published_on_board", "test_qat_native", "test_repack", "test_sim", "test_skeleton_worker", "test_spec_auto",
+    "test_tinymodels_published", "test_torture", "test_transfer", "test_watchdog",
+})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if SIM_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if SIM_FIXTURES & set(getattr(item, "fixturenames", ())) or item.module.__name__ in SIM_MODULES:
             item.add_marker(pytest.mark.sim)
     items.sort(key=lambda item: item.get_closest_marker("aarch64_release") is not None)  # stable: order kept
 
