@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import glob
-import hashlib
 import os
 import re
 import shutil
@@ -27,6 +26,7 @@ from edgekit.build.memo import remember
 from edgekit.build.targets import Target, host_machine
 from edgekit.errors import EdgekitError
 from edgekit.paths import cache_dir
+from edgekit.store import sha256_file
 
 CROSS_TARGET_DIR = "aarch64-linux"
 # Matched to the host nvcc 13.0 (PyPI's nvidia-cuda-nvcc 13.0.88); the tag must be given as is.
@@ -260,20 +260,12 @@ def _wheel_file(wheels_dir: Path, requirement: str) -> Path:
     return wheel
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def verify_wheel(wheel: Path, pins: Mapping[str, str] = WHEEL_SHA256) -> None:
     """EdgekitError (one sentence) unless ``wheel``'s sha256 is the one ``pins`` records for its file name."""
     want = pins.get(wheel.name)
     if want is None:
         raise EdgekitError(f"The wheel {wheel.name} is not one edgekit pins by sha256; it is not used.")
-    got = file_sha256(wheel)
+    got = sha256_file(wheel)
     if got != want:
         raise EdgekitError(f"The wheel {wheel.name} has sha256 {got}, not the pinned {want}: it is not the file "
                            f"edgekit was pinned to, so it is not used (delete {wheel} to download it again).")
