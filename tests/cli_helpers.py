@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,10 +12,14 @@ import yaml
 
 from edgekit.resources import builtin_recipes_dir
 
+EDGEKIT = [sys.executable, "-m", "edgekit"]  # the command's argv prefix, for a Popen of one in the background
 
-def edgekit(env: dict[str, str], *args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True,
-                          timeout=timeout, check=False, env=env)
+
+def edgekit(*args: str, env: dict[str, str] | None = None, stdin: str | None = None, timeout: float = 1200,
+            cwd: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``edgekit *args`` run to its end, its output captured as text; ``env`` None inherits this process's."""
+    return subprocess.run([*EDGEKIT, *args], capture_output=True, text=True, input=stdin, timeout=timeout,
+                          check=False, env=env, cwd=cwd)
 
 
 def ok_json(res: subprocess.CompletedProcess) -> dict:

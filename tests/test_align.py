@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,6 +14,8 @@ import yaml
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
+
+from cli_helpers import EDGEKIT, edgekit  # noqa: E402
 
 from edgekit.align import grid  # noqa: E402
 from edgekit.align.continuations import Continuation  # noqa: E402
@@ -39,11 +40,6 @@ def tiny() -> tuple[Path, Path]:
 def pair(tiny):
     torch.set_num_threads(1)
     return load_pair(*tiny)
-
-
-def edgekit(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True, timeout=timeout,
-                          check=False, env={**os.environ, **(env or {})})
 
 
 def write_recipe(path: Path, target: dict, drafter: dict) -> Path:
@@ -128,7 +124,8 @@ def test_mismatched_target_is_refused(tmp_path: Path, tiny, hidden: int, vocab: 
         check_models(target, tiny[1])
     recipe = write_recipe(tmp_path / "mismatch.yaml", {"path": str(target), "quant": "F32"},
                           {"synthetic": "tiny-gemma4-assistant", "quant": "F32", "align": {"steps": 5}})
-    res = edgekit("drafter", "align", "--recipe", str(recipe), env={"EDGEKIT_STORE": str(tmp_path / "store")})
+    res = edgekit("drafter", "align", "--recipe", str(recipe),
+                  env={**os.environ, "EDGEKIT_STORE": str(tmp_path / "store")}, timeout=600)
     assert res.returncode == 2, res.stderr[-2000:]
     assert "Traceback" not in res.stderr and words in res.stderr
     assert len([line for line in res.stderr.splitlines() if line.startswith("edgekit:")]) == 1
@@ -136,7 +133,7 @@ def test_mismatched_target_is_refused(tmp_path: Path, tiny, hidden: int, vocab: 
 
 def _align_json(recipe: Path, store: Path, *extra: str) -> dict:
     res = edgekit("drafter", "align", "--recipe", str(recipe), "--measure-prompts", "0", "--json", *extra,
-                  env={"EDGEKIT_STORE": str(store)})
+                  env={**os.environ, "EDGEKIT_STORE": str(store)}, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout)
 
@@ -155,7 +152,7 @@ def test_interrupted_training_resumes_from_its_checkpoint(tmp_path: Path) -> Non
     ckpt = cache_dir() / "align" / job_key(recipe_job(r, recipe_spec(r)))[0][:24] / "checkpoint.pt"
     ckpt.unlink(missing_ok=True)  # left by an earlier killed run of this test
     store = tmp_path / "store"
-    proc = subprocess.Popen([sys.executable, "-m", "edgekit", "drafter", "align", "--recipe", str(recipe),
+    proc = subprocess.Popen([*EDGEKIT, "drafter", "align", "--recipe", str(recipe),
                              "--measure-prompts", "0", "--json"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env={**os.environ, "EDGEKIT_STORE": str(store)})
     try:

@@ -8,9 +8,6 @@ llama-server drafts with the dense head), before and after `edgekit drafter alig
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +17,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from build_helpers import sdist_or_skip
+from cli_helpers import edgekit
 
 from edgekit.align.prompts import load_prompts
 from edgekit.align.server import server_acceptance
@@ -32,11 +30,6 @@ ALIGN = {"steps": 200, "lr": 0.01}
 NEW_TOKENS = 48
 
 
-def edgekit(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True, timeout=timeout,
-                          check=False, env=dict(os.environ))
-
-
 def recipe(tmp: Path, name: str, target: Path, drafter: dict) -> Path:
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"name": name, "target": {"path": str(target), "quant": "F32"},
@@ -46,7 +39,7 @@ def recipe(tmp: Path, name: str, target: Path, drafter: dict) -> Path:
 
 
 def deploy(board: str, path: Path) -> None:
-    res = edgekit("--json", "deploy", "--board", board, "--recipe", str(path))
+    res = edgekit("--json", "deploy", "--board", board, "--recipe", str(path), timeout=900)
     assert res.returncode == 0, res.stderr[-2000:]
 
 
@@ -83,7 +76,7 @@ def test_alignment_lifts_llama_server_acceptance(sim_boards, monkeypatch, tmp_pa
     unaligned = {"synthetic": "tiny-gemma4-e2b-assistant"}
     res = edgekit("drafter", "align", "--recipe", str(recipe(tmp_path, "align", target, {**unaligned,
                                                                                         "align": ALIGN})),
-                  "--measure-prompts", "0", "--json")
+                  "--measure-prompts", "0", "--json", timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     aligned = json.loads(res.stdout)
     assert aligned["heldout"]["before"]["acceptance_rate"] < 0.05

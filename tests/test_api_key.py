@@ -14,7 +14,12 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from test_deploy import boards, deploy, edgekit, recipe_variant, status  # noqa: F401 - boards is a fixture
+import openai
+import openai_client
+import pytest
+from cli_helpers import edgekit
+from openai_client import assert_answers
+from test_deploy import boards, deploy, recipe_variant, status  # noqa: F401 - boards is a fixture
 
 from edgekit.config import api_keys
 
@@ -56,7 +61,7 @@ def test_a_board_serving_to_the_network_asks_for_its_key_which_leaks_nowhere_and
     (board,) = boards(1, fresh=True)
     port = board.service_port
     keyed = recipe_variant(tmp_path, "sim-tiny-mtp", "sim-tiny-mtp-keyed", host="0.0.0.0", auth="key")
-    res = edgekit("--json", "deploy", "--board", board.name, "--recipe", str(keyed))
+    res = edgekit("--json", "deploy", "--board", board.name, "--recipe", str(keyed), timeout=900)
     assert res.returncode == 0, res.stderr[-2000:]
     report = json.loads(res.stdout)
     assert report["health"]["ok"] and report["health"]["draft_n"], report["health"]  # checked with the key
@@ -73,6 +78,11 @@ def test_a_board_serving_to_the_network_asks_for_its_key_which_leaks_nowhere_and
     # /slots (other users' prompts) is off, /metrics is behind the key.
     assert completion(port, None) == 401 and completion(port, "not-the-key") == 401
     assert completion(port, key) == 200
+    # The OpenAI client, as most clients are, with the key as its api_key (a wrong one refused).
+    assert_answers(port, "sim-tiny-mtp-keyed", api_key=key, host="127.0.0.2")
+    with pytest.raises(openai.AuthenticationError):
+        openai_client.client(port, "not-the-key", "127.0.0.2").chat.completions.create(
+            model="sim-tiny-mtp-keyed", messages=openai_client.MESSAGES, max_tokens=4)
     assert ask(port, "/health") == 200
     assert ask(port, "/metrics") == 401 and ask(port, "/metrics", key) == 200
     assert ask(port, "/slots", key) != 200
@@ -89,14 +99,14 @@ def test_a_board_serving_to_the_network_asks_for_its_key_which_leaks_nowhere_and
     # The bench measures the keyed server with the key (its load and its servers read the board's file).
     out = tmp_path / "bench"
     res = edgekit("bench", "--board", board.name, "--recipe", str(keyed), "--quick", "--concurrency", "1",
-                  "--n-gen", "16", "--no-llama-bench", "--no-plots", "--out", str(out))
+                  "--n-gen", "16", "--no-llama-bench", "--no-plots", "--out", str(out), timeout=900)
     assert res.returncode == 0, res.stderr[-2000:]
     runs = json.loads((out / "results.json").read_text())["runs"]
     assert runs and all(r["tokens_per_second"] > 0 and not r.get("errors") for r in runs)
     assert key not in (out / "results.json").read_text() + res.stdout + res.stderr
 
     # Rotation: a new key on both sides, the service restarted on it; the old key is refused after.
-    res = edgekit("--json", "board", "key", "rotate", "--board", board.name)
+    res = edgekit("--json", "board", "key", "rotate", "--board", board.name, timeout=900)
     assert res.returncode == 0, res.stderr[-2000:]
     rotated = json.loads(res.stdout)
     new = key_path.read_text().strip()
@@ -112,7 +122,7 @@ def test_a_board_serving_to_the_network_asks_for_its_key_which_leaks_nowhere_and
     try:
         other = recipe_variant(tmp_path, "sim-tiny-mtp", "sim-tiny-mtp-keyed", host="0.0.0.0", auth="key",
                                draft_n_max=2)
-        res = edgekit("deploy", "--board", board.name, "--recipe", str(other))
+        res = edgekit("deploy", "--board", board.name, "--recipe", str(other), timeout=900)
         assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
         assert "already holds an API key that this workstation does not have" in res.stderr
         assert len(res.stderr.strip().splitlines()) == 1, res.stderr
@@ -124,7 +134,7 @@ def test_a_board_serving_to_the_network_asks_for_its_key_which_leaks_nowhere_and
 def test_a_network_address_without_a_key_is_refused_and_one_with_a_key_is_accepted(tmp_path: Path) -> None:
     from edgekit.config.recipes import load_recipe
 
-    res = edgekit("recipes", "show", str(recipe_variant(tmp_path, "sim-tiny-mtp", "open", host="0.0.0.0")))
+    res = edgekit("recipes", "show", str(recipe_variant(tmp_path, "sim-tiny-mtp", "open", host="0.0.0.0")), timeout=900)
     assert res.returncode == 2 and "add runtime.auth: key" in res.stderr, res.stderr
     keyed = load_recipe(str(recipe_variant(tmp_path, "sim-tiny-mtp", "keyed", host="0.0.0.0", auth="key")))
     assert keyed.runtime.auth == "key" and keyed.runtime.host == "0.0.0.0"

@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 from build_helpers import sdist_or_skip
+from cli_helpers import EDGEKIT, edgekit
 
 from edgekit.bench import plots, results
 from edgekit.sim.testing import SimBoard
@@ -32,11 +32,6 @@ UNIT = "etc/systemd/system/edgekit-serve.service"
 BENCH_UNIT = "etc/systemd/system/edgekit-bench.service"
 
 
-def edgekit(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, check=False)
-
-
 @pytest.fixture(scope="module")
 def env(sim_session) -> dict[str, str]:  # type: ignore[no-untyped-def]
     return {**os.environ, **sim_session.env, "EDGEKIT_LLAMA_SRC": str(sdist_or_skip())}
@@ -44,7 +39,7 @@ def env(sim_session) -> dict[str, str]:  # type: ignore[no-untyped-def]
 
 def _deployed(sim_session, env: dict[str, str], profile: str) -> SimBoard:  # type: ignore[no-untyped-def]
     (board,) = sim_session.boards(1, profile, fresh=True)  # fresh: nobody else's load on its rails
-    res = edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", RECIPE)
+    res = edgekit("--json", "deploy", "--board", board.name, "--recipe", RECIPE, env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     return board
 
@@ -114,8 +109,8 @@ def test_bench_results_plots_and_the_known_power_integral(traced_nx, env: dict[s
     before = _service(board)
     out = tmp_path / "out"
     # 400 tokens a request: windows long enough for ≥ 3 samples at 20 Hz on a fast CPU too.
-    res = edgekit(env, "--json", "bench", "--board", board.name, "--recipe", RECIPE, "--quick", "--n-gen", "400",
-                  "--ignore-eos", "--out", str(out))
+    res = edgekit("--json", "bench", "--board", board.name, "--recipe", RECIPE, "--quick", "--n-gen", "400",
+                  "--ignore-eos", "--out", str(out), env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     doc = json.loads(res.stdout)
     results.validate(doc)
@@ -187,7 +182,7 @@ def test_ctrl_c_stops_the_load_and_leaves_the_service_as_it_was(agx: SimBoard, e
                                                                tmp_path: Path) -> None:
     before = _service(agx)
     assert before[0]
-    proc = subprocess.Popen([sys.executable, "-m", "edgekit", "bench", "--board", agx.name, "--recipe", RECIPE,
+    proc = subprocess.Popen([*EDGEKIT, "bench", "--board", agx.name, "--recipe", RECIPE,
                              "--quick", "--n-gen", "400", "--ignore-eos", "--no-llama-bench", "--out",
                              str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, preexec_fn=_sigint_default)
@@ -214,8 +209,8 @@ def test_a_board_without_power_sensors_still_benchmarks(agx: SimBoard, env: dict
     before = _service(agx)
     i2c.rename(aside)  # no INA3221 any more; the board has neither jtop nor tegrastats
     try:
-        res = edgekit(env, "bench", "--board", agx.name, "--recipe", RECIPE, "--quick", "--concurrency", "1",
-                      "--no-llama-bench", "--out", str(tmp_path / "out"))
+        res = edgekit("bench", "--board", agx.name, "--recipe", RECIPE, "--quick", "--concurrency", "1",
+                      "--no-llama-bench", "--out", str(tmp_path / "out"), env=env, timeout=600)
     finally:
         aside.rename(i2c)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -232,8 +227,9 @@ def test_a_board_without_power_sensors_still_benchmarks(agx: SimBoard, env: dict
 def test_a_window_too_short_for_20_power_samples_is_run_again_longer(agx: SimBoard, env: dict[str, str],
                                                                        tmp_path: Path) -> None:
     # 8 tokens a request: a run of the tiny model ends in a few hundredths of a second, one power sample.
-    res = edgekit(env, "bench", "--board", agx.name, "--recipe", RECIPE, "--quick", "--concurrency", "1",
-                  "--n-gen", "8", "--repetitions", "1", "--no-llama-bench", "--out", str(tmp_path / "out"))
+    res = edgekit("bench", "--board", agx.name, "--recipe", RECIPE, "--quick", "--concurrency", "1",
+                  "--n-gen", "8", "--repetitions", "1", "--no-llama-bench", "--out", str(tmp_path / "out"), env=env,
+                  timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     doc = json.loads((tmp_path / "out" / "results.json").read_text())
     results.validate(doc)
@@ -252,8 +248,8 @@ def test_tune_shows_its_table_and_deploys_the_best_as_a_new_release(agx: SimBoar
     # 1 and 2 both differ from the deployed draft length (3), so the winner is always a new release.
     # The tiny drafter loses to its target on a CPU: a bar of 0.05× lets a drafted setting be deployed here (the
     # target alone winning is tests/test_spec_auto.py's).
-    res = edgekit(env, "tune", "--board", agx.name, "--recipe", RECIPE, "--quick", "--draft-n", "1,2",
-                  "--min-gain", "0.05", "--out", str(tmp_path / "tune"))
+    res = edgekit("tune", "--board", agx.name, "--recipe", RECIPE, "--quick", "--draft-n", "1,2",
+                  "--min-gain", "0.05", "--out", str(tmp_path / "tune"), env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "n1-pdef" in res.stdout and "n2-pdef" in res.stdout and "best" in res.stdout  # the table
     result = json.loads((tmp_path / "tune" / "tune.json").read_text())
@@ -286,8 +282,8 @@ def test_bench_litert_backend_measures_the_mtp_bundle_in_the_same_schema(agx: Si
                                                                           tmp_path: Path) -> None:
     before = _service(agx)
     out = tmp_path / "lt"
-    res = edgekit(env, "--json", "bench", "--board", agx.name, "--recipe", RECIPE, "--backend", "litert-lm",
-                  "--quick", "--out", str(out))
+    res = edgekit("--json", "bench", "--board", agx.name, "--recipe", RECIPE, "--backend", "litert-lm",
+                  "--quick", "--out", str(out), env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     doc = json.loads(res.stdout)
     results.validate(doc)
@@ -307,7 +303,7 @@ def test_bench_litert_backend_measures_the_mtp_bundle_in_the_same_schema(agx: Si
 @pytest.mark.skipif(not _litert_available(), reason="litert-torch / litert-lm-api not installed")
 def test_bench_litert_backend_refuses_a_board_python_without_litert_lm(agx: SimBoard, env: dict[str, str]) -> None:
     before = _service(agx)
-    res = edgekit(env, "bench", "--board", agx.name, "--recipe", RECIPE, "--backend", "litert-lm", "--quick",
-                  "--litert-python", "/usr/bin/python3")
+    res = edgekit("bench", "--board", agx.name, "--recipe", RECIPE, "--backend", "litert-lm", "--quick",
+                  "--litert-python", "/usr/bin/python3", env=env, timeout=600)
     assert res.returncode == 2 and "cannot import litert_lm" in res.stderr, res.stderr[-2000:]
     _assert_board_as_it_was(agx, before)

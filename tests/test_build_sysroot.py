@@ -6,15 +6,10 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-
-def edgekit(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True,
-                          timeout=300, check=False)
+from cli_helpers import edgekit
 
 
 def fake_cuda(root: Path, version: str) -> None:
@@ -38,10 +33,10 @@ def fake_cuda(root: Path, version: str) -> None:
 def test_sysroot_pulls_the_boards_cuda_tree(sim_boards, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))
     (board,) = sim_boards(1, fresh=True)
-    res = edgekit("build", "sysroot", "--board", board.name)
+    res = edgekit("build", "sysroot", "--board", board.name, timeout=300)
     assert res.returncode == 2 and "no CUDA target tree" in res.stderr and "Traceback" not in res.stderr
     fake_cuda(board.root, "12.6.68")
-    res = edgekit("--json", "build", "sysroot", "--board", board.name)
+    res = edgekit("--json", "build", "sysroot", "--board", board.name, timeout=300)
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     tree = Path(data["path"])
@@ -68,7 +63,7 @@ def test_sysroot_with_a_matching_nvcc_is_a_cross_toolkit(sim_boards, tmp_path: P
     if version.split(".")[0] != nvcc_version(nvcc).split(".")[0]:
         pytest.skip(f"host nvcc {nvcc_version(nvcc)} and the Thor sim's CUDA {version} differ in major")
     fake_cuda(board.root, version)
-    res = edgekit("--json", "build", "sysroot", "--board", board.name)
+    res = edgekit("--json", "build", "sysroot", "--board", board.name, timeout=300)
     assert res.returncode == 0, res.stderr
     toolkit = Path(json.loads(res.stdout)["toolkit"])
     assert (toolkit / "targets/aarch64-linux/include/cuda_runtime.h").read_text() == "/* board header */\n"

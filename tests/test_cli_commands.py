@@ -5,24 +5,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import psutil
 import pytest
+from cli_helpers import edgekit
 
 from edgekit.cli import COMMANDS, CommandLoadError, load_command
 
 
-def _edgekit(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
-             timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True, timeout=timeout,
-                          check=False, env=env, cwd=cwd)
-
-
 def test_help_lists_every_command_of_the_table() -> None:
-    res = _edgekit("--help", env=dict(os.environ, COLUMNS="80"))
+    res = edgekit("--help", env=dict(os.environ, COLUMNS="80"), timeout=120)
     assert res.returncode == 0, res.stderr
     rows = [line for line in res.stdout.split("Commands:", 1)[1].splitlines() if line.strip()]
     assert [row.split()[0] for row in rows] == list(COMMANDS)  # one line each: no wrapped text looks like a command
@@ -33,7 +26,7 @@ def test_help_lists_every_command_of_the_table() -> None:
 
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_every_command_answers_help(name: str) -> None:
-    res = _edgekit(name, "--help")
+    res = edgekit(name, "--help", timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith(f"Usage: edgekit {name}") and "Traceback" not in res.stderr
 
@@ -61,7 +54,7 @@ def _isolated(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def _boards_up(env: dict[str, str], cwd: Path) -> list[dict]:
-    res = _edgekit("--json", "sim", "status", env=env, cwd=cwd)
+    res = edgekit("--json", "sim", "status", env=env, cwd=cwd, timeout=120)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)["boards"]
 
@@ -69,7 +62,7 @@ def _boards_up(env: dict[str, str], cwd: Path) -> list[dict]:
 def test_a_demo_that_fails_stops_the_board_it_started(tmp_path: Path) -> None:
     # The board starts and is probed; the deploy then fails (no such llama.cpp source).
     env = _isolated(tmp_path, EDGEKIT_LLAMA_SRC=str(tmp_path / "no-such-source"))
-    res = _edgekit("demo", env=env, cwd=tmp_path)
+    res = edgekit("demo", env=env, cwd=tmp_path, timeout=120)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "2/3 probed" in res.stderr and "does not exist" in res.stderr and "Traceback" not in res.stderr
     assert "stopped the simulated board sim-1 it had started" in res.stderr
@@ -79,6 +72,6 @@ def test_a_demo_that_fails_stops_the_board_it_started(tmp_path: Path) -> None:
 
 def test_a_demo_of_an_unknown_recipe_starts_nothing(tmp_path: Path) -> None:
     env = _isolated(tmp_path)
-    res = _edgekit("demo", "--recipe", "no-such-recipe", env=env, cwd=tmp_path)
+    res = edgekit("demo", "--recipe", "no-such-recipe", env=env, cwd=tmp_path, timeout=120)
     assert res.returncode == 2 and "No recipe named 'no-such-recipe'" in res.stderr
     assert "1/3" not in res.stderr and _boards_up(env, tmp_path) == []

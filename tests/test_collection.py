@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from build_helpers import sdist_or_skip
+from cli_helpers import edgekit
 
 from edgekit.resources import ansible_collection_dir
 
@@ -96,9 +97,7 @@ def deployed(sim_session) -> tuple:
     """A fresh simulated board that `edgekit deploy` left serving a release, and that release's id."""
     (board,) = sim_session.boards(1, fresh=True)
     env = {**os.environ, **sim_session.env, "EDGEKIT_LLAMA_SRC": str(sdist_or_skip())}
-    res = subprocess.run([sys.executable, "-m", "edgekit", "--json", "deploy", "--board", board.name,
-                          "--recipe", "sim-tiny-mtp"], capture_output=True, text=True, timeout=900, check=False,
-                         env=env)
+    res = edgekit("--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp", env=env, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     return board, json.loads(res.stdout)["release"]
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from cli_helpers import edgekit
 
 from edgekit.config.boardfile import Boards
 from edgekit.config.profiles import PROFILES, get_profile
@@ -18,11 +17,6 @@ from edgekit.config.recipes import load_recipe
 from edgekit.errors import EdgekitError
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd, check=False)
 
 
 def test_profiles_carry_what_build_and_roofline_need() -> None:
@@ -82,7 +76,7 @@ def test_recipe_search_path_and_shadowing(tmp_path: Path, monkeypatch: pytest.Mo
     assert listed["only-mine"].origin == "user" and not listed["only-mine"].shadows
     assert listed["e2b-mtp"].origin == "cwd" and len(listed["e2b-mtp"].shadows) == 2
     assert load_recipe(str(user_dir / "e2b-mtp.yaml")).origin == "the file named"
-    res = run_cli("--json", "recipes", "show", "e2b-mtp", cwd=tmp_path,
+    res = edgekit("--json", "recipes", "show", "e2b-mtp", cwd=tmp_path,
                   env=dict(os.environ, EDGEKIT_CONFIG_DIR=str(tmp_path / "config")))
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["from"] == "./recipes (shadows the built-in e2b-mtp)"
@@ -195,19 +189,19 @@ def test_board_file_resolves_and_round_trips(tmp_path: Path) -> None:
 
 def test_cli_errors_are_one_line_exit_2(tmp_path: Path) -> None:
     bad = write(tmp_path, "edgekit.yaml", BOARDS.replace("profile: orin", "profile: [orin"))
-    res = run_cli("--config", str(bad), "boards", "list")
+    res = edgekit("--config", str(bad), "boards", "list")
     assert res.returncode == 2
     assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
     assert "YAML syntax error" in res.stderr
-    res = run_cli("--config", str(tmp_path / "absent.yaml"), "board", "probe", "--board", "ghost")
+    res = edgekit("--config", str(tmp_path / "absent.yaml"), "board", "probe", "--board", "ghost")
     assert res.returncode == 2 and "No board named 'ghost'" in res.stderr
 
 
 def test_cli_version_and_json(tmp_path: Path) -> None:
-    res = run_cli("--version")
+    res = edgekit("--version")
     assert res.returncode == 0 and "edgekit, version" in res.stdout
     good = write(tmp_path, "edgekit.yaml", BOARDS)
-    res = run_cli("--config", str(good), "boards", "list", "--json")
+    res = edgekit("--config", str(good), "boards", "list", "--json")
     import json
 
     assert json.loads(res.stdout)["boards"][0]["name"] == "orin-1"

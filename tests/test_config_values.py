@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from cli_helpers import edgekit
 from test_config import BOARDS
 
 from edgekit.config.boardfile import Board, BoardFile, Boards
@@ -45,8 +45,7 @@ def write(tmp: Path, name: str, text: str) -> Path:
 
 def cli(tmp: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "EDGEKIT_CONFIG_DIR": str(tmp / "config"), "EDGEKIT_CONFIG": "", "EDGEKIT_RECIPES": ""}
-    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True, env=env,
-                          cwd=tmp, timeout=120, check=False)
+    return edgekit(*args, env=env, cwd=tmp, timeout=120)
 
 
 def said(field: str, code: int) -> str:

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_helpers import edgekit
 
 from edgekit.config.recipes import ModelSource
 from edgekit.convert.inputs import resolve
@@ -100,11 +99,6 @@ def test_local_path_source_is_fingerprinted(pair: tuple[Path, Path], tmp_path: P
         resolve(ModelSource(path=str(tmp_path / "nothing")), "target")
 
 
-def _run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True,
-                          env={**os.environ, **env}, check=False, timeout=300)
-
-
 def _recipe(path: Path, target: str, drafter: str) -> Path:
     path.write_text(f"name: t\ntarget:\n  {target}\n  quant: F32\ndrafter:\n  {drafter}\n  quant: F32\n"
                     "runtime:\n  spec_type: draft-mtp\n")
@@ -115,7 +109,7 @@ def test_cli_mismatch_is_one_line_exit_2_before_converting(pair: tuple[Path, Pat
     wide = _copy(pair[1], tmp_path / "wide", _edit_config(lambda c: c.update(backbone_hidden_size=128)))
     recipe = _recipe(tmp_path / "r.yaml", f"path: {pair[0]}", f"path: {wide}")
     store = tmp_path / "store"
-    res = _run_cli(["convert", "--recipe", str(recipe)], {"EDGEKIT_STORE": str(store)})
+    res = edgekit("convert", "--recipe", str(recipe), env={**os.environ, "EDGEKIT_STORE": str(store)}, timeout=300)
     assert res.returncode == 2, res.stderr
     assert res.stderr.startswith("edgekit: The drafter wide was trained for a target of hidden size 128")
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
@@ -125,7 +119,8 @@ def test_cli_mismatch_is_one_line_exit_2_before_converting(pair: tuple[Path, Pat
 def test_cli_offline_hub_repo_not_in_cache(tmp_path: Path) -> None:
     recipe = _recipe(tmp_path / "r.yaml", "repo: google/gemma-4-E2B-it\n  revision: main",
                      "repo: google/gemma-4-E2B-it-assistant\n  revision: main")
-    res = _run_cli(["convert", "--recipe", str(recipe)],
-                   {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "EDGEKIT_STORE": str(tmp_path / "s")})
+    res = edgekit("convert", "--recipe", str(recipe), timeout=300,
+                  env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
+                       "EDGEKIT_STORE": str(tmp_path / "s")})
     assert res.returncode == 2
     assert "HF_HUB_OFFLINE is set and it is not in the cache" in res.stderr and "Traceback" not in res.stderr

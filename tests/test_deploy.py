@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 from build_helpers import sdist_or_skip
+from cli_helpers import EDGEKIT, edgekit
+from openai_client import MESSAGES, assert_answers
 
 from edgekit.config.boardfile import Boards
 from edgekit.remote.lock import BoardLock
@@ -30,13 +32,8 @@ def boards(sim_boards, monkeypatch):
     return sim_boards
 
 
-def edgekit(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True,
-                          timeout=timeout, check=False)
-
-
 def deploy(board: str, recipe: str, *extra: str) -> dict:
-    res = edgekit("--json", "deploy", "--board", board, "--recipe", recipe, *extra)
+    res = edgekit("--json", "deploy", "--board", board, "--recipe", recipe, *extra, timeout=900)
     assert res.returncode == 0, res.stderr[-2000:]
     return json.loads(res.stdout)
 
@@ -50,7 +47,7 @@ def complete(port: int, prompt: str = "Hello", n: int = 8, timeout: float = 60) 
 
 
 def status(board: str) -> dict:
-    res = edgekit("--json", "status", "--board", board)
+    res = edgekit("--json", "status", "--board", board, timeout=900)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)
 
@@ -126,6 +123,16 @@ def test_gemma3_270m_answers_with_real_text(boards) -> None:
     assert report["health"]["ok"]
     text = complete(board.service_port, "The capital of France is", n=16)["content"]
     assert sum(c.isalpha() for c in text) > 10, text
+    # A client's chat goes through Gemma's turns (the recipe's chat_template), not ChatML: asked through the
+    # OpenAI client, and the prompt llama-server makes of it.
+    assert_answers(board.service_port, "sim-gemma3-270m", words=True)
+    body = json.dumps({"messages": MESSAGES}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{board.service_port}/apply-template", body,
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        prompt = json.loads(resp.read())["prompt"]
+    assert prompt.endswith("<start_of_turn>user\nThe capital of France is<end_of_turn>\n<start_of_turn>model\n")
+    assert "<start_of_turn>model\nBlue.<end_of_turn>" in prompt and "Answer in a few words." in prompt, prompt
 
 
 def test_changed_setting_new_release_and_rollback(boards, tmp_path: Path) -> None:
@@ -133,7 +140,7 @@ def test_changed_setting_new_release_and_rollback(boards, tmp_path: Path) -> Non
     old = deploy(board.name, "sim-tiny-mtp")["release"]
     variant = recipe_variant(tmp_path, "sim-tiny-mtp", "sim-tiny-mtp", draft_n_max=2)
     # `edgekit push` alone: the new release's blobs reach the board, verified, and nothing is activated.
-    res = edgekit("--json", "push", "--board", board.name, "--recipe", str(variant))
+    res = edgekit("--json", "push", "--board", board.name, "--recipe", str(variant), timeout=900)
     assert res.returncode == 0, res.stderr[-2000:]
     pushed = json.loads(res.stdout)
     assert pushed["release"] != old and pushed["blobs_sent"] > 0 and pushed["blobs_skipped"] > 0
@@ -144,7 +151,7 @@ def test_changed_setting_new_release_and_rollback(boards, tmp_path: Path) -> Non
     assert new["release"] == pushed["release"] and new["bytes_sent"] == 0  # the push left nothing to send
     assert "--spec-draft-n-max" in status(board.name)["server_args"]
     assert set(status(board.name)["releases"]) >= {old, new["release"]}
-    res = edgekit("--json", "rollback", "--board", board.name)
+    res = edgekit("--json", "rollback", "--board", board.name, timeout=900)
     assert res.returncode == 0, res.stderr
     st = status(board.name)
     assert st["current"] == st["serving"] == old and st["health"]["ok"]
@@ -154,7 +161,7 @@ def test_a_pushed_release_survives_other_deploys_until_it_is_activated(boards, t
     (board,) = boards(1, fresh=True)
     deploy(board.name, "sim-tiny-mtp")
     pushed_recipe = recipe_variant(tmp_path, "sim-tiny-mtp", "sim-tiny-mtp-pushed", draft_n_max=2)
-    res = edgekit("--json", "push", "--board", board.name, "--recipe", str(pushed_recipe))
+    res = edgekit("--json", "push", "--board", board.name, "--recipe", str(pushed_recipe), timeout=900)
     assert res.returncode == 0, res.stderr[-2000:]
     pushed = json.loads(res.stdout)
     # Another release is deployed meanwhile: its prune drops blobs no release links, but not the pushed ones.
@@ -171,7 +178,7 @@ def test_a_release_that_cannot_start_is_rolled_back(boards, tmp_path: Path) -> N
     good = deploy(board.name, "sim-tiny-mtp")["release"]
     broken = recipe_variant(tmp_path, "sim-tiny-mtp", "sim-tiny-mtp", extra_args=["--no-such-flag"])
     with Watcher(board.service_port) as watch:
-        res = edgekit("deploy", "--board", board.name, "--recipe", str(broken), "--health-timeout", "30")
+        res = edgekit("deploy", "--board", board.name, "--recipe", str(broken), "--health-timeout", "30", timeout=900)
     assert res.returncode == 2 and "failed its health check" in res.stderr, res.stderr[-1500:]
     assert "Traceback" not in res.stderr
     assert watch.ok > 0 and not watch.failed  # the good release answered throughout
@@ -179,7 +186,7 @@ def test_a_release_that_cannot_start_is_rolled_back(boards, tmp_path: Path) -> N
     assert st["current"] == st["serving"] == good and st["health"]["ok"]
     # The same failure in place (no candidate) restores the good release too.
     res = edgekit("deploy", "--board", board.name, "--recipe", str(broken), "--strategy", "in-place",
-                  "--health-timeout", "30")
+                  "--health-timeout", "30", timeout=900)
     assert res.returncode == 2 and "rolled back to" in res.stderr
     st = status(board.name)
     assert st["current"] == st["serving"] == good and st["health"]["ok"]
@@ -200,7 +207,7 @@ def _kill_when(proc: subprocess.Popen, cond, timeout: float = 600) -> None:
 
 
 def _popen_deploy(board: str, recipe: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "edgekit", "deploy", "--board", board, "--recipe", recipe],
+    return subprocess.Popen([*EDGEKIT, "deploy", "--board", board, "--recipe", recipe],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -247,7 +254,7 @@ def test_a_second_deploy_waits_for_the_lock(boards) -> None:
     (board,) = boards(1, fresh=True)
     entry = Boards(Path(os.environ["EDGEKIT_CONFIG"])).get(board.name)
     with SshRunner(entry, board.name) as runner, BoardLock(runner, str(board.base)):
-        res = edgekit("deploy", "--board", board.name, "--recipe", "sim-tiny-mtp")
+        res = edgekit("deploy", "--board", board.name, "--recipe", "sim-tiny-mtp", timeout=900)
     assert res.returncode == 2 and "Another deploy holds" in res.stderr
 
 
@@ -277,7 +284,7 @@ def test_tiny_filesystem_gets_the_free_space_error(boards) -> None:
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
     try:
-        res = edgekit("deploy", "--board", board.name, "--recipe", "sim-tiny-mtp")
+        res = edgekit("deploy", "--board", board.name, "--recipe", "sim-tiny-mtp", timeout=900)
         assert res.returncode == 2 and "MB free" in res.stderr and "Traceback" not in res.stderr
         sent = [p for p in (board.base / "store").glob("*")] if (board.base / "store").exists() else []
         assert not [p for p in sent if p.stat().st_size > 0]
@@ -304,7 +311,7 @@ def test_orin_guard_for_flash_attention_with_a_drafter_is_in_the_release(boards,
     # Orin recipe does) gets --flash-attn off, said by deploy and recorded in release.json.
     (board,) = boards(1, fresh=True)  # it leaves a server running: not on a board others share
     variant = recipe_variant(tmp_path, "sim-tiny-mtp", "sim-tiny-mtp-gpu", n_gpu_layers=99, n_gpu_layers_draft=99)
-    res = edgekit("--json", "deploy", "--board", board.name, "--recipe", str(variant))
+    res = edgekit("--json", "deploy", "--board", board.name, "--recipe", str(variant), timeout=900)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "guard llama.cpp#24457: --flash-attn off" in res.stderr
     manifest = json.loads((board.base / "current" / "release.json").read_text())

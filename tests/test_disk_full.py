@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
-from cli_helpers import edgekit, ok_json
+from cli_helpers import EDGEKIT, edgekit, ok_json
 
 from edgekit.sim import faults
 
@@ -23,9 +22,9 @@ def test_a_disk_that_fills_mid_push_leaves_the_old_release_serving_and_the_next_
     env = {**os.environ, **sim_session.env}
     (board,) = sim_session.boards(1, fresh=True)
     with faults.small_disk(board, 480):
-        first = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp"))
+        first = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp", env=env))
         serving = first["release"]
-        deploying = subprocess.Popen([sys.executable, "-m", "edgekit", "--json", "deploy", "--board", board.name,
+        deploying = subprocess.Popen([*EDGEKIT, "--json", "deploy", "--board", board.name,
                                       "--recipe", "sim-gemma3-270m"], env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
         filled: list[int] = []
@@ -48,7 +47,7 @@ def test_a_disk_that_fills_mid_push_leaves_the_old_release_serving_and_the_next_
         print(f"disk filled ({filled[0] / 1e6:.0f} MB taken) after {kept / 1e6:.1f} MB of the model had landed")
 
         faults.free_disk(board)
-        again = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-gemma3-270m"))
+        again = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", "sim-gemma3-270m", env=env))
         assert again["changed"] and faults.violations(board) == [] and not list((board.base / "store").glob("*.part"))
         model = max(p.stat().st_size for p in (board.base / "store").iterdir())
         assert again["bytes_sent"] <= model - kept + 2e6, json.dumps(again)  # the rest, + the small blobs

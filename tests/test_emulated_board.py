@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import psutil
 import pytest
 import yaml
 from build_helpers import sdist_or_skip
+from cli_helpers import edgekit
 
 from edgekit.bench import results
 from edgekit.build.elf import read_header
@@ -27,11 +27,6 @@ from edgekit.sim.testing import SimBoard
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.aarch64_release
-
-
-def edgekit(env: dict[str, str], *args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True,
-                          timeout=timeout, check=False, env=env)
 
 
 def ok_json(res: subprocess.CompletedProcess) -> dict:
@@ -67,7 +62,8 @@ def variant(tmp: Path, name: str, **runtime: object) -> Path:
 def test_an_emulated_orin_runs_the_aarch64_release_end_to_end(sim_session, env, tmp_path: Path) -> None:
     (board,) = sim_session.boards(1, "orin", fresh=True, arch="aarch64")
     assert board.run("uname -m").stdout.strip() == "aarch64"
-    first = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp"))
+    first = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp", env=env,
+                            timeout=1500))
     assert first["build"]["target"] == "orin-cpu"  # no GPU driver on the board: its CPU build
     health = first["health"]
     assert health["ok"] and health["acceptance"] > 0.2 and health["gpu"] is None, health
@@ -80,8 +76,8 @@ def test_an_emulated_orin_runs_the_aarch64_release_end_to_end(sim_session, env, 
     assert str(release / "bin" / "llama-server") in " ".join(proc.cmdline())
 
     out = tmp_path / "bench"
-    doc = ok_json(edgekit(env, "--json", "bench", "--board", board.name, "--recipe", "sim-tiny-mtp", "--quick",
-                          "--out", str(out)))
+    doc = ok_json(edgekit("--json", "bench", "--board", board.name, "--recipe", "sim-tiny-mtp", "--quick",
+                          "--out", str(out), env=env, timeout=1500))
     results.validate(doc)
     assert doc["power"]["available"] and doc["power"]["total_energy_joules"] > 0
     assert {r["config"] for r in doc["runs"]} == {"baseline", "drafter"}
@@ -89,10 +85,10 @@ def test_an_emulated_orin_runs_the_aarch64_release_end_to_end(sim_session, env, 
     assert doc["summary"]["headline"]["acceptance"] > 0.2
 
     # A changed setting is a new release; rollback brings the first back, healthy, under qemu again.
-    second = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe",
-                             str(variant(tmp_path, "sim-tiny-mtp", draft_n_max=2))))
+    second = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe",
+                             str(variant(tmp_path, "sim-tiny-mtp", draft_n_max=2)), env=env, timeout=1500))
     assert second["changed"] and second["release"] != first["release"]
-    back = ok_json(edgekit(env, "--json", "rollback", "--board", board.name))
+    back = ok_json(edgekit("--json", "rollback", "--board", board.name, env=env, timeout=1500))
     assert back["release"] == first["release"] and back["health"]["ok"]
     assert os.path.basename(server_process(board).exe()).startswith("qemu-aarch64")
 
@@ -104,8 +100,8 @@ def test_a_fleet_of_an_x86_and_an_emulated_board_gives_each_its_own_build(sim_se
     data = file.load()
     data.groups["mixed-arch"] = [x86.name, arm.name]
     file.save(data)
-    report = ok_json(edgekit(env, "--json", "fleet", "rollout", "--recipe", "sim-tiny-mtp", "--group", "mixed-arch",
-                             "--batch", "100%", "--no-canary"))
+    report = ok_json(edgekit("--json", "fleet", "rollout", "--recipe", "sim-tiny-mtp", "--group", "mixed-arch",
+                             "--batch", "100%", "--no-canary", env=env, timeout=1500))
     assert set(report["succeeded"]) == {x86.name, arm.name}, report
     machines = {b.name: read_header(b.base / "current" / "bin" / "llama-server").machine for b in (x86, arm)}
     assert machines == {x86.name: "x86_64", arm.name: "aarch64"}
@@ -119,7 +115,7 @@ def test_a_board_whose_glibc_is_older_than_the_binaries_gets_nothing(sim_session
     getconf = st.boards[board.name].bin_dir / "getconf"  # the board's own glibc, as it reports it
     getconf.write_text("#!/bin/sh\necho 'glibc 2.17'\n")
     getconf.chmod(0o755)
-    res = edgekit(env, "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp")
+    res = edgekit("deploy", "--board", board.name, "--recipe", "sim-tiny-mtp", env=env, timeout=1500)
     assert res.returncode != 0
     assert "has glibc 2.17" in res.stderr and "nothing was sent" in res.stderr, res.stderr[-2000:]
     assert "Traceback" not in res.stderr
@@ -132,8 +128,8 @@ def test_the_cuda_cross_build_starts_on_an_emulated_orin_and_says_the_gpu_was_no
     # JetPack 7.2 (CUDA 13.2): the sm_87 cross build with PyPI's CUDA 13 toolchain, the exact bytes an
     # Orin on JetPack 7.2 gets; the emulated board has the CUDA runtime but no GPU driver.
     (board,) = sim_session.boards(1, "orin", fresh=True, arch="aarch64", jetpack="7.2")
-    report = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp",
-                             "--cuda", "on", timeout=3600))
+    report = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp",
+                             "--cuda", "on", timeout=3600, env=env))
     assert report["build"]["target"] == "orin-cuda87"
     verify = report["build"]["verify"]
     assert {a for per in verify["cubins"].values() for a in per} == {"sm_87"}, verify["cubins"]

@@ -61,7 +61,7 @@ def test_an_engine_of_ones_own_deploys_rolls_back_benches_and_rolls_out(sim_sess
     (board,) = sim_session.boards(1, fresh=True)
 
     # deploy: its own release (llama-server, its libraries, the target alone), checked through its health dialect.
-    rep = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", recipe(tmp_path)))
+    rep = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", recipe(tmp_path), env=env))
     assert rep["changed"] and rep["health"]["ok"] and rep["health"]["tokens"] > 0, rep["health"]
     assert rep["health"]["draft_n"] is None and rep["health"]["method"] == "chat completion", rep["health"]
     first = rep["release"]
@@ -82,23 +82,24 @@ def test_an_engine_of_ones_own_deploys_rolls_back_benches_and_rolls_out(sim_sess
     own = check(LocalRunner(board.name), ReleaseManifest.of(manifest).serve, timeout=60, n_predict=8)
     assert own.ok and own.tokens > 0 and own.text and own.method == "chat completion", own
 
-    st = ok_json(edgekit(env, "--json", "status", "--board", board.name))
+    st = ok_json(edgekit("--json", "status", "--board", board.name, env=env))
     assert st["engine"] == "plain" and st["current"] == st["serving"] == first and st["service_active"]
     assert st["health"]["ok"] and st["health"]["tokens"] > 0, st["health"]
 
     # A changed setting is a new release; rollback brings the first one back, healthy.
-    rep = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", recipe(tmp_path, ctx_size=768)))
+    rep = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", recipe(tmp_path, ctx_size=768),
+                          env=env))
     second = rep["release"]
     assert rep["changed"] and second != first and rep["previous"] == first and rep["health"]["ok"], rep
     assert "768" in json.loads((board.base / "current" / "release.json").read_text())["server_args"]
-    back = ok_json(edgekit(env, "--json", "rollback", "--board", board.name))
+    back = ok_json(edgekit("--json", "rollback", "--board", board.name, env=env))
     assert back["release"] == first and back["previous"] == second, back
     assert back["health"]["ok"] and back["health"]["tokens"] > 0, back["health"]
     assert os.readlink(board.base / "current") == f"releases/{first}"
 
     # bench --engines plain: its release, its bench configuration (the baseline alone: it has no drafter).
-    doc = ok_json(edgekit(env, "--json", "bench", "--board", board.name, "--recipe", recipe(tmp_path), "--quick",
-                          "--engines", "plain", "--no-plots", "--out", str(tmp_path / "bench-plain")))
+    doc = ok_json(edgekit("--json", "bench", "--board", board.name, "--recipe", recipe(tmp_path), "--quick",
+                          "--engines", "plain", "--no-plots", "--out", str(tmp_path / "bench-plain"), env=env))
     results.validate(doc)
     assert doc["backend"] == "plain" and [(e["engine"], e["release"]) for e in doc["engines"]] == [("plain", first)]
     assert [r["config"] for r in doc["runs"]] == ["baseline"]
@@ -106,12 +107,12 @@ def test_an_engine_of_ones_own_deploys_rolls_back_benches_and_rolls_out(sim_sess
     assert doc["configurations"][0]["server_command"] == [f"{board.base}/releases/{first}/bin/llama-server"]
 
     # Side by side with llama.cpp's release of the same target (and its drafter) in one run.
-    llama = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp"))["release"]
-    rep = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", recipe(tmp_path)))
+    llama = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp", env=env))["release"]
+    rep = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", recipe(tmp_path), env=env))
     assert rep["release"] == first and rep["health"]["ok"], rep
     out = tmp_path / "bench-side-by-side"
-    doc = ok_json(edgekit(env, "--json", "bench", "--board", board.name, "--recipe", recipe(tmp_path), "--quick",
-                          "--engines", "llama.cpp,plain", "--no-llama-bench", "--out", str(out)))
+    doc = ok_json(edgekit("--json", "bench", "--board", board.name, "--recipe", recipe(tmp_path), "--quick",
+                          "--engines", "llama.cpp,plain", "--no-llama-bench", "--out", str(out), env=env))
     results.validate(doc)
     assert doc["backend"] == "engines"
     assert [(e["engine"], e["release"]) for e in doc["engines"]] == [("llama.cpp", llama), ("plain", first)]
@@ -121,11 +122,12 @@ def test_an_engine_of_ones_own_deploys_rolls_back_benches_and_rolls_out(sim_sess
     assert rows["plain"]["baseline_tokens_per_second"] > 0 and rows["plain"]["tokens_per_second"] is None
     assert rows["llama.cpp"]["acceptance"] > 0  # its drafter drafted and was measured beside plain
     assert "| plain | 1 | 32 |" in (out / "report.md").read_text()
-    st = ok_json(edgekit(env, "--json", "status", "--board", board.name))  # the bench put the service back
+    st = ok_json(edgekit("--json", "status", "--board", board.name, env=env))  # the bench put the service back
     assert st["current"] == first and st["service_active"] and st["health"]["ok"], st
 
     # fleet rollout of a changed setting: planned by the engine, pushed and activated by the playbook.
-    res = edgekit(env, "--json", "fleet", "rollout", "--recipe", recipe(tmp_path, ctx_size=640), "--group", board.name)
+    res = edgekit("--json", "fleet", "rollout", "--recipe", recipe(tmp_path, ctx_size=640), "--group", board.name,
+                  env=env)
     fleet = ok_json(res)
     assert list(fleet["succeeded"]) == [board.name] and not fleet["failed"] and fleet["changed"] == [board.name]
     row = fleet["succeeded"][board.name]

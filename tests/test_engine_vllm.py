@@ -54,7 +54,7 @@ def env(sim_session) -> dict[str, str]:
 
 def test_vllm_serves_the_pair_with_mtp_same_text_as_without_and_rolls_back(sim_session, env, tmp_path) -> None:
     (board,) = sim_session.boards(1, fresh=True)
-    first = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp-vllm"))
+    first = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp-vllm", env=env))
     health = first["health"]
     assert first["changed"] and health["ok"] and health["tokens"] > 0, health
     assert health["draft_n"] > 0 and health["acceptance"] > 0.2, health  # /metrics counters, aligned drafter
@@ -64,23 +64,23 @@ def test_vllm_serves_the_pair_with_mtp_same_text_as_without_and_rolls_back(sim_s
     assert json.loads((release / "models" / "target" / "config.json").read_text())["architectures"] == [
         "Gemma4ForCausalLM"]
     with_mtp = greedy(board.service_port, "sim-tiny-mtp-vllm")
-    st = ok_json(edgekit(env, "--json", "status", "--board", board.name))
+    st = ok_json(edgekit("--json", "status", "--board", board.name, env=env))
     assert st["engine"] == "vllm" and st["current"] == first["release"] and st["health"]["ok"]
 
     # The same target without the drafter: a new release; greedy text is identical (MTP is lossless).
-    plain = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe",
-                            str(variant(tmp_path, "sim-tiny-vllm-plain", drafter=False))))
+    plain = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe",
+                            str(variant(tmp_path, "sim-tiny-vllm-plain", drafter=False)), env=env))
     assert plain["changed"] and plain["health"]["ok"] and not plain["health"]["draft_n"]
     assert greedy(board.service_port, "sim-tiny-vllm-plain") == with_mtp
 
-    back = ok_json(edgekit(env, "--json", "rollback", "--board", board.name))
+    back = ok_json(edgekit("--json", "rollback", "--board", board.name, env=env))
     assert back["release"] == first["release"] and back["health"]["ok"] and back["health"]["draft_n"] > 0
 
     # The bench measures the vLLM release as it does llama-server's: with and without the drafter, the
     # same schema, power windows, acceptance from vLLM's counters; the service is put back afterwards.
     # One repetition: the matrix that repeats and alternates them is the engines' own (test_bench_sim).
-    doc = ok_json(edgekit(env, "--json", "bench", "--board", board.name, "--recipe", "sim-tiny-mtp-vllm", "--quick",
-                          "--repetitions", "1", "--out", str(tmp_path / "bench")))
+    doc = ok_json(edgekit("--json", "bench", "--board", board.name, "--recipe", "sim-tiny-mtp-vllm", "--quick",
+                          "--repetitions", "1", "--out", str(tmp_path / "bench"), env=env))
     results.validate(doc)
     assert {r["config"] for r in doc["runs"]} == {"baseline", "drafter"}
     assert all(r["errors"] == 0 and r["tokens"] > 0 and r["ttft_p50_s"] for r in doc["runs"])
@@ -92,10 +92,10 @@ def test_vllm_serves_the_pair_with_mtp_same_text_as_without_and_rolls_back(sim_s
 
 def test_a_vllm_release_that_cannot_start_is_rolled_back(sim_session, env, tmp_path) -> None:
     (board,) = sim_session.boards(1, fresh=True)
-    good = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe",
-                           str(variant(tmp_path, "sim-tiny-vllm-plain", drafter=False))))
+    good = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe",
+                           str(variant(tmp_path, "sim-tiny-vllm-plain", drafter=False)), env=env))
     broken = variant(tmp_path, "sim-tiny-vllm-broken", drafter=False, extra_args=["--no-such-vllm-flag"])
-    res = edgekit(env, "deploy", "--board", board.name, "--recipe", str(broken), "--health-timeout", "120")
+    res = edgekit("deploy", "--board", board.name, "--recipe", str(broken), "--health-timeout", "120", env=env)
     assert res.returncode != 0 and "failed its health check" in res.stderr, res.stderr[-2000:]
     assert "Traceback" not in res.stderr
     assert os.readlink(board.base / "current") == f"releases/{good['release']}"
@@ -107,7 +107,7 @@ def test_a_board_without_vllm_gets_one_sentence(sim_session, env) -> None:
     boards = Boards(Path(sim_session.env["EDGEKIT_CONFIG"]))
     entry = boards.load().boards[board.name]
     boards.update(add={board.name: entry.model_copy(update={"vllm_python": sys.executable})})  # no vllm here
-    res = edgekit(env, "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp-vllm")
+    res = edgekit("deploy", "--board", board.name, "--recipe", "sim-tiny-mtp-vllm", env=env)
     assert res.returncode == 2, res.stderr[-2000:]
     assert f"Board {board.name!r} has no vLLM: {sys.executable} cannot import it" in res.stderr
     assert "Traceback" not in res.stderr
@@ -193,8 +193,9 @@ def test_a_container_for_a_login_user_outside_the_docker_group_is_refused_before
 
 def test_a_container_recipe_on_a_board_without_docker_gets_one_sentence(sim_session, env, tmp_path) -> None:
     (board,) = sim_session.boards(1, fresh=True)
-    res = edgekit(env, "deploy", "--board", board.name, "--recipe",
-                  str(variant(tmp_path, "sim-tiny-vllm-docker", runner="container", image="edgekit.invalid/none:0")))
+    res = edgekit("deploy", "--board", board.name, "--recipe",
+                  str(variant(tmp_path, "sim-tiny-vllm-docker", runner="container", image="edgekit.invalid/none:0")),
+                  env=env)
     assert res.returncode == 2, res.stderr[-2000:]
     # No docker daemon (here), or one without that image (a machine with docker): one sentence either way.
     assert (f"Board {board.name!r} has no working docker" in res.stderr

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import edgekit, ok_json
+from openai_client import assert_answers
 
 from edgekit.bench import results
 from edgekit.config.boardfile import Boards
@@ -30,10 +31,11 @@ def test_three_engines_deploy_bench_side_by_side_and_tune(sim_session, env, tmp_
     (board,) = sim_session.boards(1, fresh=True)
     deployed = {}
     for engine in ("llama.cpp", "litert-lm", "vllm"):  # vLLM last: it is the one served, and tuned, below
-        rep = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", RECIPES[engine]))
+        rep = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", RECIPES[engine], env=env))
         assert rep["changed"] and rep["health"]["ok"] and rep["health"]["acceptance"] > 0.2, rep["health"]
         # Instruction-tuned (published E2B structure): checked through its chat template; vLLM's legacy pair has none.
         assert rep["health"]["method"] == ("completion" if engine == "vllm" else "chat completion"), rep["health"]
+        assert_answers(board.service_port, RECIPES[engine])  # the OpenAI client: chat, streamed too
         deployed[engine] = rep["release"]
 
     # LiteRT-LM is a release like the others: its bundle, the agent's front as the unit, drafts counted.
@@ -49,8 +51,8 @@ def test_three_engines_deploy_bench_side_by_side_and_tune(sim_session, env, tmp_
     # One run, one file: every engine with and without its drafter, alternated, same points and power (one
     # repetition: repetitions and their intervals are test_bench_sim's and test_engine_vllm's).
     out = tmp_path / "bench"
-    doc = ok_json(edgekit(env, "--json", "bench", "--board", board.name, "--recipe", RECIPES["vllm"], "--quick",
-                          "--engines", ",".join(ENGINES), "--repetitions", "1", "--out", str(out)))
+    doc = ok_json(edgekit("--json", "bench", "--board", board.name, "--recipe", RECIPES["vllm"], "--quick",
+                          "--engines", ",".join(ENGINES), "--repetitions", "1", "--out", str(out), env=env))
     results.validate(doc)
     assert doc["backend"] == "engines" and [e["engine"] for e in doc["engines"]] == list(ENGINES)
     assert [e["release"] for e in doc["engines"]] == [deployed[e] for e in ENGINES]
@@ -73,14 +75,14 @@ def test_three_engines_deploy_bench_side_by_side_and_tune(sim_session, env, tmp_
     # vLLM's release holds the legacy pair (no ordered head on a CPU): the report says the models differ.
     assert "vllm: `tiny-gemma4-tuned` + `tiny-gemma4-assistant (aligned)`" in report, report
     assert "llama.cpp: `tiny-gemma4-e2b-tuned` + `tiny-gemma4-e2b-assistant (aligned)`" in report
-    st = ok_json(edgekit(env, "--json", "status", "--board", board.name))
+    st = ok_json(edgekit("--json", "status", "--board", board.name, env=env))
     assert st["engine"] == "vllm" and st["current"] == deployed["vllm"] and st["service_active"]
 
     # tune sweeps vLLM's num_speculative_tokens the same way it sweeps llama-server's draft length (a bar of 0.05×:
     # the tiny drafters lose to their targets on a CPU, and this is about the sweep, not about that choice).
     tuned = tmp_path / "tune"
-    res = edgekit(env, "tune", "--board", board.name, "--recipe", RECIPES["vllm"], "--quick", "--draft-n", "1,2",
-                  "--repetitions", "1", "--min-gain", "0.05", "--no-deploy", "--out", str(tuned))
+    res = edgekit("tune", "--board", board.name, "--recipe", RECIPES["vllm"], "--quick", "--draft-n", "1,2",
+                  "--repetitions", "1", "--min-gain", "0.05", "--no-deploy", "--out", str(tuned), env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     result = json.loads((tuned / "tune.json").read_text())
     assert [r["name"] for r in result["table"]] == ["n1-pdef", "n2-pdef", "baseline"]
@@ -89,12 +91,12 @@ def test_three_engines_deploy_bench_side_by_side_and_tune(sim_session, env, tmp_
     assert result["best"]["draft_n_max"] in (1, 2)
 
     # Rolled back, the LiteRT-LM release serves again and still drafts.
-    back = ok_json(edgekit(env, "--json", "rollback", "--board", board.name))
+    back = ok_json(edgekit("--json", "rollback", "--board", board.name, env=env))
     assert back["release"] == deployed["litert-lm"] and back["health"]["ok"] and back["health"]["draft_n"] > 0
 
     # LiteRT-LM's draft length is in the bundle: tune exports one per length and measures it.
-    res = edgekit(env, "tune", "--board", board.name, "--recipe", RECIPES["litert-lm"], "--quick", "--draft-n", "2",
-                  "--repetitions", "1", "--no-deploy", "--out", str(tmp_path / "tune-litert"))
+    res = edgekit("tune", "--board", board.name, "--recipe", RECIPES["litert-lm"], "--quick", "--draft-n", "2",
+                  "--repetitions", "1", "--no-deploy", "--out", str(tmp_path / "tune-litert"), env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     result = json.loads((tmp_path / "tune-litert" / "tune.json").read_text())
     assert [r["name"] for r in result["table"]] == ["n2-pdef", "baseline"]
@@ -104,16 +106,16 @@ def test_three_engines_deploy_bench_side_by_side_and_tune(sim_session, env, tmp_
 def test_bench_engines_names_the_missing_release_and_a_board_without_litert_lm_gets_one_sentence(
         sim_session, env) -> None:
     (board,) = sim_session.boards(1, fresh=True)
-    ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", RECIPES["llama.cpp"]))
-    res = edgekit(env, "bench", "--board", board.name, "--recipe", RECIPES["llama.cpp"], "--quick",
-                  "--engines", "llama.cpp,vllm")
+    ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", RECIPES["llama.cpp"], env=env))
+    res = edgekit("bench", "--board", board.name, "--recipe", RECIPES["llama.cpp"], "--quick",
+                  "--engines", "llama.cpp,vllm", env=env)
     assert res.returncode == 2 and f"Board {board.name!r} has no vllm release to bench" in res.stderr, res.stderr
-    res = edgekit(env, "bench", "--board", board.name, "--recipe", RECIPES["llama.cpp"], "--engines", "llama.cpp,x")
+    res = edgekit("bench", "--board", board.name, "--recipe", RECIPES["llama.cpp"], "--engines", "llama.cpp,x", env=env)
     assert res.returncode == 2 and "is not a list of distinct engines" in res.stderr
 
     boards = Boards(Path(sim_session.env["EDGEKIT_CONFIG"]))
     entry = boards.load().boards[board.name]
     boards.update(add={board.name: entry.model_copy(update={"litert_python": "/usr/bin/python3"})})
-    res = edgekit(env, "deploy", "--board", board.name, "--recipe", RECIPES["litert-lm"])
+    res = edgekit("deploy", "--board", board.name, "--recipe", RECIPES["litert-lm"], env=env)
     assert res.returncode == 2 and "/usr/bin/python3 cannot import litert_lm" in res.stderr, res.stderr[-2000:]
     assert "Traceback" not in res.stderr

@@ -22,6 +22,7 @@ import psutil
 import pytest
 import yaml
 from build_helpers import sdist_or_skip
+from cli_helpers import EDGEKIT, edgekit
 
 from edgekit.config.boardfile import Boards
 from edgekit.sim.testing import SimBoard
@@ -33,13 +34,8 @@ pytestmark = pytest.mark.skipif(not Path(sys.executable).with_name("ansible-play
                                 reason="ansible-core is not installed (pip install 'ansible-core==2.19.*')")
 
 
-def edgekit(env: dict[str, str], *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True,
-                          timeout=timeout, check=False, env=env)
-
-
 def rollout(env: dict[str, str], *args: str, ok: bool = True) -> dict[str, Any]:
-    res = edgekit(env, "--json", "fleet", "rollout", *args)
+    res = edgekit("--json", "fleet", "rollout", *args, env=env, timeout=900)
     # the failed boards' reasons are in the JSON report on stdout
     assert (res.returncode == 0) == ok, res.stderr[-3000:] + res.stdout[-3000:]
     assert "Traceback" not in res.stderr, res.stderr[-3000:]
@@ -229,7 +225,7 @@ def test_failed_board_is_rolled_back_and_max_fail_is_respected(fleet, tmp_path: 
                         "--health-timeout", "20", ok=False)
         assert list(go_on["failed"]) == [bad.name] and go_on["untouched"] == []
         assert boards[3].name in go_on["changed"] and not go_on["stopped"]
-    status = json.loads(edgekit(env, "--json", "fleet", "status", "--group", GROUP).stdout)["boards"]
+    status = json.loads(edgekit("--json", "fleet", "status", "--group", GROUP, env=env, timeout=900).stdout)["boards"]
     assert status[bad.name]["current"] == status[bad.name]["serving"] == old[bad.name]
     assert all(row["health"]["ok"] for row in status.values())
     assert status[boards[3].name]["current"] == go_on["succeeded"][boards[3].name]["release"]
@@ -255,17 +251,18 @@ def test_status_and_rollback(fleet, tmp_path: Path) -> None:
     first = rollout(env, "--recipe", "sim-tiny-mtp", "--group", board.name)["succeeded"][board.name]["release"]
     second = rollout(env, "--recipe", variant(tmp_path, draft_n_max=2), "--group", board.name)
     assert second["changed"] == [board.name]
-    res = edgekit(env, "--json", "fleet", "rollback", "--group", board.name, "--to", first)
+    res = edgekit("--json", "fleet", "rollback", "--group", board.name, "--to", first, env=env, timeout=900)
     assert res.returncode == 0, res.stderr[-2000:]
     back = json.loads(res.stdout)["succeeded"][board.name]
     assert back["release"] == first and back["previous"] == second["succeeded"][board.name]["release"]
     assert back["health"]["ok"]
-    status = json.loads(edgekit(env, "--json", "fleet", "status", "--group", board.name).stdout)["boards"]
+    status = json.loads(edgekit("--json", "fleet", "status", "--group", board.name, env=env,
+                                timeout=900).stdout)["boards"]
     row = status[board.name]
     assert row["current"] == row["serving"] == first and row["recipe"] == "sim-tiny-mtp" and row["health"]["ok"]
     # Without --to: the newest release older than current (by age, as `edgekit rollback` picks it).
     older = row["releases"][: row["releases"].index(first)]
-    res = edgekit(env, "--json", "fleet", "rollback", "--group", board.name)
+    res = edgekit("--json", "fleet", "rollback", "--group", board.name, env=env, timeout=900)
     if older:
         assert res.returncode == 0 and json.loads(res.stdout)["succeeded"][board.name]["release"] == older[-1]
     else:
@@ -325,7 +322,7 @@ def test_an_upload_the_board_cannot_unpack_fails_that_board_and_places_nothing(f
 def test_deploy_and_ansible_leave_identical_boards(sim_session) -> None:
     (board,) = sim_session.boards(1, fresh=True)
     env = {**os.environ, **sim_session.env, "EDGEKIT_LLAMA_SRC": str(sdist_or_skip())}
-    res = edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp")
+    res = edgekit("--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp", env=env, timeout=900)
     assert res.returncode == 0, res.stderr[-2000:]
     deployed = json.loads(res.stdout)["release"]
     by_deploy = snapshot(board)
@@ -341,7 +338,7 @@ def test_deploy_and_ansible_leave_identical_boards(sim_session) -> None:
     assert by_ansible == by_deploy
     assert (board.base / "current" / "release.json").is_file()
     # And each tool takes the other's work as current.
-    again = edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp")
+    again = edgekit("--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp", env=env, timeout=900)
     assert again.returncode == 0 and not json.loads(again.stdout)["changed"]
 
 
@@ -360,7 +357,7 @@ def test_a_killed_rollout_keeps_its_boards_locked_until_its_playbook_has_finishe
 
     (board,) = sim_session.boards(1, fresh=True)
     env = {**os.environ, **sim_session.env, "EDGEKIT_LLAMA_SRC": str(sdist_or_skip())}
-    run = subprocess.Popen([sys.executable, "-m", "edgekit", "fleet", "rollout", "--recipe", "sim-tiny-mtp",
+    run = subprocess.Popen([*EDGEKIT, "fleet", "rollout", "--recipe", "sim-tiny-mtp",
                             "--group", board.name, "--no-canary"], env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     edgekit_proc, playbook = psutil.Process(run.pid), None
@@ -374,7 +371,7 @@ def test_a_killed_rollout_keeps_its_boards_locked_until_its_playbook_has_finishe
     try:
         run.kill()
         run.wait()
-        res = edgekit(env, "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp")
+        res = edgekit("deploy", "--board", board.name, "--recipe", "sim-tiny-mtp", env=env, timeout=900)
         assert res.returncode != 0 and "Another deploy holds board" in res.stderr, res.stderr[-2000:]
     finally:
         playbook.resume()
@@ -383,7 +380,8 @@ def test_a_killed_rollout_keeps_its_boards_locked_until_its_playbook_has_finishe
         release = (board.base / "serving").read_text().strip()  # finished: activated, serving, switched
         assert os.readlink(board.base / "current") == f"releases/{release}"
         assert complete(board.service_port)["tokens_predicted"] > 0
-        again = edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp")  # lock free
+        again = edgekit("--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp", env=env,
+                        timeout=900)  # lock free
         assert again.returncode == 0, again.stderr[-2000:]
         assert json.loads(again.stdout)["release"] == release and not json.loads(again.stdout)["changed"]
     finally:
@@ -418,9 +416,10 @@ def test_ansible_rolls_out_litert_lm_and_vllm_releases_health_checks_them_and_ro
         health = vl["succeeded"][board.name]["health"]
         assert health["ok"] and health["draft_n"] > 0 and health["acceptance"] > 0.2, health  # from /metrics
         assert guarded(board, "/v1/models") == (401, 200)
-        status = json.loads(edgekit(env, "--json", "fleet", "status", "--group", board.name).stdout)["boards"]
+        status = json.loads(edgekit("--json", "fleet", "status", "--group", board.name, env=env,
+                                    timeout=900).stdout)["boards"]
         assert status[board.name]["recipe"] == "sim-tiny-mtp-vllm" and status[board.name]["health"]["ok"]
-        res = edgekit(env, "--json", "fleet", "rollback", "--group", board.name)
+        res = edgekit("--json", "fleet", "rollback", "--group", board.name, env=env, timeout=900)
         assert res.returncode == 0, res.stderr[-2000:]
         back = json.loads(res.stdout)["succeeded"][board.name]
         assert back["release"] == lit["succeeded"][board.name]["release"] and back["health"]["draft_n"] > 0

@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from build_helpers import sdist_or_skip
-from cli_helpers import edgekit, ok_json
+from cli_helpers import EDGEKIT, edgekit, ok_json
 
 from edgekit.bench import heat, results
 from edgekit.sim.testing import SimBoard
@@ -38,9 +37,9 @@ def test_runs_in_a_throttled_window_are_flagged_and_left_out(sim_session, env: d
                                                             tmp_path: Path) -> None:
     (board,) = sim_session.boards(1, "orin", fresh=True)
     board_: SimBoard = board
-    ok_json(edgekit(env, "--json", "deploy", "--board", board_.name, "--recipe", "sim-tiny-mtp"))
+    ok_json(edgekit("--json", "deploy", "--board", board_.name, "--recipe", "sim-tiny-mtp", env=env))
     out, trace = tmp_path / "out", board_.dir / "thermal_trace.json"
-    proc = subprocess.Popen([sys.executable, "-m", "edgekit", "--json", "bench", "--board", board_.name, "--recipe",
+    proc = subprocess.Popen([*EDGEKIT, "--json", "bench", "--board", board_.name, "--recipe",
                              "sim-tiny-mtp", "--quick", "--n-gen", "64", "--ignore-eos", "--no-llama-bench",
                              "--out", str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

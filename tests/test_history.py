@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_helpers import edgekit
 from click.testing import CliRunner
 
 from edgekit.bench import results as bench_results
@@ -306,7 +307,6 @@ def test_cli_user_errors_exit_2_with_one_sentence(tmp_path: Path) -> None:
     bad.write_text("{not json")
     for args in (["history", "add", str(bad)], ["history", "add", str(tmp_path / "missing.json")],
                  ["gate", "--current", str(bad)], ["gate", "--current", str(tmp_path / "x.json")]):
-        res = subprocess.run([sys.executable, "-m", "edgekit", *args, "--db", str(tmp_path / "h.sqlite")],
-                             capture_output=True, text=True, timeout=60, check=False)
+        res = edgekit(*args, "--db", str(tmp_path / "h.sqlite"), timeout=60)
         assert res.returncode == 2, res.stderr
         assert res.stderr.startswith("edgekit: ") and "Traceback" not in res.stderr

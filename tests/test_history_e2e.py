@@ -17,23 +17,17 @@ from __future__ import annotations
 import copy
 import json
 import os
-import subprocess
-import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from build_helpers import sdist_or_skip
+from cli_helpers import edgekit
 
 from edgekit.bench import results
 
 RECIPE = "sim-tiny-mtp"
-
-
-def edgekit(env: dict[str, str], *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, check=False)
 
 
 def _shifted(doc: dict[str, Any], days: int) -> dict[str, Any]:
@@ -79,13 +73,13 @@ def test_nightly_on_a_simulated_board(sim_session, tmp_path: Path) -> None:  # t
     env = {**os.environ, **sim_session.env, "EDGEKIT_LLAMA_SRC": str(sdist_or_skip()),
            "EDGEKIT_HISTORY": str(tmp_path / "history.sqlite")}
     (board,) = sim_session.boards(1, "orin-nx-16gb", fresh=True)
-    res = edgekit(env, "deploy", "--board", board.name, "--recipe", RECIPE)
+    res = edgekit("deploy", "--board", board.name, "--recipe", RECIPE, env=env, timeout=900)
     assert res.returncode == 0, res.stderr[-2000:]
 
     out = tmp_path / "bench"
-    res = edgekit(env, "bench", "--board", board.name, "--recipe", RECIPE, "--quick", "--concurrency", "1",
+    res = edgekit("bench", "--board", board.name, "--recipe", RECIPE, "--quick", "--concurrency", "1",
                   "--repetitions", "5", "--n-gen", "128", "--ignore-eos", "--no-llama-bench", "--no-plots",
-                  "--out", str(out))
+                  "--out", str(out), env=env, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     tonight = json.loads((out / "results.json").read_text())
     results.validate(tonight)
@@ -96,13 +90,13 @@ def test_nightly_on_a_simulated_board(sim_session, tmp_path: Path) -> None:  # t
         path = tmp_path / f"night{days}.json"
         path.write_text(json.dumps(_shifted(tonight, days)))
         files.append(str(path))
-    res = edgekit(env, "--json", "history", "add", *files, str(out / "results.json"))
+    res = edgekit("--json", "history", "add", *files, str(out / "results.json"), env=env, timeout=900)
     assert res.returncode == 0, res.stderr
     added = json.loads(res.stdout)["runs"]
     assert [r["new"] for r in added] == [True] * 4 and added[-1]["board"] == board.name
     assert added[-1]["series"] >= 4  # tok/s ×2, acceptance, J/token ×2 (power is simulated too)
 
-    res = edgekit(env, "gate", "--current", str(out / "results.json"), "--k", "7")
+    res = edgekit("gate", "--current", str(out / "results.json"), "--k", "7", env=env, timeout=900)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "no regression against the last 3 night(s)" in res.stdout
     assert "tok/s drafter c1 ctx32" in res.stdout and "change +0.0%" in res.stdout
@@ -115,10 +109,11 @@ def test_nightly_on_a_simulated_board(sim_session, tmp_path: Path) -> None:  # t
         path = tmp_path / f"quiet{days}.json"
         path.write_text(json.dumps(_shifted(quiet, days)))
         files.append(str(path))
-    assert edgekit(env, "history", "add", *files).returncode == 0
+    assert edgekit("history", "add", *files, env=env, timeout=900).returncode == 0
     slow = tmp_path / "slow.json"
     slow.write_text(json.dumps(_doctored(quiet, 0.9)))
-    res = edgekit(env, "gate", "--current", str(slow), "--k", "7", "--markdown", str(tmp_path / "summary.md"))
+    res = edgekit("gate", "--current", str(slow), "--k", "7", "--markdown", str(tmp_path / "summary.md"), env=env,
+                  timeout=900)
     print(res.stdout)
     assert res.returncode == 1, res.stdout + res.stderr
     lines = {line.split(":")[0]: line for line in res.stdout.splitlines() if ": baseline " in line}

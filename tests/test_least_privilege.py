@@ -15,7 +15,6 @@ import pwd
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ import psutil
 import pytest
 import yaml
 from build_helpers import sdist_or_skip
+from cli_helpers import edgekit, ok_json
 from conftest import SimSession
 
 from edgekit.agent.privileged import HELPER_PATH, REFUSED
@@ -36,16 +36,6 @@ RECIPE = "sim-tiny-mtp"
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("sudo"),
                                 reason="making a user and its sudoers needs root and sudo (.ci/install)")
-
-
-def edgekit(env: dict[str, str], *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, check=False)
-
-
-def ok_json(res: subprocess.CompletedProcess) -> dict:
-    assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads(res.stdout)
 
 
 @pytest.fixture
@@ -64,7 +54,7 @@ def board() -> Iterator[tuple[SimBoard, dict[str, str]]]:
     sudoers = Path(f"/etc/sudoers.d/edgekit-{USER}")
     try:
         (b,) = session.boards(1)
-        moved = edgekit(env, "--json", "sim", "login-as", b.name, USER)
+        moved = edgekit("--json", "sim", "login-as", b.name, USER, env=env, timeout=900)
         assert moved.returncode == 0 and json.loads(moved.stdout)["user"] == USER, moved.stderr
         b = SimBoard(**{**b.__dict__, "user": USER})
         yield b, env
@@ -89,23 +79,23 @@ def test_a_board_whose_user_may_run_only_the_helper_deploys_benches_rolls_back_a
     helper = f"{b.root}{HELPER_PATH}"
 
     # What an admin is shown: one sudoers line for the helper alone.
-    shown = edgekit(env, "board", "setup", "--board", b.name)
+    shown = edgekit("board", "setup", "--board", b.name, env=env, timeout=900)
     assert shown.returncode == 0, shown.stderr
     assert f"{USER} ALL=(root) NOPASSWD: {helper}" in shown.stdout
 
     # Applying needs root or full sudo once: refused without it, in one sentence, nothing installed.
-    refused = edgekit(env, "board", "setup", "--board", b.name, "--apply")
+    refused = edgekit("board", "setup", "--board", b.name, "--apply", env=env, timeout=900)
     assert refused.returncode != 0 and "needs root or passwordless sudo" in refused.stderr
     assert not Path(helper).exists()
     FULL_SUDO.write_text(f"{USER} ALL=(root) NOPASSWD: ALL\n")
     FULL_SUDO.chmod(0o440)
-    applied = ok_json(edgekit(env, "--json", "board", "setup", "--board", b.name, "--apply"))
+    applied = ok_json(edgekit("--json", "board", "setup", "--board", b.name, "--apply", env=env, timeout=900))
     assert applied["applied"] and applied["sudo"] == "helper" and applied["helper"] == helper
-    assert "(there now: current)" in edgekit(env, "board", "setup", "--board", b.name).stdout
+    assert "(there now: current)" in edgekit("board", "setup", "--board", b.name, env=env, timeout=900).stdout
     st = os.stat(helper)
     assert (st.st_uid, st.st_mode & 0o777) == (0, 0o755)
     FULL_SUDO.unlink()  # the admin takes the rest away
-    assert ok_json(edgekit(env, "--json", "board", "probe", "--board", b.name))["sudo"] == "helper"
+    assert ok_json(edgekit("--json", "board", "probe", "--board", b.name, env=env, timeout=900))["sudo"] == "helper"
 
     # The user can do nothing else as root: no other sudo, no other helper verb, no unit of its own shape.
     assert b.run("sudo -n true").rc != 0
@@ -128,7 +118,7 @@ def test_a_board_whose_user_may_run_only_the_helper_deploys_benches_rolls_back_a
     assert not (b.root / "etc/systemd/system/edgekit-evil.service").exists()
 
     # Deploy: the server runs as the login user, its log written by it.
-    first = ok_json(edgekit(env, "--json", "deploy", "--board", b.name, "--recipe", RECIPE))
+    first = ok_json(edgekit("--json", "deploy", "--board", b.name, "--recipe", RECIPE, env=env, timeout=900))
     assert first["health"]["ok"]
     procs = servers_of(b.base)
     assert procs and {p.info["username"] for p in procs} == {USER}
@@ -142,19 +132,20 @@ def test_a_board_whose_user_may_run_only_the_helper_deploys_benches_rolls_back_a
     data = yaml.safe_load((Path(__file__).parents[1] / f"edgekit/data/recipes/{RECIPE}.yaml").read_text())
     data["runtime"].update(draft_n_max=2, watchdog={"every_s": 1, "timeout_s": 1, "failures": 3, "start_grace_s": 5})
     variant.write_text(yaml.safe_dump(data))
-    second = ok_json(edgekit(env, "--json", "deploy", "--board", b.name, "--recipe", str(variant)))
+    second = ok_json(edgekit("--json", "deploy", "--board", b.name, "--recipe", str(variant), env=env, timeout=900))
     assert second["release"] != first["release"]
-    back = ok_json(edgekit(env, "--json", "rollback", "--board", b.name))
+    back = ok_json(edgekit("--json", "rollback", "--board", b.name, env=env, timeout=900))
     assert back["release"] == first["release"]
-    assert ok_json(edgekit(env, "--json", "status", "--board", b.name))["current"] == first["release"]
+    assert ok_json(edgekit("--json", "status", "--board", b.name, env=env, timeout=900))["current"] == first["release"]
 
     # Bench: its own unit as the user, the service put back.
-    bench = ok_json(edgekit(env, "--json", "bench", "--board", b.name, "--recipe", RECIPE, "--quick", "--n-gen",
-                            "32", "--no-llama-bench", "--out", str(b.dir / "bench-out")))
+    bench = ok_json(edgekit("--json", "bench", "--board", b.name, "--recipe", RECIPE, "--quick", "--n-gen",
+                            "32", "--no-llama-bench", "--out", str(b.dir / "bench-out"), env=env, timeout=900))
     assert bench["summary"] and servers_of(b.base)
 
     # The fleet's rollout (Ansible) of the second release.
-    rolled = ok_json(edgekit(env, "--json", "fleet", "rollout", "--recipe", str(variant), "--group", b.name))
+    rolled = ok_json(edgekit("--json", "fleet", "rollout", "--recipe", str(variant), "--group", b.name, env=env,
+                             timeout=900))
     assert b.name in rolled["succeeded"] and not rolled["failed"]
     assert {p.info["username"] for p in servers_of(b.base)} == {USER}
 
@@ -175,7 +166,9 @@ def test_a_board_whose_user_may_run_only_the_helper_deploys_benches_rolls_back_a
     keyed = variant.with_name("keyed.yaml")
     data["runtime"].update(auth="key")
     keyed.write_text(yaml.safe_dump(data))
-    assert ok_json(edgekit(env, "--json", "deploy", "--board", b.name, "--recipe", str(keyed)))["health"]["ok"]
-    rotated = ok_json(edgekit(env, "--json", "board", "key", "rotate", "--board", b.name))
-    assert rotated["release"] and ok_json(edgekit(env, "--json", "status", "--board", b.name))["health"]["ok"]
+    assert ok_json(edgekit("--json", "deploy", "--board", b.name, "--recipe", str(keyed), env=env,
+                           timeout=900))["health"]["ok"]
+    rotated = ok_json(edgekit("--json", "board", "key", "rotate", "--board", b.name, env=env, timeout=900))
+    assert rotated["release"] and ok_json(edgekit("--json", "status", "--board", b.name, env=env,
+                                                  timeout=900))["health"]["ok"]
     assert "--key-file" in (b.root / "etc/systemd/system/edgekit-serve.service").read_text()

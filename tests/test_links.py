@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from cli_helpers import edgekit, ok_json
+from cli_helpers import EDGEKIT, edgekit, ok_json
 
 from edgekit.config.boardfile import Boards
 from edgekit.sim import faults
@@ -55,7 +54,7 @@ def push_through(env: dict[str, str], name: str, link: Link, at_bytes: float, fa
                                                                                                  str, float]:
     """``edgekit --json push`` of the 274 MB release through ``link``; ``fault(link)`` once ``at_bytes`` crossed.
     (returncode, stdout, stderr, seconds from the fault to the end)."""
-    pushing = subprocess.Popen([sys.executable, "-m", "edgekit", "--json", "push", "--board", name, "--recipe",
+    pushing = subprocess.Popen([*EDGEKIT, "--json", "push", "--board", name, "--recipe",
                                 "sim-gemma3-270m"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     fault_at: list[float] = []
 
@@ -73,7 +72,8 @@ def push_through(env: dict[str, str], name: str, link: Link, at_bytes: float, fa
 
 def test_a_push_cut_mid_blob_resumes_on_a_new_connection_and_sends_only_what_had_not_arrived(sim_session, env) -> None:
     (board,) = sim_session.boards(1, fresh=True)
-    serving = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp"))["release"]
+    serving = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp",
+                              env=env))["release"]
     before = store_sizes(board)
     with Link(board.port) as link, via(sim_session, board.name, link) as name:
         pushing, out, err, after_cut = push_through(env, name, link, 120e6, Link.cut)
@@ -110,7 +110,8 @@ def test_a_stalled_link_is_given_up_after_stall_s_and_the_push_resumes(sim_sessi
 
 def test_a_push_whose_link_stays_down_gives_up_in_one_sentence_and_the_next_push_resumes(sim_session, env) -> None:
     (board,) = sim_session.boards(1, fresh=True)
-    serving = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp"))["release"]
+    serving = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp",
+                              env=env))["release"]
     with Link(board.port) as link, via(sim_session, board.name, link) as name:
         pushing, _, err, _ = push_through(env, name, link, 120e6, Link.partition)
         crossed = link.sent_to_board
@@ -126,7 +127,7 @@ def test_a_push_whose_link_stays_down_gives_up_in_one_sentence_and_the_next_push
         assert os.readlink(board.base / "current") == f"releases/{serving}"
 
         link.heal()
-        again = ok_json(edgekit(env, "--json", "push", "--board", name, "--recipe", "sim-gemma3-270m"))
+        again = ok_json(edgekit("--json", "push", "--board", name, "--recipe", "sim-gemma3-270m", env=env))
     blob = board.base / "store" / next(iter(parts))[: -len(".part")]
     assert not list((board.base / "store").glob("*.part"))
     assert again["bytes_sent"] <= blob.stat().st_size - kept + 2e6, json.dumps(again)  # + the small blobs
@@ -153,7 +154,7 @@ def test_a_board_partitioned_away_mid_rollout_fails_alone_and_the_rest_proceed(s
         data = boards.load()
         data.groups["partition"] = [name, other.name]
         boards.save(data)
-        rolling = subprocess.Popen([sys.executable, "-m", "edgekit", "--json", "fleet", "rollout", "--recipe",
+        rolling = subprocess.Popen([*EDGEKIT, "--json", "fleet", "rollout", "--recipe",
                                     "sim-tiny-mtp", "--group", "partition", "--no-canary", "--max-fail", "50"],
                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         playbook_started(rolling)

@@ -43,16 +43,17 @@ def tiny_at(tmp: Path, ctx_size: int) -> Path:
 def test_a_release_the_boards_memory_cannot_hold_is_refused_before_anything_is_sent(sim_session, env,
                                                                                        tmp_path) -> None:
     (board,) = sim_session.boards(1, fresh=True)
-    serving = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp"))["release"]
+    serving = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp",
+                              env=env))["release"]
     leave_available(board, AVAILABLE_MB)
     blobs = sorted(p.name for p in (board.base / "store").iterdir())
 
     # The tiny release still fits (≈ 0.3 GB with the runtime): the redeploy changes nothing.
-    again = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp"))
+    again = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp", env=env))
     assert again["release"] == serving and not again["changed"]
 
     for recipe, why in (("sim-gemma3-270m", "models 2"), (str(tiny_at(tmp_path, 131072)), "KV cache 4")):
-        res = edgekit(env, "deploy", "--board", board.name, "--recipe", recipe)
+        res = edgekit("deploy", "--board", board.name, "--recipe", recipe, env=env)
         assert res.returncode == 2, res.stderr[-2000:]
         assert "Traceback" not in res.stderr
         line = res.stderr.strip().splitlines()[-1]  # after the steps it took (the release made, not sent)
@@ -62,7 +63,7 @@ def test_a_release_the_boards_memory_cannot_hold_is_refused_before_anything_is_s
         assert sorted(p.name for p in (board.base / "store").iterdir()) == blobs  # not a byte
         assert os.readlink(board.base / "current") == f"releases/{serving}"
 
-    st = ok_json(edgekit(env, "--json", "status", "--board", board.name))
+    st = ok_json(edgekit("--json", "status", "--board", board.name, env=env))
     assert st["current"] == serving and st["health"]["ok"]
 
 
@@ -73,8 +74,8 @@ def test_a_fleet_board_whose_memory_cannot_hold_the_release_fails_alone_and_is_s
     data = boards.load()
     data.groups["memtest"] = [roomy.name, tight.name]
     boards.save(data)
-    res = edgekit(env, "--json", "fleet", "rollout", "--recipe", "sim-gemma3-270m", "--group", "memtest",
-                  "--no-canary")
+    res = edgekit("--json", "fleet", "rollout", "--recipe", "sim-gemma3-270m", "--group", "memtest",
+                  "--no-canary", env=env)
     assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-3000:]
     report = json.loads(res.stdout)
     assert list(report["succeeded"]) == [roomy.name], report

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 
 import pytest
-from cli_helpers import edgekit, ok_json, recipe_variant
+from cli_helpers import EDGEKIT, edgekit, ok_json, recipe_variant
 
 from edgekit.sim import boards as sim
 from edgekit.sim import faults
@@ -30,12 +29,12 @@ def env(sim_session) -> dict[str, str]:
 
 def test_a_power_cut_at_any_instant_of_a_deploy_leaves_a_verified_release_serving(sim_session, env, tmp_path) -> None:
     (board,) = sim_session.boards(1, fresh=True)
-    old = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe",
-                          str(recipe_variant(tmp_path, "sim-tiny-before-cut"))))["release"]
+    old = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe",
+                          str(recipe_variant(tmp_path, "sim-tiny-before-cut")), env=env))["release"]
     new_recipe = recipe_variant(tmp_path, "sim-tiny-after-cut")
     kept_old = 0
     for delay in INSTANTS:
-        deploying = subprocess.Popen([sys.executable, "-m", "edgekit", "--json", "deploy", "--board", board.name,
+        deploying = subprocess.Popen([*EDGEKIT, "--json", "deploy", "--board", board.name,
                                       "--recipe", str(new_recipe)], env=env, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
         time.sleep(delay)
@@ -49,10 +48,10 @@ def test_a_power_cut_at_any_instant_of_a_deploy_leaves_a_verified_release_servin
         assert took is not None, f"cut {delay} s into the deploy: {wrong}"
         serving = faults.current(board)
         kept_old += serving == old
-        st = ok_json(edgekit(env, "--json", "status", "--board", board.name))
+        st = ok_json(edgekit("--json", "status", "--board", board.name, env=env))
         assert st["current"] == serving and st["serving"] == serving
         assert st["service_active"] and st["health"]["ok"], st["health"]
 
     print(f"after the cuts the board served the old release {kept_old}× of {len(INSTANTS)}")
-    done = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", str(new_recipe)))
+    done = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", str(new_recipe), env=env))
     assert done["health"]["ok"] and os.readlink(board.base / "current") == f"releases/{done['release']}"

@@ -11,13 +11,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from build_helpers import sdist_or_skip
-from cli_helpers import edgekit, ok_json
+from cli_helpers import EDGEKIT, edgekit, ok_json
 
 from edgekit.sim.testing import SimBoard
 
@@ -40,7 +39,7 @@ def env(sim_session) -> dict[str, str]:  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="module")
 def board(sim_session, env: dict[str, str]) -> SimBoard:  # type: ignore[no-untyped-def]
     (b,) = sim_session.boards(1, "orin", fresh=True)
-    ok_json(edgekit(env, "--json", "deploy", "--board", b.name, "--recipe", "sim-tiny-mtp"))
+    ok_json(edgekit("--json", "deploy", "--board", b.name, "--recipe", "sim-tiny-mtp", env=env))
     return b
 
 
@@ -48,9 +47,9 @@ def board(sim_session, env: dict[str, str]) -> SimBoard:  # type: ignore[no-unty
 def test_two_modes_differ_and_the_board_is_put_back(board: SimBoard, env: dict[str, str], tmp_path: Path) -> None:
     assert _mode(board) == "pmode:0000"
     out = tmp_path / "modes"
-    doc = ok_json(edgekit(env, "--json", "bench", "--board", board.name, "--recipe", "sim-tiny-mtp", "--quick",
+    doc = ok_json(edgekit("--json", "bench", "--board", board.name, "--recipe", "sim-tiny-mtp", "--quick",
                           "--n-gen", "64", "--ignore-eos", "--no-llama-bench", "--concurrency", "1",
-                          "--power-modes", "0,15W", "--lock-clocks", "--out", str(out)))
+                          "--power-modes", "0,15W", "--lock-clocks", "--out", str(out), env=env))
     assert [(m["mode"], m["mode_name"]) for m in doc["modes"]] == [(0, "MAXN"), (3, "15W")]
     assert all(m["clocks_locked"] is True and m["power_available"] for m in doc["modes"])
     for m in doc["modes"]:  # each mode's own bench, recorded at that mode
@@ -77,7 +76,7 @@ def test_two_modes_differ_and_the_board_is_put_back(board: SimBoard, env: dict[s
 
 
 def test_a_killed_run_still_gets_its_mode_back(board: SimBoard, env: dict[str, str], tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "edgekit", "bench", "--board", board.name, "--recipe",
+    proc = subprocess.Popen([*EDGEKIT, "bench", "--board", board.name, "--recipe",
                              "sim-tiny-mtp", "--n-gen", "400", "--ignore-eos", "--no-llama-bench", "--no-power",
                              "--power-modes", "30W", "--out", str(tmp_path / "killed")], env=env,
                             stdout=subprocess.DEVNULL, stderr=(tmp_path / "stderr").open("w"))
@@ -101,7 +100,7 @@ def test_a_killed_run_still_gets_its_mode_back(board: SimBoard, env: dict[str, s
 
 
 def test_an_unknown_mode_is_one_sentence_and_changes_nothing(board: SimBoard, env: dict[str, str]) -> None:
-    res = edgekit(env, "bench", "--board", board.name, "--recipe", "sim-tiny-mtp", "--power-modes", "0,7W")
+    res = edgekit("bench", "--board", board.name, "--recipe", "sim-tiny-mtp", "--power-modes", "0,7W", env=env)
     assert res.returncode != 0 and "has no power mode '7W'; its nvpmodel modes: 0 (MAXN), 1 (50W)" in res.stderr
     assert _mode(board) == "pmode:0000"
 
@@ -110,9 +109,9 @@ def test_an_unknown_mode_is_one_sentence_and_changes_nothing(board: SimBoard, en
 def test_tune_over_modes_picks_a_mode_and_leaves_the_board_there(board: SimBoard, env: dict[str, str],
                                                                  tmp_path: Path) -> None:
     try:
-        res = edgekit(env, "tune", "--board", board.name, "--recipe", "sim-tiny-mtp", "--quick", "--draft-n", "2",
+        res = edgekit("tune", "--board", board.name, "--recipe", "sim-tiny-mtp", "--quick", "--draft-n", "2",
                       "--objective", "energy", "--min-gain", "0.05", "--power-modes", "50W,15W",
-                      "--out", str(tmp_path / "tune"))
+                      "--out", str(tmp_path / "tune"), env=env)
         assert res.returncode == 0, res.stderr[-3000:]
         result = json.loads((tmp_path / "tune" / "tune.json").read_text())
         by_mode = {m["mode_name"]: m["best"]["joules_per_token"]["mean"] for m in result["modes"]}

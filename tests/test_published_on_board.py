@@ -30,7 +30,7 @@ def recipe() -> Path:
 def test_image_and_audio_are_answered_by_health_and_bench(sim_session, recipe: Path, tmp_path: Path) -> None:
     env = {**os.environ, **sim_session.env}
     (board,) = sim_session.boards(1, fresh=True)
-    rep = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", str(recipe)))
+    rep = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", str(recipe), env=env))
     health = rep["health"]
     assert health["ok"] and health["draft_n"] > 0
     assert health["method"] == "chat completion"  # an instruction-tuned target is checked through its template
@@ -39,8 +39,8 @@ def test_image_and_audio_are_answered_by_health_and_bench(sim_session, recipe: P
         assert m["ok"] and m["tokens"] > 0 and m["ttft_ms"] > 0, (kind, m)
     # The projector's prompt is more than the question: the image's / audio's soft tokens are in it.
     assert health["media"]["image"]["prompt_tokens"] > 20 and health["media"]["audio"]["prompt_tokens"] > 20
-    doc = ok_json(edgekit(env, "--json", "bench", "--board", board.name, "--recipe", str(recipe), "--quick",
-                          "--out", str(tmp_path / "bench")))
+    doc = ok_json(edgekit("--json", "bench", "--board", board.name, "--recipe", str(recipe), "--quick",
+                          "--out", str(tmp_path / "bench"), env=env))
     results.validate(doc)
     summary = {(m["config"], m["kind"]): m for m in doc["media"]["summary"]}
     assert set(summary) == {(c, k) for c in ("drafter", "baseline") for k in ("image", "audio")}
@@ -51,13 +51,13 @@ def test_image_and_audio_are_answered_by_health_and_bench(sim_session, recipe: P
     assert "## Vision and audio" in (tmp_path / "bench" / "report.md").read_text()
 
     # tune sweeps the draft length on templated prompts and deploys the best; that release still serves the mmproj.
-    res = edgekit(env, "--json", "tune", "--board", board.name, "--recipe", str(recipe), "--quick", "--draft-n", "1,3",
-                  "--repetitions", "1", "--out", str(tmp_path / "tune"))
+    res = edgekit("--json", "tune", "--board", board.name, "--recipe", str(recipe), "--quick", "--draft-n", "1,3",
+                  "--repetitions", "1", "--out", str(tmp_path / "tune"), env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     result = json.loads((tmp_path / "tune" / "tune.json").read_text())
     assert [r["name"] for r in result["table"]] == ["n1-pdef", "n3-pdef", "baseline"]
     assert all(r["acceptance"] > 0.2 for r in result["table"] if r["speculative"])
-    status = ok_json(edgekit(env, "--json", "status", "--board", board.name))
+    status = ok_json(edgekit("--json", "status", "--board", board.name, env=env))
     media = status["health"]["media"]
     assert all(m["ok"] for m in media.values()) and set(media) == {"image", "audio"}
 
@@ -66,16 +66,16 @@ def test_image_and_audio_are_answered_by_health_and_bench(sim_session, recipe: P
     vllm = yaml.safe_load((ROOT / "edgekit" / "data" / "recipes" / "sim-tiny-mtp-vllm.yaml").read_text())
     doc.update(name="sim-e2b-mtp-vllm", runtime=vllm["runtime"], convert={"gguf": False})
     (tmp_path / "vllm.yaml").write_text(yaml.safe_dump(doc))
-    res = edgekit(env, "deploy", "--board", board.name, "--recipe", str(tmp_path / "vllm.yaml"))
+    res = edgekit("deploy", "--board", board.name, "--recipe", str(tmp_path / "vllm.yaml"), env=env)
     assert res.returncode != 0 and "captures CUDA graphs of the centroid head" in res.stderr, res.stderr[-2000:]
     assert "Nothing was sent" in res.stderr.splitlines()[-1]
-    assert ok_json(edgekit(env, "--json", "status", "--board", board.name))["current"] == status["current"]
+    assert ok_json(edgekit("--json", "status", "--board", board.name, env=env))["current"] == status["current"]
     # The same target alone on vLLM: its text model (Gemma4ForCausalLM), checked through its chat template.
     doc.pop("drafter")
     doc.update(name="sim-e2b-vllm-plain", runtime={**vllm["runtime"], "spec_type": "none"})
     (tmp_path / "vllm-plain.yaml").write_text(yaml.safe_dump(doc))
-    plain = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe",
-                            str(tmp_path / "vllm-plain.yaml")))
+    plain = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe",
+                            str(tmp_path / "vllm-plain.yaml"), env=env))
     assert plain["health"]["ok"] and plain["health"]["method"] == "chat completion", plain["health"]
     assert plain["health"]["tokens"] > 0 and not plain["health"]["draft_n"]
 

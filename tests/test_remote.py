@@ -5,24 +5,19 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import paramiko
+from cli_helpers import edgekit
 
 from edgekit.remote import hostkeys
-
-
-def edgekit(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgekit", *args], capture_output=True, text=True,
-                          input=stdin, timeout=120, check=False)
 
 
 def test_probe_reads_each_boards_own_jetson_files(sim_boards) -> None:
     a, b = sim_boards(2)
     (thor,) = sim_boards(1, "thor")
-    facts = {x.name: json.loads(edgekit("board", "probe", "--board", x.name, "--json").stdout) for x in (a, b, thor)}
+    facts = {x.name: json.loads(edgekit("board", "probe", "--board", x.name, "--json", timeout=120).stdout)
+             for x in (a, b, thor)}
     fa, ft = facts[a.name], facts[thor.name]
     for key in ("board", "model", "l4t", "cuda", "arch", "mem_total_mb", "disk_free_mb", "python", "jtop",
                 "power_rails"):
@@ -45,24 +40,24 @@ def test_unknown_host_key_is_refused_then_trusted(sim_boards, tmp_path: Path) ->
     assert pinned is not None
     hostkeys.forget(board.known_hosts, board.host, board.port)
     try:
-        res = edgekit("board", "probe", "--board", board.name)
+        res = edgekit("board", "probe", "--board", board.name, timeout=120)
         assert res.returncode == 2 and "Traceback" not in res.stderr
         assert "not trusted yet" in res.stderr and hostkeys.fingerprint(pinned) in res.stderr
         assert f"edgekit board trust --board {board.name}" in res.stderr
         # No terminal and no --yes: nothing is trusted.
-        res = edgekit("board", "trust", "--board", board.name)
+        res = edgekit("board", "trust", "--board", board.name, timeout=120)
         assert res.returncode == 2 and "--yes" in res.stderr
         assert hostkeys.known_key(board.known_hosts, board.host, board.port) is None
         # A wrong expected fingerprint is refused.
-        res = edgekit("board", "trust", "--board", board.name, "--fingerprint", "SHA256:wrong")
+        res = edgekit("board", "trust", "--board", board.name, "--fingerprint", "SHA256:wrong", timeout=120)
         assert res.returncode == 2 and "not the expected" in res.stderr
         res = edgekit("board", "trust", "--board", board.name, "--fingerprint", hostkeys.fingerprint(pinned),
-                      "--json")
+                      "--json", timeout=120)
         assert res.returncode == 0, res.stderr
         assert json.loads(res.stdout)["status"] == "new"
     finally:
         hostkeys.record(board.known_hosts, board.host, board.port, pinned)
-    assert edgekit("board", "probe", "--board", board.name).returncode == 0
+    assert edgekit("board", "probe", "--board", board.name, timeout=120).returncode == 0
 
 
 def test_changed_host_key_is_refused_naming_the_file(sim_boards) -> None:
@@ -71,9 +66,9 @@ def test_changed_host_key_is_refused_naming_the_file(sim_boards) -> None:
     impostor = paramiko.Ed25519Key.from_private_key_file(str(board.key))  # any other ed25519 key
     hostkeys.record(board.known_hosts, board.host, board.port, impostor)
     try:
-        res = edgekit("board", "probe", "--board", board.name)
+        res = edgekit("board", "probe", "--board", board.name, timeout=120)
         assert res.returncode == 2 and "CHANGED" in res.stderr and str(board.known_hosts) in res.stderr
-        res = edgekit("board", "trust", "--board", board.name, "--yes")
+        res = edgekit("board", "trust", "--board", board.name, "--yes", timeout=120)
         assert res.returncode == 2 and "--replace" in res.stderr
     finally:
         hostkeys.record(board.known_hosts, board.host, board.port, real)
@@ -90,9 +85,9 @@ def test_unreachable_and_bad_key_are_one_line(sim_boards, tmp_path: Path) -> Non
     dead = dict(entry, port=1)
     nokey = dict(entry, key=str(tmp_path / "missing_key"))
     alt.write_text(yaml.safe_dump({"boards": {"dead": dead, "nokey": nokey}}))
-    res = edgekit("--config", str(alt), "board", "probe", "--board", "dead")
+    res = edgekit("--config", str(alt), "board", "probe", "--board", "dead", timeout=120)
     assert res.returncode == 2 and "Cannot reach" in res.stderr and res.stderr.count("\n") == 1
-    res = edgekit("--config", str(alt), "board", "probe", "--board", "nokey")
+    res = edgekit("--config", str(alt), "board", "probe", "--board", "nokey", timeout=120)
     assert res.returncode == 2 and "does not exist" in res.stderr
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import psutil
 import pytest
 from build_helpers import sdist_or_skip
+from cli_helpers import edgekit
 
 from edgekit.bench.jobs import Job
 from edgekit.config.boardfile import Boards
@@ -154,9 +155,8 @@ def test_a_site_takes_each_blob_once_from_the_workstation(sim_session, env: dict
         data.groups["sites"] = names
         board_file.save(data)
         before, seed_before = lan.uplink.tx_bytes(), lan.sent_by(0)
-        res = subprocess.run([sys.executable, "-m", "edgekit", "--json", "fleet", "rollout", "--recipe",
-                              "sim-tiny-mtp", "--group", "sites", "--no-canary"], env=env, capture_output=True,
-                             text=True, timeout=1200)
+        res = edgekit("--json", "fleet", "rollout", "--recipe", "sim-tiny-mtp", "--group", "sites", "--no-canary",
+                      env=env)
         sent, seed_sent = lan.uplink.tx_bytes() - before, lan.sent_by(0) - seed_before
         wrong = {b.name: faults.violations(b, netns=lan.namespaces[i]) for i, b in enumerate(boards)}
     assert res.returncode == 0, res.stderr[-3000:]
@@ -184,8 +184,7 @@ def _largest_blob(board) -> str:  # type: ignore[no-untyped-def]
 
 
 def _rollout(env: dict[str, str], recipe: str) -> dict:
-    res = subprocess.run([sys.executable, "-m", "edgekit", "--json", "fleet", "rollout", "--recipe", recipe,
-                          "--group", "faultsite", "--no-canary"], env=env, capture_output=True, text=True, timeout=1200)
+    res = edgekit("--json", "fleet", "rollout", "--recipe", recipe, "--group", "faultsite", "--no-canary", env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout)
 

@@ -50,7 +50,7 @@ def _current(board: SimBoard) -> dict:
 def test_where_the_drafter_loses_the_target_alone_is_served_and_says_why(board: SimBoard, env: dict[str, str],
                                                                         tmp_path: Path) -> None:
     recipe = _recipe(tmp_path, "sim-auto-loses")
-    report = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", str(recipe)))
+    report = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", str(recipe), env=env))
     spec = report["spec_auto"]
     print(f"\nspec auto, drafter loses: {spec['reason']}; deploy {report['seconds']} s, A/B {spec['seconds']} s")
     assert spec["serve"] == "target alone" and spec["remeasured"]
@@ -64,18 +64,18 @@ def test_where_the_drafter_loses_the_target_alone_is_served_and_says_why(board: 
     assert decision["serve"] == "target alone" and decision["reason"] == spec["reason"]
     assert decision["measured_release"] != manifest["release"]  # the drafted release it was measured on
     assert report["health"]["ok"] and any("spec auto" in n for n in report["notes"])
-    status = ok_json(edgekit(env, "--json", "status", "--board", board.name))
+    status = ok_json(edgekit("--json", "status", "--board", board.name, env=env))
     assert status["spec_decision"]["reason"] == spec["reason"] and status["health"]["ok"]
 
     # The same recipe again: decided for this drafted release already, nothing measured, nothing changed.
-    again = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", str(recipe)))
+    again = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", str(recipe), env=env))
     assert not again["changed"] and again["release"] == manifest["release"]
     assert again["spec_auto"]["remeasured"] is False and again["spec_auto"]["serve"] == "target alone"
 
 
 def test_where_the_drafter_wins_it_is_served(board: SimBoard, env: dict[str, str], tmp_path: Path) -> None:
     recipe = _recipe(tmp_path, "sim-auto-wins", spec_min_gain=0.05)
-    report = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", str(recipe)))
+    report = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", str(recipe), env=env))
     spec = report["spec_auto"]
     print(f"\nspec auto, bar 0.05×: {spec['reason']}; deploy {report['seconds']} s, A/B {spec['seconds']} s")
     assert spec["serve"] == "drafter" and spec["gain"]["values"] and min(spec["gain"]["values"]) > 0.05
@@ -83,17 +83,17 @@ def test_where_the_drafter_wins_it_is_served(board: SimBoard, env: dict[str, str
     assert manifest["drafter"] and manifest["spec_type"] == "draft-mtp"
     assert manifest["runtime"]["spec_decision"] is None and manifest["release"] == report["release"]
     assert report["health"]["draft_n"] > 0
-    again = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", str(recipe)))
+    again = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", str(recipe), env=env))
     assert not again["changed"] and again["spec_auto"]["remeasured"] is False
 
 
 def test_tune_deploys_the_target_alone_where_no_drafted_setting_beats_it(board: SimBoard, env: dict[str, str],
                                                                          tmp_path: Path) -> None:
     recipe = _recipe(tmp_path, "sim-tune-alone", spec="on")
-    ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe", str(recipe)))
+    ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", str(recipe), env=env))
     # A bar no tiny drafter clears (3×): two quick repetitions can put draft length 1 a little ahead of its target.
-    res = edgekit(env, "tune", "--board", board.name, "--recipe", str(recipe), "--quick", "--draft-n", "1,3",
-                  "--min-gain", "3", "--no-power", "--out", str(tmp_path / "tune"))
+    res = edgekit("tune", "--board", board.name, "--recipe", str(recipe), "--quick", "--draft-n", "1,3",
+                  "--min-gain", "3", "--no-power", "--out", str(tmp_path / "tune"), env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "Best by tok/s: no drafter." in " ".join(res.stdout.split())
     result = json.loads((tmp_path / "tune" / "tune.json").read_text())

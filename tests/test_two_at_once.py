@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 from build_helpers import sdist_or_skip
-from cli_helpers import recipe_variant
+from cli_helpers import EDGEKIT, recipe_variant
 
 from edgekit.config.boardfile import Boards
 from edgekit.sim import faults
@@ -25,7 +24,7 @@ def env(sim_session) -> dict[str, str]:
 
 
 def rollout_cmd(recipe: Path, group: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "edgekit", "--json", "fleet", "rollout", "--recipe", str(recipe), "--group",
+    return [*EDGEKIT, "--json", "fleet", "rollout", "--recipe", str(recipe), "--group",
             group, "--no-canary", *extra]
 
 

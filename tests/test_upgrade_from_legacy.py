@@ -12,12 +12,12 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from build_helpers import sdist_or_skip
-from test_deploy import complete, deploy, edgekit, recipe_variant, status
+from cli_helpers import edgekit
+from test_deploy import complete, deploy, recipe_variant, status
 
 REPO = Path(__file__).resolve().parents[1]
 LEGACY_REF = "491d7d5"  # the last commit whose service was edgekit-llama.service
@@ -45,8 +45,7 @@ def _legacy_tree(tmp: Path) -> Path:
 def _legacy_deploy(tree: Path, board: str, recipe: str) -> dict:
     # Run from outside the checkout: `python -m` puts the working directory first on sys.path.
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    res = subprocess.run([sys.executable, "-m", "edgekit", "--json", "deploy", "--board", board, "--recipe", recipe],
-                         capture_output=True, text=True, timeout=900, check=False, env=env, cwd=tree)
+    res = edgekit("--json", "deploy", "--board", board, "--recipe", recipe, env=env, timeout=900, cwd=tree)
     assert res.returncode == 0, res.stderr[-2000:]
     return json.loads(res.stdout)
 
@@ -74,7 +73,7 @@ def test_a_board_the_previous_edgekit_deployed_is_upgraded_and_rolls_back(boards
     # Back to the release the previous edgekit made: refused in one sentence (it carries unit text, which is never
     # installed: units come from specs), before anything on the board is touched.
     unit_before = (units / "edgekit-serve.service").read_text()
-    res = edgekit("rollback", "--board", board.name)
+    res = edgekit("rollback", "--board", board.name, timeout=900)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert f"Release {old['release']} on board {board.name!r} was made by an earlier edgekit" in res.stderr
@@ -105,7 +104,7 @@ def test_a_board_the_previous_edgekit_left_open_to_the_network_is_moved_to_loopb
 
     # Today's edgekit refuses that recipe in one sentence, before anything is sent: the board is as it was.
     releases = sorted(p.name for p in (board.base / "releases").iterdir())
-    res = edgekit("deploy", "--board", board.name, "--recipe", str(open_recipe))
+    res = edgekit("deploy", "--board", board.name, "--recipe", str(open_recipe), timeout=900)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
     assert "0.0.0.0 would serve the model to every machine that reaches the board, with no key" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
@@ -123,6 +122,6 @@ def test_a_board_the_previous_edgekit_left_open_to_the_network_is_moved_to_loopb
 
     # Rolling back to the old release (which served the network with no key) is refused: it is redeployed or not
     # at all, and the board stays on loopback.
-    res = edgekit("--json", "rollback", "--board", board.name)
+    res = edgekit("--json", "rollback", "--board", board.name, timeout=900)
     assert res.returncode == 2 and "was made by an earlier edgekit" in res.stderr, res.stderr[-2000:]
     assert not _answers("127.0.0.2", board.service_port) and complete(board.service_port)["content"] is not None

@@ -64,8 +64,8 @@ def record(board: SimBoard) -> dict:
 
 def test_a_wedged_server_is_restarted_by_the_board_and_status_says_so(sim_session, env, tmp_path) -> None:
     (board,) = sim_session.boards(1, fresh=True)
-    rep = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe",
-                          str(variant(tmp_path, "sim-tiny-watched"))))
+    rep = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe",
+                          str(variant(tmp_path, "sim-tiny-watched")), env=env))
     assert board.run("systemctl is-active edgekit-watchdog.service").rc == 0
     unit = (board.root / "etc/systemd/system/edgekit-watchdog.service").read_text()  # rendered from its spec
     assert "Restart=always" in unit and " watchdog " in unit and rep["release"] in unit
@@ -78,17 +78,17 @@ def test_a_wedged_server_is_restarted_by_the_board_and_status_says_so(sim_sessio
     assert restart["release"] == rep["release"] and restart["reason"], restart
     assert os.readlink(board.base / "current") == f"releases/{rep['release']}"
 
-    st = ok_json(edgekit(env, "--json", "status", "--board", board.name))
+    st = ok_json(edgekit("--json", "status", "--board", board.name, env=env))
     assert st["health"]["ok"] and len(st["watchdog"]["restarts"]) == 1 and st["watchdog"]["rolled_back"] is None
-    assert "1 restart(s)" in edgekit(env, "status", "--board", board.name).stdout
+    assert "1 restart(s)" in edgekit("status", "--board", board.name, env=env).stdout
 
 
 def test_a_release_that_keeps_wedging_is_replaced_by_the_one_before(sim_session, env, tmp_path) -> None:
     (board,) = sim_session.boards(1, fresh=True)
-    good = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe",
-                           str(variant(tmp_path, "sim-tiny-good"))))
-    bad = ok_json(edgekit(env, "--json", "deploy", "--board", board.name, "--recipe",
-                          str(variant(tmp_path, "sim-tiny-wedging", restarts=1))))
+    good = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe",
+                           str(variant(tmp_path, "sim-tiny-good")), env=env))
+    bad = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe",
+                          str(variant(tmp_path, "sim-tiny-wedging", restarts=1)), env=env))
     assert bad["release"] != good["release"]
     wedge_and_wait(board, lambda: (board.base / "watchdog.json").is_file() and record(board).get("restarts"))
     # Restarted once within the window already: the next wedge puts the release before it back.
@@ -99,7 +99,7 @@ def test_a_release_that_keeps_wedging_is_replaced_by_the_one_before(sim_session,
     rolled = record(board)["rolled_back"]
     assert rolled["from"] == bad["release"] and rolled["to"] == good["release"], rolled
 
-    st = ok_json(edgekit(env, "--json", "status", "--board", board.name))
+    st = ok_json(edgekit("--json", "status", "--board", board.name, env=env))
     assert st["current"] == good["release"] and st["health"]["ok"]
     assert st["watchdog"]["rolled_back"]["to"] == good["release"]
 

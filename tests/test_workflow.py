@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cli_helpers import edgekit
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW = REPO / "edgekit" / "data" / "ci" / "nightly-bench.yml"
@@ -162,11 +163,6 @@ def test_run_scripts_are_valid_bash(workflow: dict[str, Any], tmp_path: Path) ->
 PIN = "edgekit-jetson @ git+https://github.com/acme/edgekit@0123456789abcdef0123456789abcdef01234567"
 
 
-def _edgekit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "edgekit", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=60, check=False)
-
-
 def test_every_install_step_installs_the_checkout_or_the_pinned_spec(workflow: dict[str, Any]) -> None:
     installs = [s["run"] for job in workflow["jobs"].values() for s in job["steps"] if "pip install" in s.get("run", "")
                 or "pip=(" in s.get("run", "")]
@@ -178,7 +174,7 @@ def test_every_install_step_installs_the_checkout_or_the_pinned_spec(workflow: d
 
 
 def test_ci_init_writes_a_pinned_workflow_that_lints(actionlint: Lint, tmp_path: Path) -> None:
-    res = _edgekit("--json", "ci", "init", "--spec", PIN, cwd=tmp_path)
+    res = edgekit("--json", "ci", "init", "--spec", PIN, cwd=tmp_path, timeout=60)
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     written = tmp_path / ".github" / "workflows" / "nightly-bench.yml"
@@ -189,9 +185,9 @@ def test_ci_init_writes_a_pinned_workflow_that_lints(actionlint: Lint, tmp_path:
     errors = actionlint(written)
     assert errors == [], errors
     # A second init does not clobber what the user may have edited.
-    again = _edgekit("ci", "init", "--spec", PIN, cwd=tmp_path)
+    again = edgekit("ci", "init", "--spec", PIN, cwd=tmp_path, timeout=60)
     assert again.returncode == 2 and "--force" in again.stderr
-    assert _edgekit("ci", "init", "--spec", PIN, "--force", cwd=tmp_path).returncode == 0
+    assert edgekit("ci", "init", "--spec", PIN, "--force", cwd=tmp_path, timeout=60).returncode == 0
 
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -223,7 +219,7 @@ def test_ci_init_takes_a_pinned_spec(spec: str) -> None:
 
 @pytest.mark.parametrize("spec", REFUSED)
 def test_ci_init_refuses_a_spec_a_registry_would_resolve(spec: str, tmp_path: Path) -> None:
-    res = _edgekit("ci", "init", "--spec", spec, cwd=tmp_path)
+    res = edgekit("ci", "init", "--spec", spec, cwd=tmp_path, timeout=60)
     assert res.returncode == 2, res.stdout
     assert res.stderr.count("\n") == 1 and "edgekit:" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / ".github").exists()

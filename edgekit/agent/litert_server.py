@@ -8,7 +8,8 @@ Run by the board's LiteRT-LM Python (``litert-lm-api``), not by the agent's pyth
 It answers what the load and the health check ask llama-server: ``GET /health``, ``GET /props``,
 ``POST /tokenize``, ``/detokenize``, ``/apply-template`` (the bundle's chat template, rendered by LiteRT-LM;
 404 when it has none: prompts are then sent raw), ``/completion`` (streamed as server-sent events, or one JSON)
-and ``/v1/chat/completions`` (one user message of text, not streamed, with llama-server's ``timings``).
+and ``/v1/chat/completions`` (a conversation of text messages, greedy, streamed as OpenAI's chunks or one
+JSON, with llama-server's ``timings``), so the OpenAI client talks to it as to llama-server or vLLM.
 One engine serves one request at a time (a lock): concurrent requests queue, which the bench's latency
 figures then show.
 
@@ -60,13 +61,40 @@ def read_api_key(path: str) -> str:
         raise SystemExit(78) from None
 
 
+ROLES = ("system", "user", "assistant")
+
+
+def conversation_of(messages) -> list:
+    """An OpenAI ``messages`` list as LiteRT-LM takes it: roles system, user and assistant, text only (a
+    content list of text parts is joined), the last message the user's; ValueError saying what is wrong."""
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("messages: a non-empty list of {role, content}")
+    turns = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise ValueError(f"messages[{i}]: role must be one of {', '.join(ROLES)}")
+        content = m.get("content")
+        if isinstance(content, list):
+            texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+            if len(texts) != len(content) or not all(isinstance(t, str) for t in texts):
+                raise ValueError(f"messages[{i}]: text parts only (edgekit's LiteRT-LM bundles are text only)")
+            content = "".join(texts)
+        if not isinstance(content, str):
+            raise ValueError(f"messages[{i}]: content must be text")
+        turns.append({"role": m["role"], "content": content})
+    if turns[-1]["role"] != "user":
+        raise ValueError("the last message must be the user's")
+    return turns
+
+
 class Model:
     def __init__(self, path: str, speculative: bool, draft_steps: int, cache_dir: str, ctx: int,
-                 accelerator: str = "cpu") -> None:
+                 accelerator: str = "cpu", chat_template: str | None = None) -> None:
         import litert_lm
 
         self.lm = litert_lm
         self.speculative, self.draft_steps, self.ctx = speculative, draft_steps, ctx
+        self.chat_template = chat_template  # None: the bundle's own
         litert_lm.set_min_log_severity(litert_lm.LogSeverity.INFO)  # the drafter's success rate, on close
         backend = litert_lm.Backend.GPU() if accelerator == "gpu" else litert_lm.Backend.CPU()
         self.engine = litert_lm.Engine(path, backend=backend, cache_dir=cache_dir,
@@ -91,28 +119,30 @@ class Model:
             return self.detokenize(ids)
         return str(prompt)
 
-    def template(self, messages: list) -> str | None:
-        """One user message through the bundle's chat template (the model's turn opened), as text; None when
-        the bundle has no template (LiteRT-LM then renders the text unchanged)."""
-        if len(messages) != 1 or not isinstance(messages[0], dict) or not isinstance(messages[0].get("content"), str):
-            raise ValueError("edgekit's LiteRT-LM front takes one user message of text (its bundles are text only)")
-        content = messages[0]["content"]
+    def template(self, messages) -> str | None:
+        """The conversation through the chat template (the recipe's, else the bundle's), the model's turn
+        opened, as text; None when there is none (LiteRT-LM then renders a message's text unchanged)."""
+        turns = conversation_of(messages)
         with self.lock:  # a conversation of its own, only to render: the engine runs one thing at a time
-            conversation = self.engine.create_conversation()
+            conversation = self.engine.create_conversation(chat_template=self.chat_template)
             try:
-                rendered = conversation.render_message_to_string({"role": "user", "content": content})
+                # Each message renders as the part the conversation adds for it (LiteRT-LM renders the whole
+                # history and keeps the difference), so the parts joined are the conversation's prompt.
+                rendered = "".join(conversation.render_message_to_string(m) for m in turns)
             finally:
                 conversation.close()
-        return None if rendered == content else rendered
+        return None if rendered == "".join(m["content"] for m in turns) else rendered
 
-    def chat(self, body: dict) -> dict:
-        """/v1/chat/completions, greedy, not streamed: the templated prompt completed, with llama-server's
-        timings, so the health check reads the same fields as from llama-server."""
-        messages = body.get("messages") or []
-        prompt = self.template(messages)
-        out = self.complete({"prompt": messages[0]["content"] if prompt is None else prompt,
-                             "n_predict": body.get("max_tokens") or body.get("n_predict") or 128}, lambda _c: None)
-        return {"object": "chat.completion", "model": body.get("model") or "litert-lm",
+    def chat(self, body: dict, emit) -> dict:
+        """/v1/chat/completions, greedy: the templated conversation completed; ``emit(text)`` per streamed
+        chunk. The answer carries llama-server's timings, so the health check reads the same fields."""
+        turns = conversation_of(body.get("messages"))
+        prompt = self.template(turns)
+        n_predict = body.get("max_completion_tokens") or body.get("max_tokens") or body.get("n_predict") or 128
+        out = self.complete({"prompt": turns[-1]["content"] if prompt is None else prompt, "n_predict": n_predict,
+                             "stream": bool(body.get("stream"))}, emit)
+        return {"id": f"chatcmpl-{int(time.time() * 1000)}", "object": "chat.completion", "created": int(time.time()),
+                "model": body.get("model") or "litert-lm",
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": out["content"]},
                              "finish_reason": "length" if out["stop_type"] == "limit" else "stop"}],
                 "usage": {"prompt_tokens": out["tokens_evaluated"], "completion_tokens": out["tokens_predicted"],
@@ -223,12 +253,51 @@ def handler_for(model: Model, key: str = ""):
                         self._json(404, {"error": "the bundle has no chat template"})
                     else:
                         self._json(200, {"prompt": prompt})
+                elif body.get("stream"):
+                    conversation_of(body.get("messages"))  # a bad request is answered 400 before the stream opens
+                    self._chat_stream(body)
                 else:
-                    self._json(200, model.chat(body))
+                    self._json(200, model.chat(body, lambda _c: None))
             except ValueError as exc:
                 self._json(400, {"error": str(exc)})
             except Exception as exc:  # the client sees why, the server keeps serving
                 self._json(500, {"error": str(exc)})
+
+        def _chat_stream(self, body: dict) -> None:
+            """OpenAI's chat.completion.chunk events, as llama-server and vLLM send them, then ``[DONE]``."""
+            head = {"id": f"chatcmpl-{int(time.time() * 1000)}", "object": "chat.completion.chunk",
+                    "created": int(time.time()), "model": body.get("model") or "litert-lm"}
+            self._open_stream()
+            try:
+                self._event({**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                                  "finish_reason": None}]})
+                out = model.chat(body, lambda chunk: self._event(
+                    {**head, "choices": [{"index": 0, "delta": {"content": chunk}, "finish_reason": None}]}))
+                finish = out["choices"][0]["finish_reason"]
+                last = {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
+                        "timings": out["timings"]}
+                if (body.get("stream_options") or {}).get("include_usage"):
+                    last["usage"] = out["usage"]
+                self._event(last)
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            except Exception as exc:  # the stream is open: the error goes as its last event
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self._event({"error": {"message": str(exc), "type": "server_error"}})
+            self.close_connection = True
+
+        def _open_stream(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+
+        def _event(self, data: dict) -> None:
+            self.wfile.write(b"data: " + json.dumps(data).encode() + b"\n\n")
+            self.wfile.flush()
 
         def _completion(self, body: dict) -> None:
             if not body.get("stream"):
@@ -237,23 +306,15 @@ def handler_for(model: Model, key: str = ""):
                 except Exception as exc:  # the client sees why, the server keeps serving
                     self._json(500, {"error": str(exc)})
                 return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Connection", "close")
-            self.end_headers()
-
-            def event(data: dict) -> None:
-                self.wfile.write(b"data: " + json.dumps(data).encode() + b"\n\n")
-                self.wfile.flush()
-
+            self._open_stream()
             try:
-                final = model.complete(body, lambda chunk: event({"content": chunk, "stop": False}))
+                final = model.complete(body, lambda chunk: self._event({"content": chunk, "stop": False}))
             except (BrokenPipeError, ConnectionResetError):
                 return
             except Exception as exc:
                 final = {"error": str(exc)}
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                event(final)
+                self._event(final)
             self.close_connection = True
 
     return Handler
@@ -270,10 +331,15 @@ def main(argv=None) -> None:
     p.add_argument("--cache-dir", default="/tmp/edgekit-litert-cache")
     p.add_argument("--accelerator", choices=("cpu", "gpu"), default="cpu", help="LiteRT-LM's backend")
     p.add_argument("--api-key-file", default="", help="the file holding the key every request but /health needs")
+    p.add_argument("--chat-template-file", default="", help="a Jinja chat template that replaces the bundle's")
     args = p.parse_args(argv)
     key = read_api_key(args.api_key_file) if args.api_key_file else ""  # before the engine loads or a port opens
     os.makedirs(args.cache_dir, exist_ok=True)  # LiteRT-LM refuses a cache dir that does not exist
-    model = Model(args.model, args.speculative, args.draft_steps, args.cache_dir, args.ctx, args.accelerator)
+    template = None
+    if args.chat_template_file:
+        with open(args.chat_template_file, encoding="utf-8") as f:
+            template = f.read()
+    model = Model(args.model, args.speculative, args.draft_steps, args.cache_dir, args.ctx, args.accelerator, template)
     server = ThreadingHTTPServer((args.host, args.port), handler_for(model, key))
     server.daemon_threads = True
     # systemd stops with SIGTERM: close the engine so LiteRT-LM logs the drafter's success rate.

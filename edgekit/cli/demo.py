@@ -27,7 +27,7 @@ from edgekit.sim import boards as sim_boards
 @json_option
 @click.pass_obj
 def demo(app: App, recipe_name: str, profile: str) -> None:
-    """Simulated board up → probe → deploy → a completion you can paste."""
+    """Simulated board up → probe → deploy → a completion you can paste (curl, or the OpenAI client)."""
     from edgekit.build import fetch_sdist
     from edgekit.deploy.pipeline import DeployOptions, check_host, deploy
     from edgekit.remote.transfer import TransferProgress
@@ -59,13 +59,22 @@ def demo(app: App, recipe_name: str, profile: str) -> None:
     body = json.dumps({"prompt": "The capital of France is", "n_predict": 32, "temperature": 0})
     curl = shlex.join(["curl", "-s", f"http://127.0.0.1:{port}/completion", "-H",
                        "Content-Type: application/json", "-d", body])
-    data = {"board": name, "probe": facts.to_dict(), "deploy": report.to_dict(), "try": curl}
+    # How most people talk to such a server: the OpenAI client, through the recipe's chat template.
+    python = "\n".join([
+        "from openai import OpenAI  # pip install openai",
+        f'client = OpenAI(base_url="http://127.0.0.1:{port}/v1", api_key="none")',
+        f'reply = client.chat.completions.create(model="{recipe.name}", max_tokens=32, temperature=0, '
+        'messages=[{"role": "user", "content": "What is the capital of France?"}])',
+        "print(reply.choices[0].message.content)"])
+    data = {"board": name, "probe": facts.to_dict(), "deploy": report.to_dict(), "try": curl, "python": python}
 
     def human() -> None:
         app.out.print(report.headline())
         app.out.print(f"answer: {report.health.get('text', '').strip()[:200]!r}")
         app.out.print("Ask the board yourself:")
         app.out.print(curl, markup=False, highlight=False)
+        app.out.print("or, from Python:")
+        app.out.print(python, markup=False, highlight=False)
         app.out.print(f"Then: edgekit status --board {name}   |   edgekit sim down")
 
     app.emit(data, human)

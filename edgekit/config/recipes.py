@@ -16,6 +16,7 @@ from edgekit.config.recipe_lookup import find_recipe
 from edgekit.config.serve_address import LOOPBACK_HOST, is_loopback, network_bind_refusal
 from edgekit.config.synthetic import SYNTHETIC_MODELS
 from edgekit.config.yamlfile import load_model
+from edgekit.resources import data_path
 
 SPEC_TYPES = (
     "none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
@@ -187,6 +188,10 @@ class Runtime(PrintableModel):
     watchdog: Watchdog = Field(default_factory=Watchdog)
     allow_quirks: list[str] = Field(default_factory=list)  # guards (edgekit.engines.llamacpp_quirks) not to apply
     extra_args: list[str] = Field(default_factory=list)
+    # For a model whose own files carry no chat template (a base checkpoint): a template edgekit ships
+    # (edgekit/data/chat_templates; "gemma": Gemma 2/3 turns), served to clients' /v1/chat/completions by
+    # every engine. Unset: the model's own template (llama-server falls back to ChatML without one).
+    chat_template: str | None = None
     # The systemd sandboxing directives of the board's units: default = those that cannot take a GPU away;
     # strict adds ProtectSystem=strict, ProtectHome=read-only, RestrictAddressFamilies, SystemCallFilter (each
     # engine declares the paths it writes); off for a board where a directive breaks something.
@@ -196,6 +201,14 @@ class Runtime(PrintableModel):
     @classmethod
     def _hardening(cls, v: object) -> object:
         return "off" if v is False else v  # YAML 1.1 reads a bare `hardening: off` as false
+
+    @field_validator("chat_template")
+    @classmethod
+    def _shipped_template(cls, v: str | None) -> str | None:
+        names = sorted(p.stem for p in data_path("chat_templates").glob("*.jinja"))
+        if v is not None and v not in names:
+            raise ValueError(f"edgekit ships no chat template {v!r} (it has {', '.join(names)})")
+        return v
 
     @field_validator("host")
     @classmethod

@@ -45,10 +45,13 @@ def python_of(board: Board) -> str:
 
 
 def front_argv(python: str, rdir: str, bundle: str, host: str, port: int, cache_length: int,
-               draft_steps: int | None, accelerator: str, cache_dir: str, key_file: str | None = None) -> list[str]:
+               draft_steps: int | None, accelerator: str, cache_dir: str, key_file: str | None = None,
+               chat_template: str | None = None) -> list[str]:
     """The front on ``port``: the bundle with its MTP drafter when ``draft_steps``, else the target alone
-    (``key_file``: every request but /health needs the key it holds)."""
+    (``key_file``: every request but /health needs the key it holds; ``chat_template``: a template file that
+    replaces the bundle's own)."""
     argv = [python, f"{rdir}/agent/litert_server.py", "--model", bundle, "--host", host, "--port", str(port),
             "--ctx", str(cache_length), "--cache-dir", cache_dir, "--accelerator", accelerator]
     argv += ["--api-key-file", key_file] if key_file else []
+    argv += ["--chat-template-file", chat_template] if chat_template else []
     return [*argv, "--speculative", "--draft-steps", str(draft_steps)] if draft_steps else argv

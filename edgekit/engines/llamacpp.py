@@ -26,6 +26,7 @@ from edgekit.engines.llamacpp_quirks import Applied, apply_guards
 from edgekit.errors import EdgekitError
 from edgekit.paths import cache_dir
 from edgekit.release.auth import auth_fields
+from edgekit.release.chat_template import template_files
 from edgekit.release.health import GpuPolicy
 from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service_ports, service_units
 from edgekit.release.units import run_as_fields
@@ -209,7 +210,8 @@ def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: s
         return service_units(base, rid, lambda rdir, port: [f"{rdir}/bin/llama-server", *args_at(port)], ports,
                              rt, key_file=auth.get("api_key_file"), user=user)
 
-    return plan_release(recipe.name, release_files(bin_dir, models), describe, render)
+    files = {**release_files(bin_dir, models), **template_files(rt.chat_template)}
+    return plan_release(recipe.name, files, describe, render)
 
 
 class LlamaCpp(EngineBase):

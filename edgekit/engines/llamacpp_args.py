@@ -12,6 +12,7 @@ import re
 
 from edgekit.config.recipes import Runtime
 from edgekit.errors import EdgekitError
+from edgekit.release.chat_template import RELEASE_FILE as CHAT_TEMPLATE_FILE
 
 # logical name → accepted spellings, newest first
 FLAG_SPELLINGS: dict[str, tuple[str, ...]] = {
@@ -34,6 +35,8 @@ FLAG_SPELLINGS: dict[str, tuple[str, ...]] = {
     "api_key_file": ("--api-key-file",),
     "flash_attn": ("-fa", "--flash-attn"),
     "mmproj": ("-mm", "--mmproj"),
+    "jinja": ("--jinja",),
+    "chat_template_file": ("--chat-template-file",),
 }
 
 _FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
@@ -107,6 +110,8 @@ def server_args(
         args.append(metrics)
     if not runtime.slots and (no_slots := f("no_slots", False)) is not None:
         args.append(no_slots)  # /slots shows every slot's prompt: other users' words
+    if runtime.chat_template is not None:  # the release's template file (edgekit.release.chat_template)
+        args += [f("jinja"), f("chat_template_file"), CHAT_TEMPLATE_FILE]
     if key_file is not None:
         args += [f("api_key_file"), key_file]  # a path: the key itself never shows in `ps`
     return [a for a in args if a is not None] + list(runtime.extra_args)

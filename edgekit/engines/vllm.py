@@ -33,6 +33,8 @@ from edgekit.engines.vllm_container import (
 )
 from edgekit.errors import EdgekitError
 from edgekit.release.auth import auth_fields
+from edgekit.release.chat_template import RELEASE_FILE as CHAT_TEMPLATE_FILE
+from edgekit.release.chat_template import template_files
 from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service_ports, service_units
 from edgekit.release.units import run_as_fields
 from edgekit.remote.runner import LocalRunner, SshRunner
@@ -81,6 +83,8 @@ def server_argv(python: str, rdir: str, recipe: Recipe, port: int, has_drafter: 
         argv += ["--kv-cache-memory-bytes", str(int(v.kv_cache_gib * (1 << 30)))]
     if v.enforce_eager:
         argv.append("--enforce-eager")
+    if rt.chat_template is not None:
+        argv += ["--chat-template", f"{rdir}/{CHAT_TEMPLATE_FILE}"]
     if has_drafter:
         spec = {"method": "mtp", "model": f"{rdir}/models/drafter", "num_speculative_tokens": rt.draft_n_max}
         argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
@@ -122,7 +126,8 @@ def compose(ctx: ReleaseContext, python: str, version: str, models: dict[str, Pa
                              auth.get("api_env_file"), auth.get("api_key_file"), ctx.facts.service_user,
                              writable_at=lambda rdir, _port: [rdir])
 
-    return plan_release(recipe.name, {**models, **agent_files()}, describe, render)
+    files = {**models, **template_files(recipe.runtime.chat_template), **agent_files()}
+    return plan_release(recipe.name, files, describe, render)
 
 
 class Vllm(EngineBase):
