@@ -136,6 +136,10 @@ def test_installed_edgekit_runs_from_an_empty_directory(installed: dict[str, str
     req = urllib.request.Request(url, body, {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=60) as resp:
         assert json.loads(resp.read())["tokens_predicted"] > 0
+    # So do the OpenAI client lines it prints, run as written (this venv has openai): text, not ChatML.
+    said = subprocess.run([sys.executable, "-c", demo["python"]], capture_output=True, text=True, timeout=300)
+    assert said.returncode == 0 and sum(c.isalpha() for c in said.stdout) >= 3, said.stdout + said.stderr[-2000:]
+    assert "<|im_" not in said.stdout, said.stdout
 
     # A fleet rollout of a built-in recipe to two simulated boards, with the playbooks from the package.
     run(env, "sim", "up", "--boards", "2")

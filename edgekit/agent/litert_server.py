@@ -124,14 +124,14 @@ class Model:
         opened, as text; None when there is none (LiteRT-LM then renders a message's text unchanged)."""
         turns = conversation_of(messages)
         with self.lock:  # a conversation of its own, only to render: the engine runs one thing at a time
-            conversation = self.engine.create_conversation(chat_template=self.chat_template)
+            # Rendering a message renders the conversation's history before it too (and adds nothing to it):
+            # the history as the conversation's preface, the last message rendered.
+            conversation = self.engine.create_conversation(messages=turns[:-1], chat_template=self.chat_template)
             try:
-                # Each message renders as the part the conversation adds for it (LiteRT-LM renders the whole
-                # history and keeps the difference), so the parts joined are the conversation's prompt.
-                rendered = "".join(conversation.render_message_to_string(m) for m in turns)
+                rendered = conversation.render_message_to_string(turns[-1])
             finally:
                 conversation.close()
-        return None if rendered == "".join(m["content"] for m in turns) else rendered
+        return None if rendered == turns[-1]["content"] else rendered
 
     def chat(self, body: dict, emit) -> dict:
         """/v1/chat/completions, greedy: the templated conversation completed; ``emit(text)`` per streamed
