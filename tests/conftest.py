@@ -28,6 +28,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -193,6 +194,29 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         _prebuild = subprocess.Popen(["nice", "-n", "19", sys.executable, str(Path(__file__).with_name("prebuild.py"))],
                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
+
+
+# Each lane's time in the run's log (CI's included): the sum of its tests' setup, call and teardown, which is what
+# the lane takes alone, run by itself, less collection and start-up.
+_lane_seconds: dict[str, float] = {}
+_lane_tests: dict[str, set[str]] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    lane = "sim" if item.get_closest_marker("sim") else "fast"
+    t0 = time.monotonic()
+    yield
+    _lane_seconds[lane] = _lane_seconds.get(lane, 0.0) + time.monotonic() - t0
+    _lane_tests.setdefault(lane, set()).add(item.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    names = {"fast": "fast lane (-m 'not sim')", "sim": "sim lane"}
+    parts = [f"{names[lane]}: {len(_lane_tests[lane])} tests, {int(_lane_seconds[lane] // 60)} min "
+             f"{_lane_seconds[lane] % 60:.0f} s" for lane in names if lane in _lane_tests]
+    if parts:
+        terminalreporter.write_line("; ".join(parts))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
