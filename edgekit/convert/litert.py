@@ -63,9 +63,8 @@ def tokenizer_override(model_dir: Path) -> str | None:
 
 
 def available(python: str | None = None) -> bool:
-    python = python or litert_python()
-    proc = subprocess.run([python, "-c", "import litert_torch, litert_lm"], capture_output=True, check=False)
-    return proc.returncode == 0
+    """``python`` has litert-torch and litert-lm-api (found, not imported: an import takes seconds)."""
+    return not missing_in(python or litert_python())
 
 
 def missing_in(python: str) -> list[str]:
@@ -125,8 +124,7 @@ def export_litertlm(model_dir: Path, out_dir: Path, prefill_lengths: list[int], 
     python = python or litert_python()
     if quant not in QUANT_RECIPES:
         raise EdgekitError(f"LiteRT quantization must be one of {', '.join(QUANT_RECIPES)}, not {quant!r}.")
-    if not available(python):
-        raise EdgekitError(missing_sentence("the LiteRT-LM export", python))
+    check_python("the LiteRT-LM export", python)
     out_dir.mkdir(parents=True, exist_ok=True)
     log = log or out_dir / "export.log"
     if drafter_dir is None:
