@@ -123,16 +123,16 @@ def test_gemma3_270m_answers_with_real_text(boards) -> None:
     assert report["health"]["ok"]
     text = complete(board.service_port, "The capital of France is", n=16)["content"]
     assert sum(c.isalpha() for c in text) > 10, text
-    # A client's chat goes through Gemma's turns (the recipe's chat_template), not ChatML: asked through the
-    # OpenAI client, and the prompt llama-server makes of it.
-    assert_answers(board.service_port, "sim-gemma3-270m", words=True)
+    # A client's chat goes through the recipe's chat_template (a Question/Answer transcript for this base model),
+    # not ChatML: asked through the OpenAI client, which gets the answer; and the prompt llama-server makes of it.
+    assert "Paris" in assert_answers(board.service_port, "sim-gemma3-270m", words=True)
     body = json.dumps({"messages": MESSAGES}).encode()
     req = urllib.request.Request(f"http://127.0.0.1:{board.service_port}/apply-template", body,
                                  {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=60) as resp:
         prompt = json.loads(resp.read())["prompt"]
-    assert prompt.endswith("<start_of_turn>user\nThe capital of France is<end_of_turn>\n<start_of_turn>model\n")
-    assert "<start_of_turn>model\nBlue.<end_of_turn>" in prompt and "Answer in a few words." in prompt, prompt
+    assert prompt == ("Answer in a few words.\n\nQuestion: Name a colour.\nAnswer: Blue.\n\n"
+                      "Question: The capital of France is\nAnswer:"), prompt
 
 
 def test_changed_setting_new_release_and_rollback(boards, tmp_path: Path) -> None:

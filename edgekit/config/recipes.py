@@ -189,7 +189,8 @@ class Runtime(PrintableModel):
     allow_quirks: list[str] = Field(default_factory=list)  # guards (edgekit.engines.llamacpp_quirks) not to apply
     extra_args: list[str] = Field(default_factory=list)
     # For a model whose own files carry no chat template (a base checkpoint): a template edgekit ships
-    # (edgekit/data/chat_templates; "gemma": Gemma 2/3 turns), served to clients' /v1/chat/completions by
+    # (edgekit/data/chat_templates: "gemma", Gemma 2/3 turns; "question-answer", a plain transcript for a base
+    # model), served to clients' /v1/chat/completions by
     # every engine. Unset: the model's own template (llama-server falls back to ChatML without one).
     chat_template: str | None = None
     # The systemd sandboxing directives of the board's units: default = those that cannot take a GPU away;
