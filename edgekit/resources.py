@@ -23,6 +23,11 @@ def ansible_collection_dir() -> Path:
     return data_path("ansible")
 
 
+def chat_templates_dir() -> Path:
+    """The chat templates a recipe may name (``runtime.chat_template``): ``<name>.jinja``."""
+    return data_path("chat_templates")
+
+
 def ci_dir() -> Path:
     """The nightly on-device benchmark workflow and its actionlint config."""
     return data_path("ci")

@@ -16,7 +16,7 @@ from edgekit.config.recipe_lookup import find_recipe
 from edgekit.config.serve_address import LOOPBACK_HOST, is_loopback, network_bind_refusal
 from edgekit.config.synthetic import SYNTHETIC_MODELS
 from edgekit.config.yamlfile import load_model
-from edgekit.resources import data_path
+from edgekit.resources import chat_templates_dir
 
 SPEC_TYPES = (
     "none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
@@ -188,10 +188,9 @@ class Runtime(PrintableModel):
     watchdog: Watchdog = Field(default_factory=Watchdog)
     allow_quirks: list[str] = Field(default_factory=list)  # guards (edgekit.engines.llamacpp_quirks) not to apply
     extra_args: list[str] = Field(default_factory=list)
-    # For a model whose own files carry no chat template (a base checkpoint): a template edgekit ships
-    # (edgekit/data/chat_templates: "gemma", Gemma 2/3 turns; "question-answer", a plain transcript for a base
-    # model), served to clients' /v1/chat/completions by
-    # every engine. Unset: the model's own template (llama-server falls back to ChatML without one).
+    # For a model whose own files carry no chat template: a template edgekit ships (edgekit/data/chat_templates:
+    # "gemma", Gemma 2/3 turns; "question-answer", a plain transcript for a base model), served to clients'
+    # /v1/chat/completions by every engine. Unset: the model's own (llama-server falls back to ChatML without one).
     chat_template: str | None = None
     # The systemd sandboxing directives of the board's units: default = those that cannot take a GPU away;
     # strict adds ProtectSystem=strict, ProtectHome=read-only, RestrictAddressFamilies, SystemCallFilter (each
@@ -206,7 +205,7 @@ class Runtime(PrintableModel):
     @field_validator("chat_template")
     @classmethod
     def _shipped_template(cls, v: str | None) -> str | None:
-        names = sorted(p.stem for p in data_path("chat_templates").glob("*.jinja"))
+        names = sorted(p.stem for p in chat_templates_dir().glob("*.jinja"))
         if v is not None and v not in names:
             raise ValueError(f"edgekit ships no chat template {v!r} (it has {', '.join(names)})")
         return v

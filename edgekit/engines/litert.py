@@ -23,8 +23,7 @@ from edgekit.engines.base import EngineRelease, ReleaseContext
 from edgekit.engines.capabilities import EngineBase
 from edgekit.engines.litert_front import BUNDLE, board_python, bundle_for, front_argv, python_of
 from edgekit.release.auth import auth_fields
-from edgekit.release.chat_template import RELEASE_FILE as CHAT_TEMPLATE_FILE
-from edgekit.release.chat_template import template_files
+from edgekit.release.chat_template import served_path, template_files
 from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service_ports, service_units
 from edgekit.release.units import run_as_fields
 
@@ -42,7 +41,7 @@ def compose(ctx: ReleaseContext, python: str, bundle: dict[str, Any]) -> Release
         # One compiled-model cache per port: the main and the candidate server may run side by side.
         return front_argv(python, rdir, f"{rdir}/{BUNDLE}", rt.host, port, cache_length, steps,
                           rt.litert.accelerator, f"{rdir}/litert-cache-{port}", auth.get("api_key_file"),
-                          f"{rdir}/{CHAT_TEMPLATE_FILE}" if rt.chat_template else None)
+                          served_path(rdir, rt.chat_template))
 
     describe = {
         "engine": "litert-lm", "recipe": recipe.name, "port": ports[0], "candidate_port": ports[1],

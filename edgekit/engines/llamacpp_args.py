@@ -110,7 +110,7 @@ def server_args(
         args.append(metrics)
     if not runtime.slots and (no_slots := f("no_slots", False)) is not None:
         args.append(no_slots)  # /slots shows every slot's prompt: other users' words
-    if runtime.chat_template is not None:  # the release's template file (edgekit.release.chat_template)
+    if runtime.chat_template is not None:  # the release's file; --jinja said, as older refs default to off
         args += [f("jinja"), f("chat_template_file"), CHAT_TEMPLATE_FILE]
     if key_file is not None:
         args += [f("api_key_file"), key_file]  # a path: the key itself never shows in `ps`

@@ -33,8 +33,7 @@ from edgekit.engines.vllm_container import (
 )
 from edgekit.errors import EdgekitError
 from edgekit.release.auth import auth_fields
-from edgekit.release.chat_template import RELEASE_FILE as CHAT_TEMPLATE_FILE
-from edgekit.release.chat_template import template_files
+from edgekit.release.chat_template import served_path, template_files
 from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service_ports, service_units
 from edgekit.release.units import run_as_fields
 from edgekit.remote.runner import LocalRunner, SshRunner
@@ -83,8 +82,8 @@ def server_argv(python: str, rdir: str, recipe: Recipe, port: int, has_drafter: 
         argv += ["--kv-cache-memory-bytes", str(int(v.kv_cache_gib * (1 << 30)))]
     if v.enforce_eager:
         argv.append("--enforce-eager")
-    if rt.chat_template is not None:
-        argv += ["--chat-template", f"{rdir}/{CHAT_TEMPLATE_FILE}"]
+    if template := served_path(rdir, rt.chat_template):
+        argv += ["--chat-template", template]
     if has_drafter:
         spec = {"method": "mtp", "model": f"{rdir}/models/drafter", "num_speculative_tokens": rt.draft_n_max}
         argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]

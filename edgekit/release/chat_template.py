@@ -10,11 +10,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgekit.resources import data_path
+from edgekit.resources import chat_templates_dir
 
 RELEASE_FILE = "models/chat_template.jinja"
 
 
 def template_files(name: str | None) -> dict[str, Path]:
     """The release file for ``name`` (none when the model's own template serves)."""
-    return {RELEASE_FILE: data_path("chat_templates", f"{name}.jinja")} if name else {}
+    return {RELEASE_FILE: chat_templates_dir() / f"{name}.jinja"} if name else {}
+
+
+def served_path(rdir: str, name: str | None) -> str | None:
+    """Where a server in release ``rdir`` reads the template; None when the model's own serves."""
+    return f"{rdir}/{RELEASE_FILE}" if name else None
