@@ -195,8 +195,8 @@ def test_corrupted_part_is_sent_again(runner: SshRunner, base: Path, blobs: list
 def test_a_verifier_that_dies_falls_back_to_hashing_after(
     runner: SshRunner, base: Path, blobs: list[Blob], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A board whose python3 cannot run the streaming verifier (broken, too old) still gets verified pushes.
-    monkeypatch.setattr(transfer, "VERIFY_PY", "import sys; sys.exit('no hashlib here')")
+    # A streaming verifier that ends early (killed, refused) still leaves verified pushes: hashed after.
+    monkeypatch.setattr(transfer, "FOLLOW", "no-such-verb")  # the agent refuses it: the verifier ends at once
     report = push_blobs(runner, str(base), blobs, verify="stream")
     assert report.sent_blobs == 3
     assert_in_store(base, blobs)
@@ -301,7 +301,9 @@ def test_push_many_reports_each_board(sim_board: SimBoard, tmp_path: Path, blobs
     assert set(results) == set(bases)
     assert set(results.succeeded) == {"b0", "b1", "b2"} and set(results.failed) == {"broken"}
     assert all(isinstance(r, PushReport) and r.sent_blobs == 3 for r in results.succeeded.values())
-    assert "Cannot prepare the store" in str(results["broken"]) and "'broken'" in str(results["broken"])
+    # The base is a file: the first thing made under it (the agent's directory) says so, in one sentence.
+    why = str(results["broken"])
+    assert why.startswith("Cannot make ") and "Not a directory" in why and "'broken'" in why
     for i in range(3):
         assert_in_store(bases[f"b{i}"], blobs)
 
@@ -387,3 +389,26 @@ def test_a_killed_openssh_push_leaves_no_sender_behind(sim_board: SimBoard, runn
     report = push_blobs(runner, str(base), [big], verify="openssh")
     assert report.resumed_bytes == cut and report.sent_blobs == 1
     assert_in_store(base, [big])
+
+
+def test_a_blob_rotted_at_rest_is_sent_anew_before_a_release_is_activated_from_it(
+        runner: SshRunner, base: Path, blobs: list[Blob]) -> None:
+    push_blobs(runner, str(base), blobs)
+    big = blobs[0]
+    stored = base / "store" / big.sha256
+    # A pushed release made of hard links to the store (as releases/<id> is): the same inode rots with it.
+    (base / "releases" / "r2").mkdir(parents=True)
+    os.link(stored, base / "releases" / "r2" / "model.gguf")
+    with open(stored, "r+b") as fh:  # one byte flipped in place: size and mtime say nothing
+        fh.seek(1000)
+        byte = fh.read(1)
+        fh.seek(1000)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    # A redeploy of what the board serves trusts its store (it is serving those bytes): nothing hashed, sent.
+    trusted = push_blobs(runner, str(base), blobs)
+    assert (trusted.sent_bytes, trusted.rechecked_bytes, trusted.corrupt_blobs) == (0, 0, 0)
+    report = push_blobs(runner, str(base), blobs, recheck_for="r2")
+    assert report.corrupt_blobs == 1 and report.sent_blobs == 1 and report.sent_bytes == big.size
+    assert report.rechecked_bytes == sum(b.size for b in blobs[1:])  # the good ones, hashed again
+    assert_in_store(base, blobs)
+    assert not (base / "releases" / "r2").exists()  # made from the bad copy: to be made again from the store

@@ -13,8 +13,14 @@
     site-pull SPEC                                  a release's blobs from the site's boards (see site_pull.py)
     unit-install --base B --release R --unit U | --spec FILE    a unit from its spec (see units.py)
     unit-remove --unit U                            a unit stopped, disabled and deleted
+    inventory [--create] STORE SHA...               blobs present, partial uploads, free space (see blobstore.py)
+    receive   STORE SHA SIZE OFFSET [--executable]  a blob from stdin, resumed, hashed, placed atomically
+    hash      [--parts] STORE SHA...                sha256 of stored blobs (or of their .part)
+    check     [--release DIR] STORE SHA...          stored blobs hashed again; a corrupt one deleted
+    follow    PATH SIZE ...                         hash uploads while they land (a JSON line per file)
+    place     [--tar] STORE SHA MODE ... [-- CMD]   uploads (or a tar of them on stdin) checked and placed; then CMD
 
-Every subcommand but watchdog prints one JSON object on stdout. Errors: one sentence on stderr, exit 2.
+Every subcommand but watchdog and follow prints one JSON object on stdout. Errors: one sentence on stderr, exit 2.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import time
 from typing import Any, Iterator
 
 from . import activate as activate_cmd
-from . import energy, extras, service_exec, site_pull, sources, units, watchdog
+from . import blobstore, energy, extras, service_exec, site_pull, sources, units, watchdog
 from . import load as load_cmd
 from .sampler import Sampler
 
@@ -244,7 +250,82 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("unit-remove", help="stop, disable and delete a unit")
     p.add_argument("--unit", required=True)
     p.set_defaults(fn=lambda a: _emit(units.cmd_remove(a)) or 0)
+    _store_verbs(sub)
     return ap
+
+
+def _sha(text: str) -> str:
+    try:
+        return blobstore.check_sha(text)
+    except blobstore.StoreError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _sha_list(p: argparse.ArgumentParser) -> None:
+    p.add_argument("shas", nargs="*", metavar="SHA", type=_sha)
+
+
+def _store_verbs(sub: Any) -> None:
+    p = sub.add_parser("inventory", help="which blobs the store has, partial uploads and free space")
+    p.add_argument("store")
+    p.add_argument("--create", action="store_true", help="make the store first")
+    _sha_list(p)
+    p.set_defaults(fn=lambda a: _emit(blobstore.inventory(a.store, a.shas, a.create)) or 0)
+    p = sub.add_parser("receive", help="a blob from stdin into the store: resumed, hashed, placed atomically")
+    p.add_argument("store")
+    p.add_argument("sha", type=_sha)
+    p.add_argument("size", type=int)
+    p.add_argument("offset", type=int)
+    p.add_argument("--executable", action="store_true")
+    p.set_defaults(fn=cmd_receive)
+    p = sub.add_parser("hash", help="sha256 of stored blobs (or, with --parts, of their uploads, fsynced)")
+    p.add_argument("store")
+    p.add_argument("--parts", action="store_true")
+    _sha_list(p)
+    p.set_defaults(fn=lambda a: _emit(blobstore.hash_blobs(a.store, a.shas, a.parts)) or 0)
+    p = sub.add_parser("check", help="stored blobs hashed again; one whose sha256 is not its name is deleted")
+    p.add_argument("--release", default=None, metavar="DIR",
+                   help="<base>/releases/<id> about to be activated: removed (unless current) when a blob was bad")
+    p.add_argument("store")
+    _sha_list(p)
+    p.set_defaults(fn=lambda a: _emit(blobstore.check(a.store, a.shas, a.release)) or 0)
+    p = sub.add_parser("follow", help="hash files while another channel uploads them (a JSON line per file)")
+    p.add_argument("pairs", nargs="+", metavar="PATH SIZE")
+    p.set_defaults(fn=cmd_follow)
+    p = sub.add_parser("place", help="uploaded parts checked, made durable and placed; then a command if all were")
+    p.add_argument("store")
+    p.add_argument("--tar", action="store_true", help="first unpack a tar stream of <sha>.part files from stdin")
+    p.add_argument("args", nargs=argparse.REMAINDER, metavar="SHA MODE ... [-- COMMAND ...]",
+                   help="octal modes; after --, a command run in this process's place once every part was good")
+    p.set_defaults(fn=cmd_place)
+
+
+def cmd_receive(args: argparse.Namespace) -> int:
+    got = blobstore.receive(args.store, args.sha, args.size, args.offset, args.executable, blobstore.stdin_bytes())
+    _emit(got)
+    return blobstore.CUT if got["cut"] else 0
+
+
+def cmd_follow(args: argparse.Namespace) -> int:
+    if len(args.pairs) % 2:
+        raise AgentError("follow takes PATH SIZE pairs")
+    return blobstore.follow([(args.pairs[i], int(args.pairs[i + 1])) for i in range(0, len(args.pairs), 2)])
+
+
+def cmd_place(args: argparse.Namespace) -> int:
+    rest = list(args.args)
+    cut = rest.index("--") if "--" in rest else len(rest)
+    pairs, then = rest[:cut], rest[cut + 1:]
+    if len(pairs) % 2:
+        raise AgentError("place takes SHA MODE pairs")
+    modes = {blobstore.check_sha(pairs[i]): int(pairs[i + 1], 8) for i in range(0, len(pairs), 2)}
+    if args.tar:
+        blobstore.untar_parts(args.store, set(modes), blobstore.stdin_bytes())
+    got = blobstore.place_parts(args.store, modes)
+    _emit(got)
+    if then and not got["bad"]:
+        os.execvp(then[0], then)  # e.g. the release made from these blobs: one round trip for both
+    return 0
 
 
 def cmd_activate(args: argparse.Namespace) -> int:
@@ -271,6 +352,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.fn(args))
     # ValueError: values argparse can't check (e.g. --hz 0); RuntimeError: a unit operation the board refused
-    except (AgentError, ValueError, RuntimeError) as exc:
+    except (AgentError, blobstore.StoreError, ValueError, RuntimeError) as exc:
         sys.stderr.write(f"error: {exc}.\n")
         return 2

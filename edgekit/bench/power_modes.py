@@ -29,7 +29,7 @@ from edgekit.bench.orchestrate import BenchOptions
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
 from edgekit.errors import EdgekitError
-from edgekit.remote import privilege
+from edgekit.remote import agent_ship, privilege
 from edgekit.remote.probe import probe
 from edgekit.remote.runner import LocalRunner, SshRunner, runner_for
 
@@ -115,7 +115,7 @@ def modes_session(name: str, board: Board, say: Callable[[str], None],
         facts = probe(runner, board.base)
         sudo = facts.sudo_prefix
         work = f"{facts.base}/bench/modes-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
-        agent = boardfs.push_agent(runner, f"{work}/agent")
+        agent = agent_ship.ensure(runner, facts.base)
         try:
             before = _snapshot(runner, agent)
             modes = before.get("nvpmodel_modes") or {}

@@ -37,7 +37,7 @@ from edgekit.config.recipes import Recipe
 from edgekit.engines.benchconf import ServerConfig
 from edgekit.errors import EdgekitError
 from edgekit.release.manifest import ReleaseManifest
-from edgekit.remote import releases
+from edgekit.remote import agent_ship, releases
 from edgekit.remote.lock import BoardLock
 from edgekit.remote.probe import BoardFacts, probe
 from edgekit.remote.runner import LocalRunner, SshRunner, runner_for
@@ -187,7 +187,9 @@ class Session:
         self.release_dir = f"{base}/releases/{self.release}"
         self.work = f"{base}/bench/{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
         boardfs.mkdirs(runner, f"{self.work}/jobs")
-        self.agent = boardfs.push_agent(runner, f"{self.work}/agent")
+        # This edgekit's agent, not the release's copy: the host parses what it writes, and a release deployed by
+        # an older edgekit may lack a verb. Sent once per version (remote.agent_ship).
+        self.agent = agent_ship.ensure(runner, base)
         self.prompts = f"{self.work}/prompts.json"
         boardfs.put_text(runner, self.prompts, json.dumps(prompts.load(self.recipe.bench.prompt_set)))
         self.svc = BenchBoard(runner, base, self.release_dir, self.facts.sudo_prefix, self.work,

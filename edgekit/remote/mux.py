@@ -44,6 +44,7 @@ class MuxRunner(SshRunner):
     def __init__(self, board: Board, name: str, control_dir: Path) -> None:
         # Not SshRunner.__init__: that opens the paramiko connection this runner exists to avoid.
         self.name, self.board = name, board
+        self.agents: set[str] = set()
         self._conn: Connection | None = None
         self._connected = False
         full = ssh_argv(board)
@@ -59,11 +60,12 @@ class MuxRunner(SshRunner):
         return [*self._ssh, "-o", "ControlMaster=auto", self._host, *tail]
 
     def run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None,
-            env: Mapping[str, str] | None = None) -> Result:
+            env: Mapping[str, str] | None = None, stdin: bytes | None = None) -> Result:
         full = _with_env(argv, env)
+        feed = {"stdin": subprocess.DEVNULL} if stdin is None else {"input": stdin.decode()}
         try:
             proc = subprocess.run(self.argv(shlex.join(full)), capture_output=True, text=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL)
+                                  **feed)
         except subprocess.TimeoutExpired:
             raise EdgekitError(f"`{shlex.join(full)[:120]}` timed out on board {self.name!r}.") from None
         if proc.returncode == 255 and not self.alive():  # ssh's own failure, not the command's exit 255
