@@ -34,16 +34,12 @@ REMAINING = {
     "engines/vllm_container.py": (1, 0),
     "engines/litert_front.py": (1, 0),
     "engines/vllm.py": (1, 0),
-    "data/ansible/plugins/action/edgekit_blobs.py": (1, 0),
     "build/onboard.py": (2, 0),
     "build/sysroot.py": (1, 1),
-    "remote/lock.py": (1, 1),
-    "remote/releases.py": (3, 4),
     "fleet/sites.py": (3, 1),
-    "fleet/commands.py": (4, 0),
-    "fleet/scripts.py": (0, 2),
+    "fleet/commands.py": (2, 0),
+    "fleet/scripts.py": (0, 1),
     "bench/jobs.py": (3, 3),
-    "bench/power_modes.py": (1, 1),
     "bench/session.py": (1, 0),
     "bench/workloads.py": (1, 0),
     "bench/benchunit.py": (1, 1),
@@ -113,10 +109,13 @@ def test_no_new_board_program_is_kept_in_a_string() -> None:
           f"{lines} lines in named strings")
 
 
-def test_the_store_and_transfer_paths_hold_no_board_program() -> None:
-    # What #49 moved first: the push (deploy and fleet) and the store are agent verbs only.
+def test_the_store_transfer_and_guard_paths_hold_no_board_program() -> None:
+    # What #49 moved first: the push (deploy and fleet), the store, the releases and the channel-bound guards are
+    # agent verbs.
     found, _ = scan()
-    for rel in ("remote/transfer.py", "remote/sshstream.py", "remote/probe.py", "fleet/plan.py"):
+    for rel in ("remote/transfer.py", "remote/sshstream.py", "remote/probe.py", "fleet/plan.py", "remote/lock.py",
+                "bench/power_modes.py", "remote/channel_guard.py", "remote/releases.py",
+                "data/ansible/plugins/action/edgekit_blobs.py"):
         assert rel not in found, rel
     assert not (EDGEKIT / "remote" / "boardscripts.py").exists()
 

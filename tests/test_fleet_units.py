@@ -235,7 +235,8 @@ def test_rollout_commands_quote_every_value_and_follow_the_plan(tmp_path: Path) 
     assert "--check-first" not in argv and "--drafter" in argv
     assert subprocess.run(["sh", "-n", "-c", line], check=False).returncode == 0
     words = shlex.split(commands.rollout(plan, fleet, "restore_switch"))
-    assert words[-2:] == [base, "r1"] and words[:2] == ["sh", "-c"]
+    # the rescue of an activation that did not finish: the agent's release-switch, as one command
+    assert words[-2:] == [base, "r1"] and words[0] == "python3" and words[2:4] == ["release-switch", "--serving"]
     restore = shlex.split(commands.rollout(plan, fleet, "restore"))  # the release's agent installs its unit's spec
     r1 = f"{base}/releases/r1"
     assert restore[:10] == ["python3", "-B", f"{r1}/agent/edgekit_agent.py", "unit-install", "--base", base,

@@ -204,18 +204,46 @@ class _Writer:
         return complete
 
 
-def receive(store: str, sha: str, size: int, offset: int, executable: bool, inp: BinaryIO) -> dict[str, Any]:
+def receive(store: str, sha: str, size: int, offset: int, executable: bool, inp: BinaryIO,
+            upto: int | None = None) -> dict[str, Any]:
     """Bytes ``offset..size`` of a blob from ``inp`` into ``<sha>.part`` (the part's first ``offset`` bytes are
     hashed first), then placed when the sha256 matches. ``result``: "ok" (placed), "short" (the part held less than
-    ``offset``) or the digest it had; ``cut``: the stream ended early."""
+    ``offset``) or the digest it had; ``cut``: the stream ended early.
+
+    ``upto`` (< size): only bytes ``offset..upto`` arrive in this call (a transport that carries a blob in pieces,
+    such as Ansible's commands): appended and flushed, not hashed; ``result`` "partial". The call that brings the
+    last byte hashes the whole part."""
     check_sha(sha)
     if not 0 <= offset <= size:
         raise StoreError(f"offset {offset} is outside the blob's {size} bytes")
     part = os.path.join(store, sha + ".part")
     try:
+        if upto is not None and upto < size:
+            return _append(part, offset, upto, inp)
         return _receive(part, store, sha, size, offset, executable, inp)
     except OSError as exc:  # a full disk, a permission: what arrived stays in the part
         raise StoreError(f"cannot write {part}: {exc.strerror or exc}") from None
+
+
+def _append(part: str, offset: int, upto: int, inp: BinaryIO) -> dict[str, Any]:
+    if not offset <= upto:
+        raise StoreError(f"upto {upto} is before offset {offset}")
+    with open(part, "r+b" if offset else "wb", buffering=0) as f:
+        if os.fstat(f.fileno()).st_size < offset:
+            return {"result": "short", "cut": False}
+        f.seek(offset)
+        left = upto - offset
+        while left:
+            b = inp.read(min(CHUNK, left))
+            if not b:
+                f.truncate()
+                os.fdatasync(f.fileno())
+                return {"result": "cut", "cut": True}
+            f.write(b)
+            left -= len(b)
+        f.truncate()
+        os.fdatasync(f.fileno())
+    return {"result": "partial", "cut": False, "have": upto}
 
 
 def _receive(part: str, store: str, sha: str, size: int, offset: int, executable: bool,

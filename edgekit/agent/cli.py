@@ -14,11 +14,16 @@
     unit-install --base B --release R --unit U | --spec FILE    a unit from its spec (see units.py)
     unit-remove --unit U                            a unit stopped, disabled and deleted
     inventory [--create] STORE SHA...               blobs present, partial uploads, free space (see blobstore.py)
-    receive   STORE SHA SIZE OFFSET [--executable]  a blob from stdin, resumed, hashed, placed atomically
+    receive   STORE SHA SIZE OFFSET [--executable] [--upto END]   a blob from stdin, resumed, hashed, placed
     hash      [--parts] STORE SHA...                sha256 of stored blobs (or of their .part)
     check     [--release DIR] STORE SHA...          stored blobs hashed again; a corrupt one deleted
     follow    PATH SIZE ...                         hash uploads while they land (a JSON line per file)
     place     [--tar] STORE SHA MODE ... [-- CMD]   uploads (or a tar of them on stdin) checked and placed; then CMD
+    guard     [--lock F] [--wait S] [--await F] [--undo ARGV_JSON]   locks held, and undo run, as long as the channel
+    release-create BASE ID [PATH SHA]...            releases/<ID> made of hard links to the store (board_releases.py)
+    release-pin    BASE ID SHA...                   a pushed release's blobs kept through other deploys' prunes
+    release-list   BASE                             current, serving, its health record, the releases oldest first
+    release-switch [--serving] BASE ID              current (and serving) pointed at a release, atomically
 
 Every subcommand but watchdog and follow prints one JSON object on stdout. Errors: one sentence on stderr, exit 2.
 """
@@ -29,13 +34,14 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import time
 from typing import Any, Iterator
 
 from . import activate as activate_cmd
-from . import blobstore, energy, extras, service_exec, site_pull, sources, units, watchdog
+from . import blobstore, board_releases, energy, extras, guard, service_exec, site_pull, sources, units, watchdog
 from . import load as load_cmd
 from .sampler import Sampler
 
@@ -251,6 +257,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--unit", required=True)
     p.set_defaults(fn=lambda a: _emit(units.cmd_remove(a)) or 0)
     _store_verbs(sub)
+    _release_verbs(sub)
+    p = sub.add_parser("guard", help="hold locks while edgekit's channel lives; when it closes, run the undo commands")
+    guard.add_arguments(p)
+    p.set_defaults(fn=guard.run)
     return ap
 
 
@@ -277,6 +287,7 @@ def _store_verbs(sub: Any) -> None:
     p.add_argument("size", type=int)
     p.add_argument("offset", type=int)
     p.add_argument("--executable", action="store_true")
+    p.add_argument("--upto", type=int, default=None, help="only bytes OFFSET..UPTO in this call (appended, flushed)")
     p.set_defaults(fn=cmd_receive)
     p = sub.add_parser("hash", help="sha256 of stored blobs (or, with --parts, of their uploads, fsynced)")
     p.add_argument("store")
@@ -300,8 +311,73 @@ def _store_verbs(sub: Any) -> None:
     p.set_defaults(fn=cmd_place)
 
 
+_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*$")
+_REL = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*(/[A-Za-z0-9_][A-Za-z0-9._+-]*)*$")
+
+
+def _release_id(text: str) -> str:
+    if not _ID.match(text) or ".." in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a release id")
+    return text
+
+
+def _release_verbs(sub: Any) -> None:
+    p = sub.add_parser("release-create", help="releases/<ID> made of hard links to blobs already in the store")
+    p.add_argument("base")
+    p.add_argument("release", type=_release_id)
+    p.add_argument("pairs", nargs="*", metavar="PATH SHA")
+    p.set_defaults(fn=cmd_release_create)
+    p = sub.add_parser("release-pin", help="a pushed, not yet activated release's blobs kept through prunes")
+    p.add_argument("base")
+    p.add_argument("release", type=_release_id)
+    _sha_list(p)
+    p.set_defaults(fn=cmd_release_pin)
+    p = sub.add_parser("release-list", help="current, serving, current's health record, the releases oldest first")
+    p.add_argument("base")
+    p.set_defaults(fn=lambda a: _emit(board_releases.Layout(a.base).listing()) or 0)
+    p = sub.add_parser("release-switch", help="point current (and with --serving, serving) at a release")
+    p.add_argument("--serving", action="store_true", help="also record it as the release the service runs")
+    p.add_argument("base")
+    p.add_argument("release", type=_release_id)
+    p.set_defaults(fn=cmd_release_switch)
+
+
+def cmd_release_create(args: argparse.Namespace) -> int:
+    pairs = args.pairs
+    if len(pairs) % 2:
+        raise AgentError("release-create takes PATH SHA pairs")
+    files = [(pairs[i], blobstore.check_sha(pairs[i + 1])) for i in range(0, len(pairs), 2)]
+    for rel, _ in files:
+        if not _REL.match(rel) or ".." in rel.split("/"):
+            raise AgentError(f"{rel!r} is not a safe path inside a release")
+    # sys.argv[0]: the zipapp this runs from, linked into the release (it stays as long as the release does).
+    made = board_releases.Layout(args.base).create(args.release, files, os.path.abspath(sys.argv[0]))
+    _emit({"release": args.release, "created": made})
+    return 0
+
+
+def cmd_release_pin(args: argparse.Namespace) -> int:
+    shas = sorted(set(args.shas))
+    board_releases.Layout(args.base).pin(args.release, shas)
+    _emit({"release": args.release, "pinned": len(shas)})
+    return 0
+
+
+def cmd_release_switch(args: argparse.Namespace) -> int:
+    lay = board_releases.Layout(args.base)
+    try:
+        lay.switch(args.release)
+    except FileNotFoundError:
+        raise AgentError(f"{args.base} has no release {args.release}") from None
+    if args.serving:
+        lay.mark_serving(args.release)
+    _emit({"current": args.release, "serving": lay.serving})
+    return 0
+
+
 def cmd_receive(args: argparse.Namespace) -> int:
-    got = blobstore.receive(args.store, args.sha, args.size, args.offset, args.executable, blobstore.stdin_bytes())
+    got = blobstore.receive(args.store, args.sha, args.size, args.offset, args.executable, blobstore.stdin_bytes(),
+                            args.upto)
     _emit(got)
     return blobstore.CUT if got["cut"] else 0
 
@@ -352,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.fn(args))
     # ValueError: values argparse can't check (e.g. --hz 0); RuntimeError: a unit operation the board refused
-    except (AgentError, blobstore.StoreError, ValueError, RuntimeError) as exc:
+    # OSError: the board's filesystem refused (a missing blob, a full disk, a permission)
+    except (AgentError, blobstore.StoreError, guard.GuardError, OSError, ValueError, RuntimeError) as exc:
         sys.stderr.write(f"error: {exc}.\n")
         return 2

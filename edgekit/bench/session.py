@@ -26,8 +26,8 @@ from pydantic import ValidationError
 
 from edgekit.agent import energy
 from edgekit.bench import boardfs, prompts, workloads
+from edgekit.bench.benchunit import BENCH_UNIT, ServiceState
 from edgekit.bench.benchunit import Board as BenchBoard
-from edgekit.bench.benchunit import ServiceState
 from edgekit.bench.jobs import Job, JobFailed
 from edgekit.bench.power import PowerLog, Sampler, TotalRail, total_rail
 from edgekit.bench.workloads import Point
@@ -38,6 +38,7 @@ from edgekit.engines.benchconf import ServerConfig
 from edgekit.errors import EdgekitError
 from edgekit.release.manifest import ReleaseManifest
 from edgekit.remote import agent_ship, releases
+from edgekit.remote.channel_guard import ChannelGuard, guard_args
 from edgekit.remote.lock import BoardLock
 from edgekit.remote.probe import BoardFacts, probe
 from edgekit.remote.runner import LocalRunner, SshRunner, runner_for
@@ -261,6 +262,12 @@ class Session:
         """Stop the deployed service while measuring: board power is board-wide (unless shared)."""
         if self.svc and self.service_before and self.service_before.active and self.opts.exclusive:
             self.say("stopping the deployed service while measuring (it is started again at the end)")
+            # Started again by the board itself if this bench dies (SIGKILL, a cut link): the agent's guard, for as
+            # long as our channel lives; on a normal end the session restores it first (the guard's start is then
+            # a no-op).
+            sudo = self.facts.sudo_prefix
+            self._stack.enter_context(ChannelGuard(self.runner, self.facts.base, guard_args(undo=[
+                [*sudo, "systemctl", "stop", BENCH_UNIT], [*sudo, "systemctl", "start", self.svc.unit]])))
             self.svc.stop_main()
 
     # ---------------------------------------------------------------------------------- jobs

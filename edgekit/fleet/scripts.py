@@ -1,9 +1,9 @@
 """Board-side programs the Ansible roles run, handed to the playbook in the plan file.
 
-The release layout and the unit install are edgekit's own shell (edgekit.remote.releases,
-edgekit.deploy.service), passed through unchanged so a board updated by Ansible looks exactly like
-one updated by `edgekit deploy`; the health check is the one deploy runs too (edgekit/agent/health.py,
-its source sent as ``python3 -c``), and so is a site's pull (edgekit/agent/site_pull.py). STATE_PY (the
+The release layout, the store and the unit install are verbs of edgekit's agent (sent to the board as a zipapp by
+the push), called as `edgekit deploy` calls them, so a board updated by Ansible looks exactly like one updated by
+`edgekit deploy`; the health check is the one deploy runs too (edgekit/agent/health.py,
+its source sent as ``python3 -c``). STATE_PY (the
 board's release state as JSON) is the fleet's own. Values only ever arrive as arguments (or on stdin); the roles
 quote every argument (Jinja's `quote` = shlex).
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from edgekit.engines import ENGINES, get_engine
 from edgekit.release.health import health_program
-from edgekit.remote import releases
 
 # `python3 -c STATE_PY BASE [RELEASE] [UNIT [OLDER NAMES]]`: current, serving, releases (oldest first, as
 # releases.layout sorts them), those that carry the activation program (programs), the manifests of
@@ -86,18 +85,11 @@ print(json.dumps({
 }))
 """
 
-# `serving` written atomically, for the rescue of an activation whose program did not finish (it writes it itself).
-SERVING_SH = 'printf "%s\\n" "$2" > "$1/.serving.new" && mv -f "$1/.serving.new" "$1/serving"'
-
-
 def scripts() -> dict[str, str]:
     """Every board-side program the roles use, by the name the roles know it by."""
     return {
         "state": STATE_PY,
         "health": health_program(),
-        "create": releases.CREATE_PY,
-        "switch": releases.SWITCH_SH,
-        "serving": SERVING_SH,
     }
 
 

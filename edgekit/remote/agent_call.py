@@ -16,6 +16,10 @@ from edgekit.remote.runner import Result, Runner
 
 def why(res: Result) -> str:
     """The last line the agent wrote to stderr (its one sentence), else its exit status."""
+    if res.exit_code == 127:
+        return "the board has no python3, which edgekit's agent needs (Python ≥ 3.8: JetPack 5 or later)"
+    if "SyntaxError" in res.stderr:
+        return "the board's python3 is older than 3.8, which edgekit's agent needs (JetPack 5 or later)"
     lines = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
     return (lines[-1].removeprefix("error: ").rstrip(".") if lines else f"exit {res.exit_code}")[:300]
 
@@ -33,7 +37,12 @@ def answer(res: Result) -> dict[str, Any] | None:
 def run(runner: Runner, root: str, verb: str, *args: str, timeout: float | None = None) -> Result:
     """The verb run on the board (the agent sent first if this board lacks it); its result, whatever its exit."""
     path = agent_ship.ensure(runner, root)
-    return runner.run(agent_ship.argv(path, verb, *args), check=False, timeout=timeout)
+    res = runner.run(agent_ship.argv(path, verb, *args), check=False, timeout=timeout)
+    if res.exit_code == 2 and "can't open file" in res.stderr:  # pruned meanwhile (it goes with its releases)
+        runner.agents.discard(path)
+        path = agent_ship.ensure(runner, root)
+        res = runner.run(agent_ship.argv(path, verb, *args), check=False, timeout=timeout)
+    return res
 
 
 def call(runner: Runner, root: str, verb: str, *args: str, timeout: float | None = None,

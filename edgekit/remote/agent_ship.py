@@ -16,11 +16,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import paramiko
-
 from edgekit import paths
 from edgekit.errors import EdgekitError
-from edgekit.remote.runner import LocalRunner, Runner, SshRunner
+from edgekit.remote.runner import Runner
 
 AGENT_SRC = Path(__file__).resolve().parents[1] / "agent"
 PACKAGE = "_edgekit_agent"
@@ -75,16 +73,13 @@ def path_on(root: str) -> str:
 
 
 def ensure(runner: Runner, root: str) -> str:
-    """This edgekit's agent on the board (sent when missing); its path. Remembered per runner: one stat per board."""
+    """This edgekit's agent on the board (sent when missing); its path. Remembered per runner, and the probe tells
+    what the board holds: at most one ``test -f`` per board."""
     path = path_on(root)
     if path in runner.agents:
         return path
-    if isinstance(runner, LocalRunner):
-        _place_local(path)
-    elif isinstance(runner, SshRunner):
-        _place_remote(runner, path)
-    else:
-        raise EdgekitError(f"Cannot place edgekit's agent through a {type(runner).__name__}.")
+    if not runner.run(["test", "-f", path], check=False, timeout=30).ok:
+        _send(runner, path)
     runner.agents.add(path)
     return path
 
@@ -93,34 +88,14 @@ def argv(path: str, verb: str, *args: str) -> list[str]:
     return [PYTHON, path, verb, *args]
 
 
-def _place_local(path: str) -> None:
-    if os.path.isfile(path):
-        return
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+def _send(runner: Runner, path: str) -> None:
+    """To a temporary name (the bytes on stdin: no SFTP session, so a fleet's OpenSSH master carries it too), then
+    renamed: a cut upload leaves only the temporary name."""
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(app().data)
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def _place_remote(runner: SshRunner, path: str) -> None:
-    sftp = runner.sftp()
-    try:
-        sftp.stat(path)
-        return
-    except FileNotFoundError:
-        pass
-    except (OSError, EOFError, paramiko.SSHException) as exc:
-        raise EdgekitError(f"Cannot look for edgekit's agent on board {runner.name!r}: {exc}.") from None
-    res = runner.run(["mkdir", "-p", "--", os.path.dirname(path)], check=False, timeout=30)
-    if not res.ok:
-        why = (res.stderr.strip().splitlines() or [f"exit {res.exit_code}"])[-1]
-        raise EdgekitError(f"Cannot make {os.path.dirname(path)} on board {runner.name!r}: {why}.")
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        sftp.putfo(io.BytesIO(app().data), tmp)
-        sftp.posix_rename(tmp, path)  # whole or absent: a cut upload leaves only the temporary name
-    except (OSError, EOFError, paramiko.SSHException) as exc:
-        raise EdgekitError(f"Sending edgekit's agent to board {runner.name!r} failed: {exc or type(exc).__name__}."
-                           ) from None
+    steps = ((["mkdir", "-p", "--", os.path.dirname(path)], None), (["dd", f"of={tmp}", "bs=1M", "status=none"],
+             app().data), (["mv", "-f", "--", tmp, path], None))
+    for cmd, data in steps:
+        res = runner.run(cmd, check=False, timeout=120, stdin=data)
+        if not res.ok:
+            why = (res.stderr.strip().splitlines() or [f"exit {res.exit_code}"])[-1]
+            raise EdgekitError(f"Sending edgekit's agent to board {runner.name!r} ({path}) failed: {why}.")

@@ -149,8 +149,9 @@ class LocalRunner:
             env: Mapping[str, str] | None = None, stdin: bytes | None = None) -> Result:
         full = _with_env(argv, env)
         try:
-            proc = subprocess.run(full, capture_output=True, text=True, timeout=timeout, check=False,
-                                  input=None if stdin is None else stdin.decode())
+            raw = subprocess.run(full, capture_output=True, timeout=timeout, check=False, input=stdin)
+            proc = subprocess.CompletedProcess(raw.args, raw.returncode, raw.stdout.decode(errors="replace"),
+                                               raw.stderr.decode(errors="replace"))
         except subprocess.TimeoutExpired:
             raise EdgekitError(f"`{shlex.join(full)[:120]}` timed out on this machine.") from None
         except FileNotFoundError:

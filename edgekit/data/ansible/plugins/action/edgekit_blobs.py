@@ -21,7 +21,7 @@ compile a template per derived argument in every worker):
           (absolute; the store is <base>/store), blobs (sha256s), release, files ([path, sha256, ...]);
           the release is made unless state.has_release; site (optional): sources (URLs, in order), staging
   fleet:  edgekit_fleet: blobs ({sha256: {sha256, src (local path), size, executable}}), agent ({name, src,
-          dir, python}: the zipapp) and scripts ({create}: a board-side program)
+          dir, python}: the zipapp)
 """
 
 from __future__ import annotations
@@ -41,11 +41,12 @@ from ansible.plugins.action import ActionBase
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 FREE_MARGIN_BYTES = 16 << 20  # as edgekit's push: plus 1 % of the payload
 SMALL_BLOB = 16 << 20  # blobs up to this size go in the tar stream ...
+PIECE = 32 << 20  # ... larger ones in pieces of this size, each one command (held in memory while it crosses)
 TAR_BATCH = 64 << 20  # ... up to this much per stream (it is held in memory)
 
 
 class ActionModule(ActionBase):
-    TRANSFERS_FILES = False  # put_file targets the store itself: no remote tmp dir
+    TRANSFERS_FILES = False  # the agent writes the store itself: no remote tmp dir
     _supports_check_mode = True
     _requires_connection = True
 
@@ -73,7 +74,6 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         plan, fleet = self._task.args.get("plan") or {}, self._task.args.get("fleet") or {}
         store = f"{plan.get('base') or ''}/store"
-        scripts = fleet.get("scripts") or {}
         table = fleet.get("blobs") or {}
         if any(sha not in table for sha in plan.get("blobs") or []):
             raise AnsibleError("edgekit_blobs: the plan names a blob the fleet's table lacks")
@@ -92,6 +92,7 @@ class ActionModule(ActionBase):
         if listing.get("rc") != 0 or not isinstance(inv, dict):
             return {**result, "failed": True, "msg": f"Cannot prepare the store {store}: {self._why(listing)}."}
         have: dict[str, bool] = {str(k): bool(v) for k, v in (inv.get("have") or {}).items()}
+        parts: dict[str, int] = {str(k): int(v) for k, v in (inv.get("parts") or {}).items()}
         state = plan.get("state") or {}
         if not check and have and state.get("current") != plan.get("release"):
             rechecked = self._recheck(str(plan["base"]), str(plan.get("release")), store, have)
@@ -114,7 +115,7 @@ class ActionModule(ActionBase):
             return {**result, "failed": True, "changed": False,
                     "msg": f"The board has {free_kb * 1024 / 1e6:.1f} MB free in {store} but the push needs "
                            f"{needed / 1e6:.1f} MB ({to_send / 1e6:.1f} MB of blobs + margin); nothing was sent."}
-        create = self._create_argv(release, scripts)
+        create = self._create_argv(release)
         result["release_created"] = False
         if check:
             return result
@@ -135,11 +136,15 @@ class ActionModule(ActionBase):
                 size = blobs[sha]["size"]
                 return {**result, "failed": True, "msg": f"The local file {src} for blob {sha[:12]} is missing "
                                                          f"or not {size} bytes; rebuild the artifact."}
-        for sha in missing:
-            if blobs[sha]["size"] > SMALL_BLOB:
-                self._connection.put_file(blobs[sha]["src"], f"{store}/{sha}.part")
-        batches = self._batches([s for s in missing if blobs[s]["size"] <= SMALL_BLOB], blobs)
         placed: list[str] = []
+        for sha in missing:
+            if blobs[sha]["size"] > SMALL_BLOB:  # resumed from what an earlier, cut push left
+                failed = self._receive(store, sha, blobs[sha], parts.get(sha, 0))
+                if failed:
+                    return {**result, "failed": True, "msg": failed, "sent_blobs": len(placed),
+                            "sent_bytes": sum(blobs[s]["size"] for s in placed)}
+                placed.append(sha)
+        batches = self._batches([s for s in missing if blobs[s]["size"] <= SMALL_BLOB], blobs)
         for batch in batches[:-1]:  # placed as they come: a later cut keeps them
             got = self._place(result, store, blobs, batch, [], self._tar(batch, blobs))
             if got.get("failed"):
@@ -152,6 +157,36 @@ class ActionModule(ActionBase):
             got["sent_blobs"] = len(placed) + got["sent_blobs"]
             got["sent_bytes"] = sum(blobs[s]["size"] for s in placed) + got["sent_bytes"]
         return got
+
+    def _receive(self, store: str, sha: str, blob: dict[str, Any], offset: int) -> str | None:
+        """One large blob through the agent's `receive`, in pieces from ``offset`` (what a cut push left in its
+        .part); the piece with the last byte hashes the whole part and places it. None, or why it failed."""
+        size = blob["size"]
+        start = offset = offset if offset <= size else 0
+        with open(blob["src"], "rb") as src:
+            while True:
+                upto = min(offset + PIECE, size)
+                src.seek(offset)
+                argv = [*self.agent, "receive", store, sha, str(size), str(offset), "--upto", str(upto)]
+                res = self._run([*argv, *(["--executable"] if blob["executable"] else [])], src.read(upto - offset))
+                try:
+                    word = json.loads((res.get("stdout") or "").strip().splitlines()[-1])["result"]
+                except (ValueError, IndexError, KeyError, TypeError):
+                    word = None
+                name = os.path.basename(blob["src"])
+                if res.get("rc") != 0 or word is None:
+                    return (f"Uploading {name} failed ({self._why(res)}); run the rollout again to resume where it "
+                            "stopped.")
+                if word == "partial":
+                    offset = upto
+                    continue
+                if word == "ok":
+                    return None
+                if start > 0:  # the resumed prefix was bad (another writer, a crash): send it all again
+                    start = offset = 0
+                    continue
+                self._run(["rm", "-f", "--", f"{store}/{sha}.part"])
+                return f"{name} arrived with sha256 {str(word)[:16]}…, not {sha[:16]}…; the upload was deleted."
 
     def _recheck(self, base: str, release: str, store: str, have: dict[str, bool]) -> dict[str, Any]:
         """The blobs the board has, hashed again before a release is activated from them (the agent's `check`: a
@@ -229,16 +264,15 @@ class ActionModule(ActionBase):
                     tar.addfile(info, fh)
         return buf.getvalue()
 
-    @staticmethod
-    def _create_argv(release: Any, scripts: dict[str, str]) -> list[str]:
-        """`python3 -c CREATE_PY BASE ID [PATH SHA]...` for ``release``, or [] without one."""
+    def _create_argv(self, release: Any) -> list[str]:
+        """The agent's `release-create BASE ID [PATH SHA]...` for ``release``, or [] without one."""
         if not release:
             return []
         files = [str(f) for f in release.get("files") or []]
         if not str(release.get("base", "")).startswith("/") or not release.get("id") or len(files) % 2:
             raise AnsibleError(f"edgekit_blobs: release needs an absolute base, an id and path/sha256 pairs, "
                                f"not {release!r}")
-        return ["python3", "-c", scripts["create"], str(release["base"]), str(release["id"]), *files]
+        return [*self.agent, "release-create", str(release["base"]), str(release["id"]), *files]
 
     def _create(self, result: dict[str, Any], argv: list[str]) -> dict[str, Any]:
         made = self._run(argv)
