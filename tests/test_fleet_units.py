@@ -167,7 +167,8 @@ def test_activation_report_reads_the_registered_results_and_names_unfinished_boa
                "state": {"current": "r2", "active": True, "has_release": True}}
     healthy = json.dumps({"ok": True, "reason": "healthy", "draft_n": 4})
     sick = json.dumps({"ok": False, "reason": "no tokens"})
-    push = {"sent_blobs": 3, "sent_bytes": 900, "skipped_blobs": 1, "missing_blobs": 3, "missing_bytes": 900}
+    push = {"sent_blobs": 3, "sent_bytes": 900, "skipped_blobs": 1, "missing_blobs": 3, "missing_bytes": 900,
+            "rechecked_bytes": 0, "corrupt_blobs": 0}
 
     def out(*lines: str) -> dict:
         return {"edgekit_service_out": {"stdout": "".join(line + "\n" for line in lines), "rc": 0}}

@@ -324,17 +324,14 @@ def untar_parts(store: str, wanted: set[str], inp: BinaryIO) -> list[str]:
                     raise StoreError(f"the upload stream holds {member.name!r}, not a part of this push")
                 src = tar.extractfile(member)
                 assert src is not None  # a regular member
-                with open(os.path.join(store, member.name), "wb") as out:
-                    while True:
-                        b = src.read(CHUNK)
-                        if not b:
-                            break
-                        out.write(b)
+                try:
+                    with open(os.path.join(store, member.name), "wb") as out:
+                        shutil.copyfileobj(src, out, CHUNK)
+                except OSError as exc:
+                    raise StoreError(f"unpacking {member.name} into {store} failed: {exc.strerror or exc}") from None
                 got.append(sha)
     except tarfile.TarError as exc:
         raise StoreError(f"the upload stream is not a whole tar ({exc})") from None
-    except OSError as exc:
-        raise StoreError(f"unpacking the uploads into {store} failed: {exc.strerror or exc}") from None
     return got
 
 

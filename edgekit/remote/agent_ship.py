@@ -84,8 +84,13 @@ def ensure(runner: Runner, root: str) -> str:
     return path
 
 
+def command(path: str) -> list[str]:
+    """How the board runs the agent at ``path``."""
+    return [PYTHON, path]
+
+
 def argv(path: str, verb: str, *args: str) -> list[str]:
-    return [PYTHON, path, verb, *args]
+    return [*command(path), verb, *args]
 
 
 def _send(runner: Runner, path: str) -> None:
