@@ -19,11 +19,9 @@ from edgekit.remote import agent_ship
 PYTHON3 = "/usr/bin/python3"
 
 
-@pytest.fixture(scope="module")
-def pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("agent") / agent_ship.app().name
-    path.write_bytes(agent_ship.app().data)
-    return path
+@pytest.fixture
+def pyz(agent_pyz: Path) -> Path:
+    return agent_pyz
 
 
 def verb(pyz: Path, *args: str, stdin: bytes = b"", ok: bool = True) -> subprocess.CompletedProcess:

@@ -1,6 +1,7 @@
 """The activation program's release layout operations (agent/board_releases.py) on a board's tree: the prune
 (newest by directory time, ties by id, never a protected one; pins of made releases and unlinked blobs go, an
-upload in flight stays), switch, serving, the health record, and the state the host's LIST_SH reads back."""
+upload in flight stays), switch, serving, the health record, and the state the host reads back through the agent's
+release-list."""
 
 from __future__ import annotations
 

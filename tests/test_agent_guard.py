@@ -20,11 +20,9 @@ from edgekit.remote.runner import LocalRunner
 PYTHON3 = "/usr/bin/python3"
 
 
-@pytest.fixture(scope="module")
-def pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("agent") / agent_ship.app().name
-    path.write_bytes(agent_ship.app().data)
-    return path
+@pytest.fixture
+def pyz(agent_pyz: Path) -> Path:
+    return agent_pyz
 
 
 def start(pyz: Path, *args: str) -> subprocess.Popen[bytes]:
@@ -93,3 +91,21 @@ def test_the_workstation_side_arms_and_releases_through_a_runner(tmp_path: Path)
         assert not mark.exists()
     assert mark.exists()
     assert (tmp_path / "base" / "agent" / agent_ship.app().name).is_file()  # sent once, under the base
+
+
+def test_a_guard_stops_the_processes_working_under_its_directory_before_its_undo(pyz: Path, tmp_path: Path) -> None:
+    work = tmp_path / "bench" / "run-1"
+    (work / "jobs").mkdir(parents=True)
+    idle = [sys.executable, "-c", "import time; time.sleep(600)"]
+    job = subprocess.Popen([*idle, str(work / "jobs" / "load")])  # what a killed bench left running
+    other = subprocess.Popen([*idle, str(tmp_path / "elsewhere")])
+    try:
+        guard = start(pyz, "--stop-under", str(work), "--undo", json.dumps(["touch", str(work / "undone")]))
+        assert first(guard) == {"armed": True}
+        guard.communicate(b"", timeout=30)
+        assert job.wait(10) == -signal.SIGTERM and (work / "undone").exists()
+        assert other.poll() is None  # only what names the directory
+    finally:
+        for p in (job, other):
+            p.kill()
+            p.wait()

@@ -24,6 +24,7 @@ from edgekit.config.boardfile import Board
 from edgekit.errors import EdgekitError
 from edgekit.remote import agent_ship, fastsftp, transfer
 from edgekit.remote.connection import connection
+from edgekit.remote.probe import probe
 from edgekit.remote.runner import SshRunner
 from edgekit.remote.transfer import (
     Blob,
@@ -414,3 +415,25 @@ def test_a_blob_rotted_at_rest_is_sent_anew_before_a_release_is_activated_from_i
     assert report.rechecked_bytes == sum(b.size for b in blobs[1:])  # the good ones, hashed again
     assert_in_store(base, blobs)
     assert not (base / "releases" / "r2").exists()  # made from the bad copy: to be made again from the store
+
+
+def test_the_agent_reaches_a_board_once_per_version(sim_board: SimBoard, runner: SshRunner, base: Path,
+                                                     blobs: list[Blob]) -> None:
+    push_blobs(runner, str(base), blobs)  # the first command of this edgekit on the board sends its agent
+    pyz = base / "agent" / agent_ship.app().name
+    sent = pyz.stat().st_mtime_ns
+    assert [p.name for p in (base / "agent").iterdir()] == [pyz.name]  # no temporary name left
+    with SshRunner(make_board(sim_board, base), "b1") as again:
+        assert agent_ship.app().name in probe(again, str(base)).agents  # the probe is the look for it
+        calls: list[list[str]] = []
+        run = again.run
+
+        def counted(argv, **kw):  # type: ignore[no-untyped-def]
+            calls.append(list(argv))
+            return run(argv, **kw)
+
+        again.run = counted  # type: ignore[method-assignment]
+        push_blobs(again, str(base), blobs)
+    assert calls and not [c for c in calls if c[0] in ("test", "dd", "mkdir")], calls
+    assert all(c[1] == str(pyz) for c in calls if c[0] == "python3")  # every board step: a verb of that agent
+    assert pyz.stat().st_mtime_ns == sent

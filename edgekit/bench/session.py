@@ -263,10 +263,10 @@ class Session:
         if self.svc and self.service_before and self.service_before.active and self.opts.exclusive:
             self.say("stopping the deployed service while measuring (it is started again at the end)")
             # Started again by the board itself if this bench dies (SIGKILL, a cut link): the agent's guard, for as
-            # long as our channel lives; on a normal end the session restores it first (the guard's start is then
-            # a no-op).
+            # long as our channel lives, then stops this bench's jobs and its unit and starts the service; on a
+            # normal end the session has done all that first (the guard's steps are then no-ops).
             sudo = self.facts.sudo_prefix
-            self._stack.enter_context(ChannelGuard(self.runner, self.facts.base, guard_args(undo=[
+            self._stack.enter_context(ChannelGuard(self.runner, self.facts.base, guard_args(stop_under=self.work, undo=[
                 [*sudo, "systemctl", "stop", BENCH_UNIT], [*sudo, "systemctl", "start", self.svc.unit]])))
             self.svc.stop_main()
 

@@ -37,8 +37,8 @@ class GuardRefused(EdgekitError):
 
 
 def guard_args(locks: Sequence[str] = (), wait_s: float = 0, await_: str | None = None,
-               undo: Sequence[Sequence[str]] = ()) -> list[str]:
-    out: list[str] = []
+               undo: Sequence[Sequence[str]] = (), stop_under: str | None = None) -> list[str]:
+    out: list[str] = ["--stop-under", stop_under] if stop_under else []
     for path in locks:
         out += ["--lock", path]
     out += ["--wait", str(wait_s)]

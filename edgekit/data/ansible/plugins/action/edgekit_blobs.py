@@ -2,14 +2,14 @@
 
 Like edgekit's push (edgekit.remote.transfer), every board-side step is a verb of edgekit's agent (a zipapp
 named by its hash under `<base>/agent/`, put there first when the board lacks it): `inventory` lists what
-the board has, only missing blobs are sent, each to `<sha>.part`, `place` hashes the uploads and renames a
-verified `.part` into place with its mode; a mismatch is deleted and fails the task. Small blobs travel
-together as tar streams into `place --tar` (a release has dozens of small files: libraries, units), large
-ones one SFTP put each; the last tar stream and the check of every upload are one command. No Ansible
-module runs on the board, so a fresh push costs a few round trips, not several module runs per file.
-Unless the board has it, the release directory is then made from the store (edgekit's CREATE_PY) in that
-same command. Supports check mode: reports what would be sent and sends nothing (the agent itself is put
-in place if missing, as Ansible puts its own modules on a board in check mode).
+the board has (and, for a release it does not serve yet, `check` hashes those blobs again: a rotted copy is
+sent anew), only missing blobs are sent, and a blob reaches its final name only once the board's sha256 of it
+matches. Small blobs travel together as tar streams into `place --tar` (a release has dozens of small files:
+libraries, units), large ones in pieces through `receive --upto`, resumed from what a cut rollout left. No
+Ansible module runs on the board, so a fresh push costs a few round trips, not several module runs per file.
+Unless the board has it, the release directory is then made from the store (the agent's `release-create`) in
+the same command as the last tar stream. Supports check mode: reports what would be sent and sends nothing
+(the agent itself is put in place if missing, as Ansible puts its own modules on a board in check mode).
 
 A board of a site (``plan.site``: the sources, its seed first, that `edgekit fleet rollout` started nginx on)
 first takes the missing blobs from its neighbours (edgekit's agent/site_pull.py: aria2c, then the board's own
