@@ -139,3 +139,11 @@ def test_place_renames_good_uploads_and_runs_the_release_step_only_when_all_are_
     sneaky = verb(pyz, "place", "--tar", str(store), good_sha, "0644", stdin=_tar({"../escape.part": b"x"}), ok=False)
     assert sneaky.returncode == 2 and b"not a part of this push" in sneaky.stderr
     assert not (tmp_path / "escape.part").exists()
+
+
+def test_place_with_nothing_uploaded_still_runs_the_release_step(pyz: Path, tmp_path: Path) -> None:
+    # Every blob came from the site's boards: no part to place, and the release is made in the same command.
+    store = tmp_path / "store"
+    store.mkdir()
+    got = answer(verb(pyz, "place", str(store), "--", "touch", str(tmp_path / "made")))
+    assert got == {"placed": [], "bad": {}} and (tmp_path / "made").exists()

@@ -337,7 +337,7 @@ def test_a_blob_rotted_at_rest_on_a_board_is_caught_before_activation_and_taken_
         fh.seek(stat.st_size // 2)
         fh.write(bytes([byte[0] ^ 0xFF]))
     os.utime(stored, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    report = rollout(env, "--recipe", variant(tmp_path, draft_n_max=3), "--group", board.name)
+    report = rollout(env, "--recipe", variant(tmp_path, draft_n_max=4), "--group", board.name)  # a new release
     row = report["succeeded"][board.name]
     assert row["push"]["corrupt_blobs"] == 1 and row["push"]["sent_blobs"] >= 1 and row["push"]["rechecked_bytes"] > 0
     assert sha256_file(stored) == sha and row["health"]["ok"]

@@ -24,6 +24,7 @@
     release-pin    BASE ID SHA...                   a pushed release's blobs kept through other deploys' prunes
     release-list   BASE                             current, serving, its health record, the releases oldest first
     release-switch [--serving] BASE ID              current (and serving) pointed at a release, atomically
+    litert-front --model B --port P ...             the LiteRT-LM front (litert_server.py), under LiteRT-LM's Python
 
 Every subcommand but watchdog and follow prints one JSON object on stdout. Errors: one sentence on stderr, exit 2.
 """
@@ -258,6 +259,10 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=lambda a: _emit(units.cmd_remove(a)) or 0)
     _store_verbs(sub)
     _release_verbs(sub)
+    p = sub.add_parser("litert-front", help="the llama-server-compatible front for LiteRT-LM (litert_server.py)",
+                       add_help=False)
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    p.set_defaults(fn=cmd_litert_front)
     p = sub.add_parser("guard", help="hold locks while edgekit's channel lives; when it closes, run the undo commands")
     guard.add_arguments(p)
     p.set_defaults(fn=guard.run)
@@ -304,9 +309,9 @@ def _store_verbs(sub: Any) -> None:
     p.add_argument("pairs", nargs="+", metavar="PATH SIZE")
     p.set_defaults(fn=cmd_follow)
     p = sub.add_parser("place", help="uploaded parts checked, made durable and placed; then a command if all were")
-    p.add_argument("store")
     p.add_argument("--tar", action="store_true", help="first unpack a tar stream of <sha>.part files from stdin")
-    p.add_argument("args", nargs=argparse.REMAINDER, metavar="SHA MODE ... [-- COMMAND ...]",
+    # One REMAINDER from the store on: argparse would drop a "--" that directly follows a positional of its own.
+    p.add_argument("args", nargs=argparse.REMAINDER, metavar="STORE SHA MODE ... [-- COMMAND ...]",
                    help="octal modes; after --, a command run in this process's place once every part was good")
     p.set_defaults(fn=cmd_place)
 
@@ -375,6 +380,14 @@ def cmd_release_switch(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_litert_front(args: argparse.Namespace) -> int:
+    # Run by the board's LiteRT-LM Python, which imports litert_lm; the agent's python3 never imports it.
+    from . import litert_server
+
+    litert_server.main(args.args)
+    return 0
+
+
 def cmd_receive(args: argparse.Namespace) -> int:
     got = blobstore.receive(args.store, args.sha, args.size, args.offset, args.executable, blobstore.stdin_bytes(),
                             args.upto)
@@ -389,15 +402,17 @@ def cmd_follow(args: argparse.Namespace) -> int:
 
 
 def cmd_place(args: argparse.Namespace) -> int:
-    rest = list(args.args)
+    if not args.args or args.args[0] == "--":
+        raise AgentError("place takes a store first")
+    store, rest = args.args[0], list(args.args[1:])
     cut = rest.index("--") if "--" in rest else len(rest)
     pairs, then = rest[:cut], rest[cut + 1:]
     if len(pairs) % 2:
         raise AgentError("place takes SHA MODE pairs")
     modes = {blobstore.check_sha(pairs[i]): int(pairs[i + 1], 8) for i in range(0, len(pairs), 2)}
     if args.tar:
-        blobstore.untar_parts(args.store, set(modes), blobstore.stdin_bytes())
-    got = blobstore.place_parts(args.store, modes)
+        blobstore.untar_parts(store, set(modes), blobstore.stdin_bytes())
+    got = blobstore.place_parts(store, modes)
     _emit(got)
     if then and not got["bad"]:
         os.execvp(then[0], then)  # e.g. the release made from these blobs: one round trip for both
@@ -424,6 +439,9 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["litert-front"]:  # its options are the front's own (argparse would take --model for ours)
+        return cmd_litert_front(argparse.Namespace(args=argv[1:]))
     args = parser().parse_args(argv)
     try:
         return int(args.fn(args))

@@ -266,8 +266,11 @@ class Session:
             # long as our channel lives, then stops this bench's jobs and its unit and starts the service; on a
             # normal end the session has done all that first (the guard's steps are then no-ops).
             sudo = self.facts.sudo_prefix
-            self._stack.enter_context(ChannelGuard(self.runner, self.facts.base, guard_args(stop_under=self.work, undo=[
-                [*sudo, "systemctl", "stop", BENCH_UNIT], [*sudo, "systemctl", "start", self.svc.unit]])))
+            undo = [[*sudo, "systemctl", "stop", BENCH_UNIT], [*sudo, "systemctl", "start", self.svc.unit]]
+            if not self.opts.keep_board_files:  # the work dir goes too, as a normal end removes it
+                undo.append(["rm", "-rf", "--", self.work])
+            self._stack.enter_context(ChannelGuard(self.runner, self.facts.base,
+                                                   guard_args(stop_under=self.work, undo=undo)))
             self.svc.stop_main()
 
     # ---------------------------------------------------------------------------------- jobs
