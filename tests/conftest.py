@@ -115,6 +115,16 @@ def _fresh_boards_stop_serving(request: pytest.FixtureRequest) -> Iterator[None]
                 board.run(f"systemctl stop {SERVING_UNITS}", timeout=120)
 
 
+@pytest.fixture(scope="session")
+def agent_pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This edgekit's agent zipapp as a board gets it (edgekit.remote.agent_ship), to run with a python3."""
+    from edgekit.remote import agent_ship
+
+    path = tmp_path_factory.mktemp("agent") / agent_ship.app().name
+    path.write_bytes(agent_ship.app().data)
+    return path
+
+
 @pytest.fixture
 def sim_boards(sim_session: SimSession, monkeypatch: pytest.MonkeyPatch) -> Callable[..., list[SimBoard]]:
     """Factory: ``sim_boards(n=2, profile="orin", *, fresh=False, jetpack=None, arch=None) -> list[SimBoard]``."""

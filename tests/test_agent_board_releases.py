@@ -1,18 +1,19 @@
 """The activation program's release layout operations (agent/board_releases.py) on a board's tree: the prune
 (newest by directory time, ties by id, never a protected one; pins of made releases and unlinked blobs go, an
-upload in flight stays), switch, serving, the health record, and the state the host's LIST_SH reads back."""
+upload in flight stays), switch, serving, the health record, and the state the host reads back through the agent's
+release-list."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from edgekit.agent.board_releases import Layout
 from edgekit.remote import releases
+from edgekit.remote.runner import LocalRunner
 
 
 def _layout(base: Path) -> None:
@@ -76,13 +77,11 @@ def test_switch_serving_record_and_the_state_read_back(tmp_path: Path) -> None:
     assert os.readlink(b / "current") == "releases/r-b" and (b / "serving").read_text() == "r-b\n"
     assert json.loads((b / "releases/r-b/health.json").read_text()) == health
     assert not [p for p in b.rglob("*.new")]  # each written beside and renamed into place
-    # Recording a check writes into the release's directory, which makes it the newest by mtime; the host's
-    # LIST_SH reads back the same order.
-    listed = subprocess.run(["sh", "-c", releases.LIST_SH, "edgekit-list", str(b)], capture_output=True, text=True,
-                            check=True).stdout
-    by_sh = [rid for _, rid in sorted((int(m), rid) for line in listed.splitlines() if line.startswith("release=")
-                                      for m, rid in [line[len("release="):].split(" ", 1)])]
-    assert lay.releases() == by_sh == ["r-a", "r-c", "r-d", "r-b"]
+    # Recording a check writes into the release's directory, which makes it the newest by mtime; the host reads the
+    # same order back through the agent's release-list (remote.releases.layout).
+    got = releases.layout(LocalRunner("here"), str(b))
+    assert lay.releases() == got.releases == ["r-a", "r-c", "r-d", "r-b"]
+    assert (got.current, got.serving, got.health) == ("r-b", "r-b", health)
     assert (lay.current, lay.serving, lay.health("r-b"), lay.previous()) == ("r-b", "r-b", health, "r-d")
     with pytest.raises(FileNotFoundError, match="no release r-z"):
         lay.switch("r-z")

@@ -201,6 +201,34 @@ def test_ctrl_c_stops_the_load_and_leaves_the_service_as_it_was(agx: SimBoard, e
     assert not (tmp_path / "out").exists()  # no results from an interrupted bench
 
 
+def test_a_bench_killed_mid_run_leaves_the_board_serving_again(agx: SimBoard, env: dict[str, str],
+                                                              tmp_path: Path) -> None:
+    # SIGKILL: nothing of edgekit runs to put the service back. The agent's guard on the board does, when the
+    # killed bench's SSH channel closes: the bench unit stopped, the deployed service started.
+    assert _service(agx)[0]
+    proc = subprocess.Popen([*EDGEKIT, "bench", "--board", agx.name, "--recipe", RECIPE,
+                             "--quick", "--n-gen", "400", "--ignore-eos", "--no-llama-bench", "--out",
+                             str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while not glob.glob(f"{agx.base}/bench/*/jobs/load-0/child"):
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, "the load never started"
+        time.sleep(0.05)
+    time.sleep(0.3)
+    assert not _service(agx)[0]  # the deployed unit was stopped for the measurement
+    proc.kill()
+    proc.communicate(timeout=30)
+    t0 = time.monotonic()
+    while not _service(agx)[0]:
+        assert time.monotonic() - t0 < 60, "the deployed service was not started again after the bench was killed"
+        time.sleep(0.1)
+    back = time.monotonic() - t0
+    assert agx.run("systemctl is-active --quiet edgekit-bench.service").rc != 0
+    print(f"bench SIGKILLed mid-run: the board served again {back:.1f} s later")
+    ok = edgekit("--json", "deploy", "--board", agx.name, "--recipe", RECIPE, env=env, timeout=600)
+    assert ok.returncode == 0 and not json.loads(ok.stdout)["changed"], ok.stderr[-2000:]  # healthy, as it was
+
+
 # ------------------------------------------------------------------------------ no power source
 
 def test_a_board_without_power_sensors_still_benchmarks(agx: SimBoard, env: dict[str, str], tmp_path: Path) -> None:
@@ -290,7 +318,9 @@ def test_bench_litert_backend_measures_the_mtp_bundle_in_the_same_schema(agx: Si
     _assert_board_as_it_was(agx, before)
     assert doc["backend"] == "litert-lm" and doc["llama_bench"] == [] and doc["roofline"] is None
     assert "tf_lite_mtp_drafter" in doc["litert"]["model_types"] and doc["litert"]["draft_steps"] == 3
-    assert all(c["server_command"][-1].endswith("/litert_server.py") for c in doc["configurations"])
+    # the front from this edgekit's agent zipapp (no release carries this bundle yet), under LiteRT-LM's Python
+    assert all(c["server_command"][-1] == "litert-front" and c["server_command"][-2].endswith(".pyz")
+               for c in doc["configurations"])
     for run in doc["runs"]:
         assert run["errors"] == 0 and run["tokens"] > 0 and run["tokens_per_second"] > 0
         if run["config"] == "drafter":  # LiteRT-LM drafted with the aligned drafter, per verify pass

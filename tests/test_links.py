@@ -167,3 +167,37 @@ def test_a_board_partitioned_away_mid_rollout_fails_alone_and_the_rest_proceed(s
     print(f"partitioned board: {report['failed'][name]['reason'][:200]}")
     assert faults.violations(other) == []
     assert faults.current(away) is None or faults.violations(away) == []  # nothing, or a whole checked release
+
+
+def test_a_fleet_rollout_cut_mid_blob_resumes_on_the_next_rollout_and_sends_the_blob_about_once(sim_session,
+                                                                                                  env) -> None:
+    # The fleet's push is the agent's `receive`, as deploy's is: what reached the board's disk before a cut stays in
+    # its .part, and the next rollout sends only the rest.
+    (board,) = sim_session.boards(1, fresh=True)
+    with Link(board.port) as link, via(sim_session, board.name, link) as name:
+        boards = Boards(Path(sim_session.env["EDGEKIT_CONFIG"]))
+        data = boards.load()
+        data.groups["cutfleet"] = [name]
+        boards.save(data)
+        argv = [*EDGEKIT, "--json", "fleet", "rollout", "--recipe", "sim-gemma3-270m", "--group", "cutfleet",
+                "--no-canary"]
+        rolling = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        while rolling.poll() is None and link.sent_to_board < 0.6 * 274e6:  # 60 % into the 274 MB model
+            time.sleep(0.005)
+        link.cut()
+        out, err = rolling.communicate(timeout=900)
+        assert "Traceback" not in err, err[-3000:]
+        assert name in json.loads(out)["failed"], out[-2000:]
+        parts = {sha: size for sha, size in store_sizes(board).items() if sha.endswith(".part")}
+        assert parts and max(parts.values()) > 50e6, parts  # what arrived before the cut is kept
+        again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, check=False)
+        assert again.returncode == 0, again.stderr[-3000:] + again.stdout[-2000:]
+        crossed = link.sent_to_board
+        data = boards.load()
+        data.groups.pop("cutfleet", None)
+        boards.save(data)
+    payload = sum(size for sha, size in store_sizes(board).items() if not sha.endswith(".part"))
+    print(f"fleet rollout cut at 60 % of the model, then rolled out again: {crossed / 1e6:.1f} MB crossed the link "
+          f"for {payload / 1e6:.1f} MB of blobs ({crossed / payload:.3f}×)")
+    assert payload <= crossed <= 1.05 * payload
+    assert faults.violations(board) == []

@@ -29,6 +29,9 @@ def test_probe_reads_each_boards_own_jetson_files(sim_boards) -> None:
     assert "VIN_SYS_5V0" in fa["power_rails"] and ft["power_rails"] == ["VIN"]
     assert ft["l4t"].startswith("38.") and ft["cuda"].startswith("13.0") and ft["mem_total_mb"] > 100_000
     assert fa["base"] == str(a.base) and facts[b.name]["base"] == str(b.base) and a.base != b.base
+    # Which agents the board holds: this edgekit's once anything of edgekit ran there (the probe sends none).
+    assert fa["agent"]["this"].startswith("edgekit-agent-") and isinstance(fa["agent"]["held"], list)
+    assert fa["agent"]["current"] == (fa["agent"]["this"] in fa["agent"]["held"])
     # A file written on one board is not on the other.
     assert a.run(f"mkdir -p {a.base} && echo only-a > {a.base}/marker").rc == 0
     assert b.run(f"test -e {b.base}/marker").rc != 0

@@ -22,8 +22,9 @@ from rich.console import Console
 
 from edgekit.config.boardfile import Board
 from edgekit.errors import EdgekitError
-from edgekit.remote import fastsftp, transfer
+from edgekit.remote import agent_ship, fastsftp, transfer
 from edgekit.remote.connection import connection
+from edgekit.remote.probe import probe
 from edgekit.remote.runner import SshRunner
 from edgekit.remote.transfer import (
     Blob,
@@ -117,7 +118,8 @@ def test_fresh_push_then_noop(runner: SshRunner, base: Path, blobs: list[Blob], 
 
     again = push_blobs(runner, str(base), blobs, verify=verify)
     assert (again.sent_bytes, again.sent_blobs, again.skipped_blobs) == (0, 0, 3)
-    assert set(again.to_dict()) == {"sent_bytes", "sent_blobs", "skipped_blobs", "resumed_bytes", "seconds", "retries"}
+    assert set(again.to_dict()) == {"sent_bytes", "sent_blobs", "skipped_blobs", "resumed_bytes", "seconds", "retries",
+                                    "rechecked_bytes", "corrupt_blobs"}
 
 
 @pytest.mark.parametrize("verify", ["openssh", "stream"])
@@ -195,8 +197,8 @@ def test_corrupted_part_is_sent_again(runner: SshRunner, base: Path, blobs: list
 def test_a_verifier_that_dies_falls_back_to_hashing_after(
     runner: SshRunner, base: Path, blobs: list[Blob], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A board whose python3 cannot run the streaming verifier (broken, too old) still gets verified pushes.
-    monkeypatch.setattr(transfer, "VERIFY_PY", "import sys; sys.exit('no hashlib here')")
+    # A streaming verifier that ends early (killed, refused) still leaves verified pushes: hashed after.
+    monkeypatch.setattr(transfer, "FOLLOW", "no-such-verb")  # the agent refuses it: the verifier ends at once
     report = push_blobs(runner, str(base), blobs, verify="stream")
     assert report.sent_blobs == 3
     assert_in_store(base, blobs)
@@ -301,7 +303,9 @@ def test_push_many_reports_each_board(sim_board: SimBoard, tmp_path: Path, blobs
     assert set(results) == set(bases)
     assert set(results.succeeded) == {"b0", "b1", "b2"} and set(results.failed) == {"broken"}
     assert all(isinstance(r, PushReport) and r.sent_blobs == 3 for r in results.succeeded.values())
-    assert "Cannot prepare the store" in str(results["broken"]) and "'broken'" in str(results["broken"])
+    # The base is a file: the first thing made under it (the agent's directory) says so, in one sentence.
+    why = str(results["broken"])
+    assert why.startswith("Sending edgekit's agent to board 'broken'") and why.endswith("Not a directory.")
     for i in range(3):
         assert_in_store(bases[f"b{i}"], blobs)
 
@@ -319,8 +323,9 @@ def test_openssh_push_keeps_the_host_key_policy(runner: SshRunner, base: Path, b
     assert "StrictHostKeyChecking=yes" in argv and "-F" in argv and sh.which("ssh")
     item = transfer.sshstream.Item(blobs[0].sha256, blobs[0].size, 0, False, blobs[0].path)
     (base / "store").mkdir(parents=True)
+    agent = agent_ship.ensure(runner, str(base))
     with pytest.raises(EdgekitError, match=r"Host key verification failed"):
-        transfer.sshstream.upload(board, "b1", str(base / "store"), item)
+        transfer.sshstream.upload(board, "b1", agent, str(base / "store"), item)
     assert list((base / "store").iterdir()) == []
 
 
@@ -332,7 +337,7 @@ def test_a_cut_openssh_stream_leaves_a_part_the_next_push_resumes(runner: SshRun
     (base / "store").mkdir(parents=True)
     item = transfer.sshstream.Item(big.sha256, big.size, 0, False, cut)
     with pytest.raises(EdgekitError, match="run the push again to resume"):
-        transfer.sshstream.upload(runner.board, "b1", str(base / "store"), item)
+        transfer.sshstream.upload(runner.board, "b1", agent_ship.ensure(runner, str(base)), str(base / "store"), item)
     assert (base / "store" / f"{big.sha256}.part").stat().st_size == 12 * MiB
     assert not (base / "store" / big.sha256).exists()
     report = push_blobs(runner, str(base), [big], verify="openssh")
@@ -387,3 +392,48 @@ def test_a_killed_openssh_push_leaves_no_sender_behind(sim_board: SimBoard, runn
     report = push_blobs(runner, str(base), [big], verify="openssh")
     assert report.resumed_bytes == cut and report.sent_blobs == 1
     assert_in_store(base, [big])
+
+
+def test_a_blob_rotted_at_rest_is_sent_anew_before_a_release_is_activated_from_it(
+        runner: SshRunner, base: Path, blobs: list[Blob]) -> None:
+    push_blobs(runner, str(base), blobs)
+    big = blobs[0]
+    stored = base / "store" / big.sha256
+    # A pushed release made of hard links to the store (as releases/<id> is): the same inode rots with it.
+    (base / "releases" / "r2").mkdir(parents=True)
+    os.link(stored, base / "releases" / "r2" / "model.gguf")
+    with open(stored, "r+b") as fh:  # one byte flipped in place: size and mtime say nothing
+        fh.seek(1000)
+        byte = fh.read(1)
+        fh.seek(1000)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    # A redeploy of what the board serves trusts its store (it is serving those bytes): nothing hashed, sent.
+    trusted = push_blobs(runner, str(base), blobs)
+    assert (trusted.sent_bytes, trusted.rechecked_bytes, trusted.corrupt_blobs) == (0, 0, 0)
+    report = push_blobs(runner, str(base), blobs, recheck_for="r2")
+    assert report.corrupt_blobs == 1 and report.sent_blobs == 1 and report.sent_bytes == big.size
+    assert report.rechecked_bytes == sum(b.size for b in blobs[1:])  # the good ones, hashed again
+    assert_in_store(base, blobs)
+    assert not (base / "releases" / "r2").exists()  # made from the bad copy: to be made again from the store
+
+
+def test_the_agent_reaches_a_board_once_per_version(sim_board: SimBoard, runner: SshRunner, base: Path,
+                                                     blobs: list[Blob]) -> None:
+    push_blobs(runner, str(base), blobs)  # the first command of this edgekit on the board sends its agent
+    pyz = base / "agent" / agent_ship.app().name
+    sent = pyz.stat().st_mtime_ns
+    assert [p.name for p in (base / "agent").iterdir()] == [pyz.name]  # no temporary name left
+    with SshRunner(make_board(sim_board, base), "b1") as again:
+        assert agent_ship.app().name in probe(again, str(base)).agents  # the probe is the look for it
+        calls: list[list[str]] = []
+        run = again.run
+
+        def counted(argv, **kw):  # type: ignore[no-untyped-def]
+            calls.append(list(argv))
+            return run(argv, **kw)
+
+        again.run = counted  # type: ignore[method-assignment]
+        push_blobs(again, str(base), blobs)
+    assert calls and not [c for c in calls if c[0] in ("test", "dd", "mkdir")], calls
+    assert all(c[1] == str(pyz) for c in calls if c[0] == "python3")  # every board step: a verb of that agent
+    assert pyz.stat().st_mtime_ns == sent

@@ -13,8 +13,20 @@
     site-pull SPEC                                  a release's blobs from the site's boards (see site_pull.py)
     unit-install --base B --release R --unit U | --spec FILE    a unit from its spec (see units.py)
     unit-remove --unit U                            a unit stopped, disabled and deleted
+    inventory [--create] STORE SHA...               blobs present, partial uploads, free space (see blobstore.py)
+    receive   STORE SHA SIZE OFFSET [--executable] [--upto END]   a blob from stdin, resumed, hashed, placed
+    hash      [--parts] STORE SHA...                sha256 of stored blobs (or of their .part)
+    check     [--release DIR] STORE SHA...          stored blobs hashed again; a corrupt one deleted
+    follow    PATH SIZE ...                         hash uploads while they land (a JSON line per file)
+    place     [--tar] STORE SHA MODE ... [-- CMD]   uploads (or a tar of them on stdin) checked and placed; then CMD
+    guard     [--lock F] [--wait S] [--await F] [--undo ARGV_JSON]   locks held, and undo run, as long as the channel
+    release-create BASE ID [PATH SHA]...            releases/<ID> made of hard links to the store (board_releases.py)
+    release-pin    BASE ID SHA...                   a pushed release's blobs kept through other deploys' prunes
+    release-list   BASE                             current, serving, its health record, the releases oldest first
+    release-switch [--serving] BASE ID              current (and serving) pointed at a release, atomically
+    litert-front --model B --port P ...             the LiteRT-LM front (litert_server.py), under LiteRT-LM's Python
 
-Every subcommand but watchdog prints one JSON object on stdout. Errors: one sentence on stderr, exit 2.
+Every subcommand but watchdog and follow prints one JSON object on stdout. Errors: one sentence on stderr, exit 2.
 """
 
 from __future__ import annotations
@@ -23,13 +35,14 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import time
 from typing import Any, Iterator
 
 from . import activate as activate_cmd
-from . import energy, extras, service_exec, site_pull, sources, units, watchdog
+from . import blobstore, board_releases, energy, extras, guard, service_exec, site_pull, sources, units, watchdog
 from . import load as load_cmd
 from .sampler import Sampler
 
@@ -244,7 +257,166 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("unit-remove", help="stop, disable and delete a unit")
     p.add_argument("--unit", required=True)
     p.set_defaults(fn=lambda a: _emit(units.cmd_remove(a)) or 0)
+    _store_verbs(sub)
+    _release_verbs(sub)
+    p = sub.add_parser("litert-front", help="the llama-server-compatible front for LiteRT-LM (litert_server.py)",
+                       add_help=False)
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    p.set_defaults(fn=cmd_litert_front)
+    p = sub.add_parser("guard", help="hold locks while edgekit's channel lives; when it closes, run the undo commands")
+    guard.add_arguments(p)
+    p.set_defaults(fn=guard.run)
     return ap
+
+
+def _sha(text: str) -> str:
+    try:
+        return blobstore.check_sha(text)
+    except blobstore.StoreError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _sha_list(p: argparse.ArgumentParser) -> None:
+    p.add_argument("shas", nargs="*", metavar="SHA", type=_sha)
+
+
+def _store_verbs(sub: Any) -> None:
+    p = sub.add_parser("inventory", help="which blobs the store has, partial uploads and free space")
+    p.add_argument("store")
+    p.add_argument("--create", action="store_true", help="make the store first")
+    _sha_list(p)
+    p.set_defaults(fn=lambda a: _emit(blobstore.inventory(a.store, a.shas, a.create)) or 0)
+    p = sub.add_parser("receive", help="a blob from stdin into the store: resumed, hashed, placed atomically")
+    p.add_argument("store")
+    p.add_argument("sha", type=_sha)
+    p.add_argument("size", type=int)
+    p.add_argument("offset", type=int)
+    p.add_argument("--executable", action="store_true")
+    p.add_argument("--upto", type=int, default=None, help="only bytes OFFSET..UPTO in this call (appended, flushed)")
+    p.set_defaults(fn=cmd_receive)
+    p = sub.add_parser("hash", help="sha256 of stored blobs (or, with --parts, of their uploads, fsynced)")
+    p.add_argument("store")
+    p.add_argument("--parts", action="store_true")
+    _sha_list(p)
+    p.set_defaults(fn=lambda a: _emit(blobstore.hash_blobs(a.store, a.shas, a.parts)) or 0)
+    p = sub.add_parser("check", help="stored blobs hashed again; one whose sha256 is not its name is deleted")
+    p.add_argument("--release", default=None, metavar="DIR",
+                   help="<base>/releases/<id> about to be activated: removed (unless current) when a blob was bad")
+    p.add_argument("store")
+    _sha_list(p)
+    p.set_defaults(fn=lambda a: _emit(blobstore.check(a.store, a.shas, a.release)) or 0)
+    p = sub.add_parser("follow", help="hash files while another channel uploads them (a JSON line per file)")
+    p.add_argument("pairs", nargs="+", metavar="PATH SIZE")
+    p.set_defaults(fn=cmd_follow)
+    p = sub.add_parser("place", help="uploaded parts checked, made durable and placed; then a command if all were")
+    p.add_argument("--tar", action="store_true", help="first unpack a tar stream of <sha>.part files from stdin")
+    # One REMAINDER from the store on: argparse would drop a "--" that directly follows a positional of its own.
+    p.add_argument("args", nargs=argparse.REMAINDER, metavar="STORE SHA MODE ... [-- COMMAND ...]",
+                   help="octal modes; after --, a command run in this process's place once every part was good")
+    p.set_defaults(fn=cmd_place)
+
+
+_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*$")
+_REL = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*(/[A-Za-z0-9_][A-Za-z0-9._+-]*)*$")
+
+
+def _release_id(text: str) -> str:
+    if not _ID.match(text) or ".." in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a release id")
+    return text
+
+
+def _release_verbs(sub: Any) -> None:
+    p = sub.add_parser("release-create", help="releases/<ID> made of hard links to blobs already in the store")
+    p.add_argument("base")
+    p.add_argument("release", type=_release_id)
+    p.add_argument("pairs", nargs="*", metavar="PATH SHA")
+    p.set_defaults(fn=cmd_release_create)
+    p = sub.add_parser("release-pin", help="a pushed, not yet activated release's blobs kept through prunes")
+    p.add_argument("base")
+    p.add_argument("release", type=_release_id)
+    _sha_list(p)
+    p.set_defaults(fn=cmd_release_pin)
+    p = sub.add_parser("release-list", help="current, serving, current's health record, the releases oldest first")
+    p.add_argument("base")
+    p.set_defaults(fn=lambda a: _emit(board_releases.Layout(a.base).listing()) or 0)
+    p = sub.add_parser("release-switch", help="point current (and with --serving, serving) at a release")
+    p.add_argument("--serving", action="store_true", help="also record it as the release the service runs")
+    p.add_argument("base")
+    p.add_argument("release", type=_release_id)
+    p.set_defaults(fn=cmd_release_switch)
+
+
+def cmd_release_create(args: argparse.Namespace) -> int:
+    pairs = args.pairs
+    if len(pairs) % 2:
+        raise AgentError("release-create takes PATH SHA pairs")
+    files = [(pairs[i], blobstore.check_sha(pairs[i + 1])) for i in range(0, len(pairs), 2)]
+    for rel, _ in files:
+        if not _REL.match(rel) or ".." in rel.split("/"):
+            raise AgentError(f"{rel!r} is not a safe path inside a release")
+    # sys.argv[0]: the zipapp this runs from, linked into the release (it stays as long as the release does).
+    made = board_releases.Layout(args.base).create(args.release, files, os.path.abspath(sys.argv[0]))
+    _emit({"release": args.release, "created": made})
+    return 0
+
+
+def cmd_release_pin(args: argparse.Namespace) -> int:
+    shas = sorted(set(args.shas))
+    board_releases.Layout(args.base).pin(args.release, shas)
+    _emit({"release": args.release, "pinned": len(shas)})
+    return 0
+
+
+def cmd_release_switch(args: argparse.Namespace) -> int:
+    lay = board_releases.Layout(args.base)
+    try:
+        lay.switch(args.release)
+    except FileNotFoundError:
+        raise AgentError(f"{args.base} has no release {args.release}") from None
+    if args.serving:
+        lay.mark_serving(args.release)
+    _emit({"current": args.release, "serving": lay.serving})
+    return 0
+
+
+def cmd_litert_front(args: argparse.Namespace) -> int:
+    # Run by the board's LiteRT-LM Python, which imports litert_lm; the agent's python3 never imports it.
+    from . import litert_server
+
+    litert_server.main(args.args)
+    return 0
+
+
+def cmd_receive(args: argparse.Namespace) -> int:
+    got = blobstore.receive(args.store, args.sha, args.size, args.offset, args.executable, blobstore.stdin_bytes(),
+                            args.upto)
+    _emit(got)
+    return blobstore.CUT if got["cut"] else 0
+
+
+def cmd_follow(args: argparse.Namespace) -> int:
+    if len(args.pairs) % 2:
+        raise AgentError("follow takes PATH SIZE pairs")
+    return blobstore.follow([(args.pairs[i], int(args.pairs[i + 1])) for i in range(0, len(args.pairs), 2)])
+
+
+def cmd_place(args: argparse.Namespace) -> int:
+    if not args.args or args.args[0] == "--":
+        raise AgentError("place takes a store first")
+    store, rest = args.args[0], list(args.args[1:])
+    cut = rest.index("--") if "--" in rest else len(rest)
+    pairs, then = rest[:cut], rest[cut + 1:]
+    if len(pairs) % 2:
+        raise AgentError("place takes SHA MODE pairs")
+    modes = {blobstore.check_sha(pairs[i]): int(pairs[i + 1], 8) for i in range(0, len(pairs), 2)}
+    if args.tar:
+        blobstore.untar_parts(store, set(modes), blobstore.stdin_bytes())
+    got = blobstore.place_parts(store, modes)
+    _emit(got)
+    if then and not got["bad"]:
+        os.execvp(then[0], then)  # e.g. the release made from these blobs: one round trip for both
+    return 0
 
 
 def cmd_activate(args: argparse.Namespace) -> int:
@@ -267,10 +439,14 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["litert-front"]:  # its options are the front's own (argparse would take --model for ours)
+        return cmd_litert_front(argparse.Namespace(args=argv[1:]))
     args = parser().parse_args(argv)
     try:
         return int(args.fn(args))
     # ValueError: values argparse can't check (e.g. --hz 0); RuntimeError: a unit operation the board refused
-    except (AgentError, ValueError, RuntimeError) as exc:
+    # OSError: the board's filesystem refused (a missing blob, a full disk, a permission)
+    except (AgentError, blobstore.StoreError, guard.GuardError, OSError, ValueError, RuntimeError) as exc:
         sys.stderr.write(f"error: {exc}.\n")
         return 2

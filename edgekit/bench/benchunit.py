@@ -6,7 +6,7 @@ bench needs the board to itself, runs each configuration as `edgekit-bench.servi
 the same
 release's server, on the candidate port), and at the end removes the bench unit and starts the deployed
 unit again only if it was running before; the session compares the state before and after. The bench unit is
-installed from a spec (release/units.py's unit_spec) by the agent the bench pushed, as every unit is.
+installed from a spec (release/units.py's unit_spec) by this edgekit's agent (its zipapp), as every unit is.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from edgekit.release.units import (
     unit_remove_argv,
     unit_spec,
 )
+from edgekit.remote import agent_ship
 from edgekit.remote.runner import LocalRunner, SshRunner
 
 Runner = SshRunner | LocalRunner
@@ -75,6 +76,7 @@ class Board:
         self.user = user  # the units' User= (the login user unless it is root)
         self.hardening = hardening  # the recipe's runtime.hardening
         self.work, self.main_port = work, main_port
+        self.agent = agent_ship.command(agent_ship.ensure(runner, base))
         self.before: ServiceState | None = None
         self.unit = UNIT_NAME  # the deployed service's name on this board (remember() finds it)
         self.bench_installed = False
@@ -122,7 +124,7 @@ class Board:
                          writable=[rdir, self.work])
         boardfs.put_text(self.runner, spec_file, json.dumps(spec))
         self.bench_installed = True
-        self._priv(unit_install_spec_argv(self.work, spec_file))
+        self._priv(unit_install_spec_argv(self.agent, spec_file))
         self._priv([*self.sudo, "systemctl", "restart", BENCH_UNIT])
         try:
             return wait_ready(self.runner, port, timeout, alive=self._bench_active)
@@ -138,7 +140,7 @@ class Board:
     def restore(self, health_timeout: float = 180.0) -> ServiceState:
         """Remove the bench unit; start the deployed unit again if it ran before. Returns the state now."""
         if self.bench_installed:
-            self._priv(unit_remove_argv(self.work, BENCH_UNIT), check=False)
+            self._priv(unit_remove_argv(self.agent, BENCH_UNIT), check=False)
             self.bench_installed = False
         before = self.before
         if before is not None:

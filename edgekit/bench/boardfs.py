@@ -1,19 +1,17 @@
 """Files in the bench's work directory on the board: put small files, read them back, clean up.
 
-Each bench gets ``<base>/bench/<session>/`` for the agent it runs, the prompt set, the power
-samples, the bench unit and the jobs' outputs; it is removed when the bench ends.
+Each bench gets ``<base>/bench/<session>/`` for the prompt set, the power samples, the bench unit and the jobs'
+outputs; it is removed when the bench ends. The agent it runs is this edgekit's zipapp (remote.agent_ship).
 """
 
 from __future__ import annotations
 
 import os
-import stat
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from edgekit.remote.runner import LocalRunner, SshRunner
 
 Runner = SshRunner | LocalRunner
-AGENT_DIR = Path(__file__).resolve().parents[1] / "agent"
 
 
 def mkdirs(runner: Runner, path: str) -> None:
@@ -42,19 +40,6 @@ def put_text(runner: Runner, path: str, text: str) -> None:
 def read_text(runner: Runner, path: str) -> str | None:
     res = runner.run(["cat", path], check=False, timeout=120)
     return res.stdout if res.ok else None
-
-
-def push_agent(runner: Runner, dest: str) -> str:
-    """This edgekit's agent into ``dest``; returns the path of its entry script.
-
-    The bench runs the host's agent, not the release's copy: the host parses what this agent
-    writes, and a release deployed by an older edgekit may lack `load`.
-    """
-    mkdirs(runner, dest)
-    for src in sorted(AGENT_DIR.glob("*.py")):
-        put_bytes(runner, str(PurePosixPath(dest) / src.name), src.read_bytes(),
-                  mode=stat.S_IMODE(src.stat().st_mode) | 0o644)
-    return str(PurePosixPath(dest) / "edgekit_agent.py")
 
 
 def remove_tree(runner: Runner, path: str) -> None:

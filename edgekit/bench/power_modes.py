@@ -6,17 +6,15 @@ clocks pinned with ``jetson_clocks`` when asked), the full bench runs there (its
 A B A B, put back), and the results are compared: tok/s, J/token and W per mode and point, and the points no
 other beats on both speed and energy (the front).
 
-The mode and clocks the board had are put back by the board itself: a guard runs on the board for as long as
-our SSH channel lives (`cat` reading it, as the deploy lock does) and restores them when the channel closes —
-at the end, after an error or Ctrl-C, or when edgekit is killed and sshd closes the channel.
+The mode and clocks the board had are put back by the board itself: the agent's guard runs on the board for as
+long as our SSH channel lives (as the deploy lock does) and restores them when the channel closes — at the end,
+after an error or Ctrl-C, or when edgekit is killed and sshd closes the channel.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
-import shlex
-import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -29,18 +27,13 @@ from edgekit.bench.orchestrate import BenchOptions
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
 from edgekit.errors import EdgekitError
-from edgekit.remote import privilege
+from edgekit.remote import agent_ship, privilege
+from edgekit.remote.channel_guard import ChannelGuard, guard_args
 from edgekit.remote.probe import probe
 from edgekit.remote.runner import LocalRunner, SshRunner, runner_for
 
 Runner = SshRunner | LocalRunner
 PYTHON = "python3"
-
-# Waits for our channel to close, then puts the board's mode (and its clocks, from the file jetson_clocks
-# stored) back. "$1" the mode, "$2" the clocks file (or ""), then the board's prefix for root (none as root).
-_GUARD_SH = ('echo armed; cat >/dev/null; m="$1"; c="$2"; shift 2; "$@" nvpmodel -m "$m"; '
-             '[ -z "$c" ] || "$@" jetson_clocks --restore "$c"')
-
 
 def resolve(wanted: list[str], modes: dict[str, str], board: str) -> list[tuple[int, str]]:
     """"0,15W" → [(0, "MAXN"), (3, "15W")]: ids or names of the board's nvpmodel.conf, one sentence otherwise."""
@@ -56,40 +49,13 @@ def resolve(wanted: list[str], modes: dict[str, str], board: str) -> list[tuple[
     return out
 
 
-class _Guard:
-    """The board-side restorer (see the module's docstring)."""
-
-    def __init__(self, runner: Runner, sudo: Sequence[str], mode: int, clocks_file: str) -> None:
-        self.argv = ["sh", "-c", _GUARD_SH, "edgekit-mode-guard", str(mode), clocks_file, *sudo]
-        self.runner = runner
-        self._chan: Any = None
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> _Guard:
-        if isinstance(self.runner, LocalRunner):
-            self._proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-            assert self._proc.stdout is not None
-            line = self._proc.stdout.readline()
-        else:
-            self._chan = self.runner.conn.transport.open_session()
-            self._chan.exec_command(shlex.join(self.argv))
-            line, deadline = b"", time.monotonic() + 30
-            while b"\n" not in line and time.monotonic() < deadline and not self._chan.exit_status_ready():
-                line += self._chan.recv(64) if self._chan.recv_ready() else b""
-                time.sleep(0.01)
-        if not line.startswith(b"armed"):
-            self.__exit__()
-            raise EdgekitError(f"Could not start the guard that restores board {self.runner.name!r}'s power mode.")
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        """EOF to the guard: it restores, and we wait for it (≤ 60 s)."""
-        if self._proc is not None:
-            self._proc.communicate(timeout=60)
-        elif self._chan is not None:
-            self._chan.shutdown_write()
-            self._chan.status_event.wait(60)
-            self._chan.close()
+def _guard(runner: Runner, root: str, sudo: Sequence[str], mode: int, clocks_file: str) -> ChannelGuard:
+    """The agent's guard: when our channel closes, the board's mode (and its clocks, from the file jetson_clocks
+    stored) put back by the board itself."""
+    undo = [[*sudo, "nvpmodel", "-m", str(mode)]]
+    if clocks_file:
+        undo.append([*sudo, "jetson_clocks", "--restore", clocks_file])
+    return ChannelGuard(runner, root, guard_args(undo=undo))
 
 
 def _snapshot(runner: Runner, agent: str) -> dict[str, Any]:
@@ -115,7 +81,7 @@ def modes_session(name: str, board: Board, say: Callable[[str], None],
         facts = probe(runner, board.base)
         sudo = facts.sudo_prefix
         work = f"{facts.base}/bench/modes-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
-        agent = boardfs.push_agent(runner, f"{work}/agent")
+        agent = agent_ship.ensure(runner, facts.base)
         try:
             before = _snapshot(runner, agent)
             modes = before.get("nvpmodel_modes") or {}
@@ -125,7 +91,7 @@ def modes_session(name: str, board: Board, say: Callable[[str], None],
             clocks_file = privilege.clocks_file(sudo, work) if lock_clocks else ""
             if lock_clocks:
                 _set(runner, sudo, ["jetson_clocks", "--store", clocks_file], "store the clocks (jetson_clocks)")
-            with _Guard(runner, sudo, int(current), clocks_file):
+            with _guard(runner, facts.base, sudo, int(current), clocks_file):
                 def set_mode(mode: int, mode_name: str) -> dict[str, Any]:
                     say(f"power mode {mode} ({mode_name})" + (", clocks locked" if lock_clocks else ""))
                     _set(runner, sudo, ["nvpmodel", "-m", str(mode)], f"set power mode {mode} ({mode_name})")

@@ -26,8 +26,8 @@ from pydantic import ValidationError
 
 from edgekit.agent import energy
 from edgekit.bench import boardfs, prompts, workloads
+from edgekit.bench.benchunit import BENCH_UNIT, ServiceState
 from edgekit.bench.benchunit import Board as BenchBoard
-from edgekit.bench.benchunit import ServiceState
 from edgekit.bench.jobs import Job, JobFailed
 from edgekit.bench.power import PowerLog, Sampler, TotalRail, total_rail
 from edgekit.bench.workloads import Point
@@ -37,7 +37,8 @@ from edgekit.config.recipes import Recipe
 from edgekit.engines.benchconf import ServerConfig
 from edgekit.errors import EdgekitError
 from edgekit.release.manifest import ReleaseManifest
-from edgekit.remote import releases
+from edgekit.remote import agent_ship, releases
+from edgekit.remote.channel_guard import ChannelGuard, guard_args
 from edgekit.remote.lock import BoardLock
 from edgekit.remote.probe import BoardFacts, probe
 from edgekit.remote.runner import LocalRunner, SshRunner, runner_for
@@ -187,7 +188,9 @@ class Session:
         self.release_dir = f"{base}/releases/{self.release}"
         self.work = f"{base}/bench/{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
         boardfs.mkdirs(runner, f"{self.work}/jobs")
-        self.agent = boardfs.push_agent(runner, f"{self.work}/agent")
+        # This edgekit's agent, not the release's copy: the host parses what it writes, and a release deployed by
+        # an older edgekit may lack a verb. Sent once per version (remote.agent_ship).
+        self.agent = agent_ship.ensure(runner, base)
         self.prompts = f"{self.work}/prompts.json"
         boardfs.put_text(runner, self.prompts, json.dumps(prompts.load(self.recipe.bench.prompt_set)))
         self.svc = BenchBoard(runner, base, self.release_dir, self.facts.sudo_prefix, self.work,
@@ -259,6 +262,15 @@ class Session:
         """Stop the deployed service while measuring: board power is board-wide (unless shared)."""
         if self.svc and self.service_before and self.service_before.active and self.opts.exclusive:
             self.say("stopping the deployed service while measuring (it is started again at the end)")
+            # Started again by the board itself if this bench dies (SIGKILL, a cut link): the agent's guard, for as
+            # long as our channel lives, then stops this bench's jobs and its unit and starts the service; on a
+            # normal end the session has done all that first (the guard's steps are then no-ops).
+            sudo = self.facts.sudo_prefix
+            undo = [[*sudo, "systemctl", "stop", BENCH_UNIT], [*sudo, "systemctl", "start", self.svc.unit]]
+            if not self.opts.keep_board_files:  # the work dir goes too, as a normal end removes it
+                undo.append(["rm", "-rf", "--", self.work])
+            self._stack.enter_context(ChannelGuard(self.runner, self.facts.base,
+                                                   guard_args(stop_under=self.work, undo=undo)))
             self.svc.stop_main()
 
     # ---------------------------------------------------------------------------------- jobs

@@ -10,7 +10,7 @@ from rich.table import Table
 from edgekit.cli import board_option, json_option
 from edgekit.cli.app import App
 from edgekit.errors import EdgekitError
-from edgekit.remote import board_setup, hostkeys
+from edgekit.remote import agent_ship, board_setup, hostkeys
 from edgekit.remote.probe import probe as probe_board
 from edgekit.remote.runner import runner_for
 
@@ -32,6 +32,9 @@ def probe(app: App, board_name: str) -> None:
     data = facts.to_dict()
     data["profile"] = entry.profile
     data["power_rails"] = [r["label"] for r in data["power_rails"]]
+    # The agent zipapps the board holds (one per edgekit version that worked on it), and whether this one's is there.
+    data["agent"] = {"this": agent_ship.app().name, "held": data.pop("agents"),
+                     "current": agent_ship.app().name in facts.agents}
 
     def human() -> None:
         table = Table(title=f"board {board_name} ({entry.user}@{entry.host}:{entry.port})", show_header=False)
@@ -39,6 +42,9 @@ def probe(app: App, board_name: str) -> None:
                     "base", "python", "jtop", "tegrastats", "nvpmodel", "power_rails", "user", "sudo"):
             value = data[key]
             table.add_row(key, ", ".join(value) if isinstance(value, list) else str(value))
+        agent = data["agent"]
+        table.add_row("agent", (", ".join(agent["held"]) or "none") + (" (this edgekit's)" if agent["current"] else
+                                                           f" (this edgekit's {agent['this']} is sent when needed)"))
         if entry.site:  # a site's boards serve and fetch blobs with these (apt install nginx-light aria2)
             table.add_row("site tools", ", ".join(f"{k} {'yes' if v else 'MISSING'}"
                                                   for k, v in data["site_tools"].items()))

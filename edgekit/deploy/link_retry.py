@@ -26,13 +26,14 @@ RELOCK_WAIT_S = 90
 
 def push_with_retries(runner: SshRunner, base: str, plan: ReleasePlan, stack: contextlib.ExitStack, wait_s: int,
                       say: Callable[[str], None], progress: TransferProgress | None,
-                      waits: tuple[float, ...] = RETRY_WAITS_S) -> PushReport:
-    """Take the board's lock (held on ``stack``) and push ``plan``'s blobs, resuming after a lost link."""
+                      waits: tuple[float, ...] = RETRY_WAITS_S, recheck_for: str | None = None) -> PushReport:
+    """Take the board's lock (held on ``stack``) and push ``plan``'s blobs, resuming after a lost link
+    (``recheck_for``: see ``push_blobs``)."""
     stack.enter_context(BoardLock(runner, base, wait_s))
     retries = 0
     while True:
         try:
-            report = push_blobs(runner, base, plan.blobs, progress=progress)
+            report = push_blobs(runner, base, plan.blobs, progress=progress, recheck_for=recheck_for)
             report.retries = retries
             return report
         except LinkLost as exc:

@@ -141,14 +141,18 @@ class PushOutcome:
                 f"({self.blobs_sent} blobs, {self.blobs_skipped} already there) in {self.seconds:.1f} s")
 
 
-def _push_blobs(runner: Runner, base: str, plan: ReleasePlan, stack: contextlib.ExitStack, wait_s: int, say: Any,
-                progress: Any) -> PushReport:
-    """Under the board's deploy lock (entered on ``stack``, held until the caller's block ends)."""
+def _push_blobs(runner: Runner, facts: BoardFacts, plan: ReleasePlan, stack: contextlib.ExitStack, wait_s: int,
+                say: Any, progress: Any) -> PushReport:
+    """Under the board's deploy lock (entered on ``stack``, held until the caller's block ends). A release that is
+    not what the board serves is about to be activated: the blobs the board already has are hashed again first
+    (a copy rotted at rest is sent anew); a redeploy of the current release trusts them (it serves them now)."""
     say(f"push {plan.payload_bytes / 1e6:.1f} MB of blobs (only what the board lacks is sent)")
+    base = facts.base
     if isinstance(runner, LocalRunner):
         stack.enter_context(BoardLock(runner, base, wait_s))
         return push_local(base, plan.blobs)
-    return link_retry.push_with_retries(runner, base, plan, stack, wait_s, say, progress)
+    recheck = plan.release_id if facts.current != plan.release_id else None
+    return link_retry.push_with_retries(runner, base, plan, stack, wait_s, say, progress, recheck_for=recheck)
 
 
 def _say(name: str, console: Console, on_step: Any) -> Any:
@@ -191,7 +195,7 @@ def _pushed(name: str, board: Board, recipe: Recipe, options: DeployOptions, con
         stages = dict(made.stages)
         with contextlib.ExitStack() as locked:
             t = time.monotonic()
-            report = _push_blobs(runner, facts.base, made.plan, locked, options.wait_s, say, progress)
+            report = _push_blobs(runner, facts, made.plan, locked, options.wait_s, say, progress)
             stages["push"] = time.monotonic() - t
             yield _Pushed(runner, facts, engine, made, stages, report, key)
 

@@ -18,7 +18,7 @@ from typing import Any
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
 from edgekit.engines.benchconf import BenchSite, ServerConfig
-from edgekit.engines.litert_front import BUNDLE, board_python, bundle_for, front_argv, python_of
+from edgekit.engines.litert_front import BUNDLE, agent_front, board_python, bundle_for, front_args, python_of
 from edgekit.errors import EdgekitError
 
 
@@ -30,25 +30,25 @@ def blob_of(path: Path) -> tuple[str, int]:
     return h.hexdigest(), path.stat().st_size
 
 
-def configs(python: str, agent_path: str, bundle: str, port: int, cache_length: int,
+def configs(front: list[str], bundle: str, port: int, cache_length: int,
             draft_steps: int | None, accelerator: str = "cpu", cache_dir: str | None = None) -> list[ServerConfig]:
     """[drafter, baseline] on the bench port: the same bundle, LiteRT-LM's MTP drafter on and off, the front
-    spelled as the release's units spell it (``engines.litert.front_argv``)."""
-    root = str(PurePosixPath(agent_path).parent.parent)  # the front lives in <root>/agent/
+    (``front``: how it is run, a release's file or the agent's verb) with the options a release's units give it."""
     cache = cache_dir or str(PurePosixPath(bundle).parent / "litert-cache")  # beside the bundle: removed with it
+    n = len(front)
 
     def argv(steps: int | None) -> list[str]:
-        return front_argv(python, root, bundle, "127.0.0.1", port, cache_length, steps, accelerator, cache)
+        return [*front, *front_args(bundle, "127.0.0.1", port, cache_length, steps, accelerator, cache)]
 
     settings = {"backend": "litert-lm", "accelerator": accelerator, "ctx_size": cache_length, "parallel": 1}
     out = []
     if draft_steps:
         spec = argv(draft_steps)
-        out.append(ServerConfig("drafter", spec[2:], True,
-                                {**settings, "spec_type": "litert-mtp", "draft_n_max": draft_steps}, spec[:2]))
+        out.append(ServerConfig("drafter", spec[n:], True,
+                                {**settings, "spec_type": "litert-mtp", "draft_n_max": draft_steps}, spec[:n]))
     base = argv(None)
-    out.append(ServerConfig("baseline", base[2:], False, {**settings, "spec_type": "none", "draft_n_max": None},
-                            base[:2]))
+    out.append(ServerConfig("baseline", base[n:], False, {**settings, "spec_type": "none", "draft_n_max": None},
+                            base[:n]))
     return out
 
 
@@ -56,7 +56,7 @@ def release_configs(manifest: dict[str, Any], release_dir: str, python: str, por
     """[drafter, baseline] of a deployed LiteRT-LM release (engine: litert-lm), moved to the bench port."""
     lit = manifest.get("litert") or {}
     accelerator = ((manifest.get("runtime") or {}).get("litert") or {}).get("accelerator", "cpu")
-    return configs(python, f"{release_dir}/agent/edgekit_agent.py", f"{release_dir}/{BUNDLE}", port,
+    return configs([python, f"{release_dir}/agent/litert_server.py"], f"{release_dir}/{BUNDLE}", port,
                    int(lit["cache_length"]), lit.get("draft_steps") if manifest.get("drafter") else None,
                    accelerator, f"{release_dir}/litert-cache-{port}")
 
@@ -90,7 +90,7 @@ def tune_drafters(site: BenchSite, manifest: dict[str, Any], recipe: Recipe, dra
         variant = recipe.model_copy(update={"runtime": recipe.runtime.model_copy(update={"draft_n_max": n})})
         bundle = bundle_for(variant)
         remote = push_bundle(site.runner, site.base, Path(bundle["file"]), f"{site.work}/n{n}")
-        (cfg,) = [c for c in configs(python_of(site.board), site.agent, remote, site.port,
+        (cfg,) = [c for c in configs(agent_front(python_of(site.board), site.agent), remote, site.port,
                                      int(lit.get("cache_length") or bundle["cache_length"]), n,
                                      recipe.runtime.litert.accelerator) if c.speculative]
         cfg.name = f"n{n}-pdef"
@@ -133,7 +133,8 @@ def model_configs(site: BenchSite, bundle: dict[str, Any], python: str | None,
     py = board_python(site.runner, site.name, _python(site.board, python), "--litert-python")
     site.say(f"pushing the LiteRT-LM bundle ({Path(bundle['file']).stat().st_size / 1e6:.1f} MB) to {site.name}")
     remote = push_bundle(site.runner, site.base, Path(bundle["file"]), site.work)
-    return configs(py, site.agent, remote, site.port, bundle["cache_length"], bundle.get("draft_steps"), accelerator)
+    return configs(agent_front(py, site.agent), remote, site.port, bundle["cache_length"], bundle.get("draft_steps"),
+                   accelerator)
 
 
 def model_record(bundle: dict[str, Any]) -> dict[str, Any]:

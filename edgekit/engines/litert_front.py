@@ -47,10 +47,22 @@ def python_of(board: Board) -> str:
 def front_argv(python: str, rdir: str, bundle: str, host: str, port: int, cache_length: int,
                draft_steps: int | None, accelerator: str, cache_dir: str, key_file: str | None = None,
                chat_template: str | None = None) -> list[str]:
-    """The front on ``port``: the bundle with its MTP drafter when ``draft_steps``, else the target alone
-    (``key_file``: every request but /health needs the key it holds; ``chat_template``: a template file that
-    replaces the bundle's own)."""
-    argv = [python, f"{rdir}/agent/litert_server.py", "--model", bundle, "--host", host, "--port", str(port),
+    """The front on ``port``, as a release's units run it (the agent's file the release carries): the bundle with
+    its MTP drafter when ``draft_steps``, else the target alone (``key_file``: every request but /health needs the
+    key it holds; ``chat_template``: a template file that replaces the bundle's own)."""
+    return [python, f"{rdir}/agent/litert_server.py", *front_args(bundle, host, port, cache_length, draft_steps,
+                                                                   accelerator, cache_dir, key_file, chat_template)]
+
+
+def agent_front(python: str, agent: str) -> list[str]:
+    """The front as the bench runs it before any release carries it: the agent zipapp's ``litert-front`` verb,
+    under the board's LiteRT-LM Python."""
+    return [python, agent, "litert-front"]
+
+
+def front_args(bundle: str, host: str, port: int, cache_length: int, draft_steps: int | None, accelerator: str,
+               cache_dir: str, key_file: str | None = None, chat_template: str | None = None) -> list[str]:
+    argv = ["--model", bundle, "--host", host, "--port", str(port),
             "--ctx", str(cache_length), "--cache-dir", cache_dir, "--accelerator", accelerator]
     argv += ["--api-key-file", key_file] if key_file else []
     argv += ["--chat-template-file", chat_template] if chat_template else []

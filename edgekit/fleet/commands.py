@@ -60,6 +60,8 @@ class Board:
 
     def __init__(self, fleet: Mapping[str, Any], base: str, sudo: Sequence[str] = ()) -> None:
         self.scripts: Mapping[str, str] = fleet["scripts"]
+        agent = fleet["agent"]  # put on the board by the push (edgekit_blobs) before any command here runs
+        self.agent = [str(agent["python"]), f"{base}/{agent['dir']}/{agent['name']}"]
         self.units: Mapping[str, str] = fleet["units"]
         self.health_settings: Mapping[str, Any] = fleet["health"]
         self.base = str(base)
@@ -79,8 +81,7 @@ class Board:
 
     def switch(self, release: str) -> str:
         """`current` and `serving` to ``release``: the rescue of a program that did not finish (it does this itself)."""
-        return (f"{q(['sh', '-c', self.scripts['switch'], 'edgekit-switch', self.base, release])} && "
-                f"{q(['sh', '-c', self.scripts['serving'], 'edgekit-serving', self.base, release])}")
+        return q([*self.agent, "release-switch", "--serving", self.base, release])
 
     def log(self, unit: str) -> str:
         return f"{self.base}/logs/{CANDIDATE_LOG_NAME if unit == self.units['candidate'] else LOG_NAME}"

@@ -20,7 +20,7 @@ from types import TracebackType
 
 from edgekit.config.boardfile import Board
 from edgekit.errors import EdgekitError
-from edgekit.remote import mux
+from edgekit.remote import agent_ship, mux
 from edgekit.remote.lock import BoardLock
 from edgekit.remote.probe import BoardFacts, probe
 from edgekit.remote.runner import LocalRunner, SshRunner
@@ -57,6 +57,7 @@ class Fleet:
         runner = LocalRunner(name) if board.local else mux.MuxRunner(board, name, self.control)
         try:
             facts = probe(runner, board.base)
+            agent_ship.ensure(runner, facts.base)  # every play's board commands can count on edgekit's agent
             target = Target(name, board, runner, facts)
             if self.lock:
                 target.lock = BoardLock(runner, facts.base, self.wait_s).__enter__()

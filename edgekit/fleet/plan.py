@@ -23,6 +23,7 @@ from edgekit.fleet.scripts import health_apis, scripts
 from edgekit.release.health import HEALTH_PROMPT
 from edgekit.release.plan import ReleasePlan
 from edgekit.release.units import CANDIDATE_UNIT, LEGACY_CANDIDATE_UNITS, LEGACY_UNITS, UNIT_NAME, WATCHDOG_UNIT
+from edgekit.remote import agent_ship
 
 HEALTH_N_PREDICT = 24  # edgekit.deploy.health.check's default
 
@@ -75,6 +76,9 @@ def fleet_vars(health_timeout: float) -> dict[str, Any]:
     """What every playbook needs: edgekit's board-side scripts, unit names, health-check settings."""
     return {
         "scripts": scripts(),
+        # edgekit's agent (a zipapp named by its hash): the action sends it where a board lacks it
+        "agent": {"name": agent_ship.app().name, "src": str(agent_ship.local_file()), "dir": agent_ship.DIR,
+                  "python": agent_ship.PYTHON},
         "units": {"main": UNIT_NAME, "candidate": CANDIDATE_UNIT, "watchdog": WATCHDOG_UNIT,
                   "legacy": list(LEGACY_UNITS), "stale": list(LEGACY_CANDIDATE_UNITS)},
         "health": {"timeout": health_timeout, "n_predict": HEALTH_N_PREDICT, "prompt": HEALTH_PROMPT,

@@ -11,7 +11,8 @@ from typing import Any
 
 from edgekit.fleet.commands import activation
 
-PUSH_COUNTS = ("sent_blobs", "sent_bytes", "skipped_blobs", "missing_blobs", "missing_bytes")
+PUSH_COUNTS = ("sent_blobs", "sent_bytes", "skipped_blobs", "missing_blobs", "missing_bytes", "rechecked_bytes",
+               "corrupt_blobs")
 
 
 @dataclass

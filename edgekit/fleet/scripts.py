@@ -1,21 +1,17 @@
 """Board-side programs the Ansible roles run, handed to the playbook in the plan file.
 
-The release layout and the unit install are edgekit's own shell (edgekit.remote.releases,
-edgekit.deploy.service), passed through unchanged so a board updated by Ansible looks exactly like
-one updated by `edgekit deploy`; the health check is the one deploy runs too (edgekit/agent/health.py,
-its source sent as ``python3 -c``), and so is a site's pull (edgekit/agent/site_pull.py). STATE_PY (the
+The release layout, the store and the unit install are verbs of edgekit's agent (sent to the board as a zipapp by
+the push), called as `edgekit deploy` calls them, so a board updated by Ansible looks exactly like one updated by
+`edgekit deploy`; the health check is the one deploy runs too (edgekit/agent/health.py,
+its source sent as ``python3 -c``). STATE_PY (the
 board's release state as JSON) is the fleet's own. Values only ever arrive as arguments (or on stdin); the roles
 quote every argument (Jinja's `quote` = shlex).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from edgekit.agent import site_pull
 from edgekit.engines import ENGINES, get_engine
 from edgekit.release.health import health_program
-from edgekit.remote import boardscripts, releases
 
 # `python3 -c STATE_PY BASE [RELEASE] [UNIT [OLDER NAMES]]`: current, serving, releases (oldest first, as
 # releases.layout sorts them), those that carry the activation program (programs), the manifests of
@@ -89,108 +85,11 @@ print(json.dumps({
 }))
 """
 
-# `sh -c INVENTORY_RO sh STORE SHA...`: INVENTORY_SH without creating the store (for --check).
-INVENTORY_RO = r"""
-d="$1"; shift
-[ -d "$d" ] || { echo "free $(df -Pk / | awk 'NR==2 {print $4}')"; exit 0; }
-""" + boardscripts.INVENTORY_LIST_SH
-
-# `python3 -c PLACE_PY STORE [SHA MODE]...`: after an upload, hash each `<sha>.part` on the board
-# (one process for all: cheaper than a hashing tool per file), make the good ones durable, and rename
-# them into place (rename(2): atomic) with their MODE; delete the others. Prints `ok SHA` or
-# `bad SHA HEX` per blob. The Ansible twin of transfer._Push.settle. After `--`, a command to run in
-# its place once every blob is good (the release's CREATE_PY): one round trip for both.
-# Durable with one syncfs(2) of the store's filesystem, not an fsync per blob: a release has dozens of
-# small blobs, and each fsync is a journal commit that eight boards' uploads queue behind.
-PLACE_PY = r"""
-import ctypes, hashlib, os, sys
-
-store, args = sys.argv[1], sys.argv[2:]
-then = []
-if "--" in args:
-    cut = args.index("--")
-    args, then = args[:cut], args[cut + 1:]
-
-
-def durable(parts):
-    fd = os.open(store, os.O_RDONLY)
-    try:
-        if ctypes.CDLL(None, use_errno=True).syncfs(fd) == 0:
-            return
-    except (OSError, AttributeError):
-        pass
-    finally:
-        os.close(fd)
-    for part in parts:  # no syncfs here: each file on its own
-        pfd = os.open(part, os.O_RDONLY)
-        try:
-            os.fsync(pfd)
-        finally:
-            os.close(pfd)
-
-
-good, all_good = [], True
-for i in range(0, len(args) - 1, 2):
-    sha, mode = args[i], int(args[i + 1], 8)
-    part = os.path.join(store, sha + ".part")
-    digest = hashlib.sha256()
-    try:
-        fd = os.open(part, os.O_RDONLY)
-    except OSError:
-        print("bad", sha, "missing")
-        all_good = False
-        continue
-    try:
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            digest.update(chunk)
-    finally:
-        os.close(fd)
-    if digest.hexdigest() == sha:
-        good.append((sha, mode, part))
-    else:
-        os.unlink(part)
-        print("bad", sha, digest.hexdigest())
-        all_good = False
-if good:
-    durable([part for _, _, part in good])  # on disk before any gets its final name
-for sha, mode, part in good:
-    os.chmod(part, mode)
-    os.replace(part, os.path.join(store, sha))
-    print("ok", sha)
-dfd = os.open(store, os.O_RDONLY)
-try:
-    os.fsync(dfd)  # the renames, durable
-finally:
-    os.close(dfd)
-if then and all_good:
-    sys.stdout.flush()
-    if then[:2] == ["python3", "-c"]:  # a Python program: run here, not in a second interpreter
-        sys.argv = ["-c"] + then[3:]
-        exec(compile(then[2], "<string>", "exec"), {"__name__": "__main__"})
-    else:
-        os.execvp(then[0], then)
-"""
-
-# `serving` written atomically, for the rescue of an activation whose program did not finish (it writes it itself).
-SERVING_SH = 'printf "%s\\n" "$2" > "$1/.serving.new" && mv -f "$1/.serving.new" "$1/serving"'
-
-
 def scripts() -> dict[str, str]:
     """Every board-side program the roles use, by the name the roles know it by."""
     return {
         "state": STATE_PY,
         "health": health_program(),
-        "create": releases.CREATE_PY,
-        "switch": releases.SWITCH_SH,
-        "serving": SERVING_SH,
-        "inventory": boardscripts.INVENTORY_SH,
-        "inventory_ro": INVENTORY_RO,
-        "place": PLACE_PY,
-        # `python3 -c SITE_PULL -`, the spec on stdin: a board takes blobs from its site (agent/site_pull.py)
-        "site_pull": Path(site_pull.__file__).read_text(encoding="utf-8"),
     }
 
 

@@ -45,13 +45,14 @@ def unit_install_argv(agent_release_dir: str, base: str, rid: str, unit: str) ->
             "--unit", unit]
 
 
-def unit_install_spec_argv(agent_release_dir: str, spec_file: str) -> list[str]:
-    """The agent installing the unit of a spec file on the board (the bench's own unit)."""
-    return [*activation_program_at(agent_release_dir), "unit-install", "--spec", spec_file]
+def unit_install_spec_argv(agent: Sequence[str], spec_file: str) -> list[str]:
+    """The agent (its argv: ``python3 <zipapp>``) installing the unit of a spec file on the board (the bench's own
+    unit)."""
+    return [*agent, "unit-install", "--spec", spec_file]
 
 
-def unit_remove_argv(agent_release_dir: str, unit: str) -> list[str]:
-    return [*activation_program_at(agent_release_dir), "unit-remove", "--unit", unit]
+def unit_remove_argv(agent: Sequence[str], unit: str) -> list[str]:
+    return [*agent, "unit-remove", "--unit", unit]
 
 
 def unit_spec(unit: str, role: str, base: str, rid: str, argv: Sequence[str], log: str, user: str | None,

@@ -38,12 +38,18 @@ CONTROL_NAME = "%C"  # as ansible.cfg's control_path: ssh expands it to the same
 PERSIST = "60s"  # as ansible.cfg; the lock's session keeps the master busy for the whole run
 
 
+def _decoded(proc: subprocess.CompletedProcess[bytes]) -> subprocess.CompletedProcess[str]:
+    return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(errors="replace"),
+                                       proc.stderr.decode(errors="replace"))
+
+
 class MuxRunner(SshRunner):
     """``SshRunner``'s interface over an OpenSSH master in ``control_dir``; ``conn`` (paramiko) opened lazily."""
 
     def __init__(self, board: Board, name: str, control_dir: Path) -> None:
         # Not SshRunner.__init__: that opens the paramiko connection this runner exists to avoid.
         self.name, self.board = name, board
+        self.agents: set[str] = set()
         self._conn: Connection | None = None
         self._connected = False
         full = ssh_argv(board)
@@ -59,11 +65,12 @@ class MuxRunner(SshRunner):
         return [*self._ssh, "-o", "ControlMaster=auto", self._host, *tail]
 
     def run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None,
-            env: Mapping[str, str] | None = None) -> Result:
+            env: Mapping[str, str] | None = None, stdin: bytes | None = None) -> Result:
         full = _with_env(argv, env)
         try:
-            proc = subprocess.run(self.argv(shlex.join(full)), capture_output=True, text=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL)
+            raw = subprocess.run(self.argv(shlex.join(full)), capture_output=True, timeout=timeout, input=stdin,
+                                 stdin=subprocess.DEVNULL if stdin is None else None)
+            proc = _decoded(raw)
         except subprocess.TimeoutExpired:
             raise EdgekitError(f"`{shlex.join(full)[:120]}` timed out on board {self.name!r}.") from None
         if proc.returncode == 255 and not self.alive():  # ssh's own failure, not the command's exit 255

@@ -1,7 +1,8 @@
 """Board facts, read on the board: the one interface the rest of edgekit asks about a board.
 
-On a real Jetson the files are read from `/`; a simulated board sets EDGEKIT_BOARD_ROOT (through
-sshd's SetEnv) and the very same script reads its board root instead.
+The probe is edgekit/data/board/probe.sh (POSIX sh: it answers before edgekit knows whether the board has a
+python3 for its agent), sent to ``sh -s`` on stdin. On a real Jetson the files are read from `/`; a simulated
+board sets EDGEKIT_BOARD_ROOT (through sshd's SetEnv) and the very same script reads its board root instead.
 """
 
 from __future__ import annotations
@@ -12,85 +13,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from edgekit.config.jetpack import L4T_RELEASES, line_for_l4t
+from edgekit.remote import agent_ship
 from edgekit.remote.runner import Runner
+from edgekit.resources import data_path
 
-# One round trip, POSIX sh only (nothing to install on a board). "$1" is the base directory.
-PROBE_SH = r"""
-root="${EDGEKIT_BOARD_ROOT:-}"
-base="$1"
-case "$base" in "~") base="$HOME" ;; "~/"*) base="$HOME/${base#\~/}" ;; esac
-kv() { printf '%s=%s\n' "$1" "$2"; }
-# The first line of a file into $line; builtins, not a process per file: every exec counts on a board
-# that is probed on each deploy (and on simulated boards that share the workstation's cores).
-first() { line=""; { IFS= read -r line; } 2>/dev/null < "$1"; }
-first "$root/etc/nv_tegra_release"; kv l4t "$line"
-model=""
-for f in "$root/proc/device-tree/model" "$root/sys/firmware/devicetree/base/model"; do
-  [ -r "$f" ] && { model="$(tr -d '\000' < "$f")"; break; }
-done
-kv model "$model"
-kv cuda_json "$(tr -d '\n' 2>/dev/null < "$root/usr/local/cuda/version.json")"
-un="$(uname -nrm)"  # node name, kernel release, machine: one process
-kv arch "${un##* }"
-kv glibc "$(getconf GNU_LIBC_VERSION 2>/dev/null)"
-gpu=""  # the GPU's device node or CUDA driver library: Orin's nvgpu (JetPack 5/6), OpenRM's nvidia0 (Thor, JetPack 7)
-for f in /dev/nvgpu/igpu0/ctrl /dev/nvhost-ctrl-gpu /dev/nvidia0 /usr/lib/aarch64-linux-gnu/nvidia/libcuda.so.1 \
-         /usr/lib/aarch64-linux-gnu/tegra/libcuda.so.1; do
-  [ -e "$root$f" ] && { gpu="$f"; break; }
-done
-kv gpu_driver "$gpu"
-rest="${un#* }"
-kv kernel "${rest% *}"
-kv hostname "${un%% *}"
-meminfo=/proc/meminfo; [ -r "$root/proc/meminfo" ] && meminfo="$root/proc/meminfo"
-mem=""; avail=""; while read -r key value _; do
-  case "$key" in MemTotal:) mem="$value" ;; MemAvailable:) avail="$value" ;; esac
-done 2>/dev/null < "$meminfo"
-kv mem_total_kb "$mem"
-kv mem_available_kb "$avail"
-d="$base"; while [ ! -d "$d" ] && [ "$d" != "/" ]; do d="$(dirname "$d")"; done
-kv disk_free_kb "$(df -Pk "$d" 2>/dev/null | { read -r _; read -r _ _ _ avail _; printf '%s' "$avail"; })"
-kv base "$base"
-kv base_exists "$([ -d "$base" ] && echo 1 || echo 0)"
-py="$(python3 -V 2>&1)"  # "Python 3.10.12": the version without starting the interpreter
-case "$py" in "Python "[0-9]*) py="${py#Python }"; py="${py%%[!0-9.]*}" ;; *) py="" ;; esac
-kv python "$py"
-kv jtop_socket "$([ -S "$root/run/jtop.sock" ] && echo 1 || echo 0)"
-kv jtop_bin "$(command -v jtop 2>/dev/null)"
-kv tegrastats "$(command -v tegrastats 2>/dev/null)"
-kv site_nginx "$(command -v nginx 2>/dev/null || { [ -x /usr/sbin/nginx ] && echo /usr/sbin/nginx; })"
-kv site_aria2c "$(command -v aria2c 2>/dev/null)"
-first "$root/var/lib/nvpmodel/status"; kv nvpmodel "$line"
-kv user "$(id -un)"
-# The helper `edgekit board setup --apply` installs is preferred to full sudo: edgekit then asks for no more.
-helper="$root/usr/local/sbin/edgekit-root"
-kv sudo "$( [ "$(id -u)" = 0 ] && echo root \
-  || { [ -x "$helper" ] && sudo -n -l "$helper" >/dev/null 2>&1 && echo helper; } \
-  || (sudo -n true 2>/dev/null && echo nopasswd || echo no) )"
-kv helper "$helper"
-kv helper_sha "$( [ -r "$helper" ] && { openssl dgst -sha256 -r "$helper" 2>/dev/null || sha256sum "$helper"; } \
-  | cut -c1-64 )"
-lib="$helper.d/unitspec.py"  # its renderer
-kv helper_lib_sha "$( [ -r "$lib" ] && { openssl dgst -sha256 -r "$lib" 2>/dev/null || sha256sum "$lib"; } \
-  | cut -c1-64 )"
-kv groups "$(id -Gn)"
-for dev in "$root"/sys/bus/i2c/devices/*; do
-  [ -r "$dev/name" ] || continue
-  first "$dev/name"; chip="$line"
-  case "$chip" in ina3221|ina238|ina226) ;; *) continue ;; esac
-  for hw in "$dev"/hwmon/hwmon*; do
-    [ -d "$hw" ] || continue
-    for lab in "$hw"/in*_label; do
-      [ -r "$lab" ] || continue
-      n="${lab##*/in}"; n="${n%_label}"
-      first "$lab"; kv rail "$chip:${dev##*/}:${hw##*/}:$n:$line"
-    done
-    if [ "$chip" = ina238 ] && [ ! -e "$hw/in1_label" ] && [ -r "$hw/power1_input" ]; then
-      kv rail "$chip:${dev##*/}:${hw##*/}:1:VIN"
-    fi
-  done
-done
-"""
 
 @dataclass
 class PowerRailInfo:
@@ -132,6 +58,8 @@ class BoardFacts:
     groups: list[str] = field(default_factory=list)  # the login user's: its servers run with them
     helper_sha: str = ""  # the installed helper's sha256 ("" when there is none)
     helper_lib_sha: str = ""  # and its renderer's (unitspec.py beside it)
+    agents: list[str] = field(default_factory=list)  # edgekit agent zipapps under the base (remote.agent_ship)
+    current: str | None = None  # the release `current` points at
 
     @property
     def is_jetson(self) -> bool:
@@ -191,6 +119,7 @@ def _int(value: str) -> int | None:
 def parse_probe(board: str, output: str) -> BoardFacts:
     values: dict[str, str] = {}
     rails: list[PowerRailInfo] = []
+    agents: list[str] = []
     for line in output.splitlines():
         key, sep, value = line.partition("=")
         if not sep:
@@ -198,6 +127,8 @@ def parse_probe(board: str, output: str) -> BoardFacts:
         if key == "rail":
             chip, device, hwmon, channel, label = value.split(":", 4)
             rails.append(PowerRailInfo(chip, device, hwmon, int(channel), label.strip()))
+        elif key == "agent":
+            agents.append(value.strip())
         else:
             values[key] = value.strip()
     l4t = parse_l4t(values.get("l4t", ""))
@@ -231,9 +162,18 @@ def parse_probe(board: str, output: str) -> BoardFacts:
         helper_sha=values.get("helper_sha", ""),
         helper_lib_sha=values.get("helper_lib_sha", ""),
         power_rails=rails,
+        agents=agents,
+        current=values.get("current") or None,
     )
 
 
+def probe_script() -> bytes:
+    return data_path("board", "probe.sh").read_bytes()
+
+
 def probe(runner: Runner, base: str) -> BoardFacts:
-    result = runner.run(["sh", "-c", PROBE_SH, "edgekit-probe", base], timeout=30)
-    return parse_probe(runner.name, result.stdout)
+    result = runner.run(["sh", "-s", "--", base], timeout=30, stdin=probe_script())
+    facts = parse_probe(runner.name, result.stdout)
+    if facts.base.startswith("/"):  # the probe was the stat: an agent it saw need not be looked for again
+        runner.agents.update(f"{facts.base.rstrip('/')}/{agent_ship.DIR}/{name}" for name in facts.agents)
+    return facts

@@ -1,6 +1,7 @@
 """Push blobs into a board's content-addressed store, ``<base>/store/<sha256>``.
 
-Only blobs the board lacks are sent (one remote command finds them). Each goes to
+Only blobs the board lacks are sent (one verb of edgekit's agent finds them: agent/blobstore.py, which does every
+board-side step here). Each goes to
 ``<sha>.part``, resumes from the remote size after an interruption, is hashed on the board while
 it arrives, and is renamed into place (SFTP posix-rename) only once its sha256 matches: a file at
 its final path is always complete and verified. Remote names are hashes only, so no file name
@@ -9,6 +10,7 @@ from a recipe or the local disk ever reaches the board.
 
 from __future__ import annotations
 
+import json
 import queue
 import re
 import shlex
@@ -33,8 +35,7 @@ from rich.progress import (
 )
 
 from edgekit.errors import EdgekitError, LinkLost
-from edgekit.remote import fastsftp, sshstream
-from edgekit.remote.boardscripts import HASH_SH, HOME_SH, INVENTORY_SH, VERIFY_PY
+from edgekit.remote import agent_call, agent_ship, fastsftp, sshstream
 from edgekit.remote.connection import ssh_binary
 from edgekit.remote.runner import SshRunner
 
@@ -44,6 +45,7 @@ VERIFY_LINE_TIMEOUT_S = 300.0  # the board-side hash of the last blob must finis
 OPENSSH_MIN_BYTES = 16 << 20  # smaller blobs stay on the open SFTP connection (an ssh session costs ≈ 0.1 s)
 _SHA_RE = re.compile(r"[0-9a-f]{64}")
 Verify = Literal["auto", "openssh", "stream", "after"]
+FOLLOW = "follow"  # the agent's verb that hashes SFTP uploads as they land
 
 
 def check_sha256(value: str) -> str:
@@ -73,6 +75,8 @@ class PushReport:
     sent_blobs: int = 0
     skipped_blobs: int = 0
     resumed_bytes: int = 0
+    rechecked_bytes: int = 0  # blobs already on the board, hashed again before a release is activated from them
+    corrupt_blobs: int = 0  # of those, copies that were not what their name says: deleted and sent anew
     seconds: float = 0.0
     retries: int = 0  # new connections after a lost link (edgekit.deploy.link_retry)
 
@@ -142,7 +146,7 @@ def resolve_base(runner: SshRunner, base: str) -> str:
         if not base.startswith("/"):
             raise EdgekitError(f"The base directory {base!r} of board {runner.name!r} is not absolute.")
         return base.rstrip("/") or "/"
-    home = runner.run(["sh", "-c", HOME_SH]).stdout
+    home = runner.run(["printenv", "HOME"], check=False).stdout.removesuffix("\n")
     if not home.startswith("/") or "\n" in home:
         raise EdgekitError(f"Board {runner.name!r} reports an unusable $HOME ({home!r}).")
     return (home.rstrip("/") + base[1:]).rstrip("/") or "/"
@@ -152,38 +156,26 @@ def resolve_base(runner: SshRunner, base: str) -> str:
 class _Inventory:
     present: dict[str, bool] = field(default_factory=dict)  # sha -> executable
     parts: dict[str, int] = field(default_factory=dict)  # sha -> bytes already in <sha>.part
-    free_bytes: int | None = None  # None: df gave nothing usable, so no check
-    python3: bool = False
+    free_bytes: int | None = None  # None: the board could not say, so no check
 
 
-def _inventory(runner: SshRunner, store: str, shas: list[str]) -> _Inventory:
-    res = runner.run(["sh", "-c", INVENTORY_SH, "sh", store, *shas], check=False, timeout=120)
-    if not res.ok:
-        why = (res.stderr.strip().splitlines() or [f"exit {res.exit_code}"])[-1]
-        raise EdgekitError(f"Cannot prepare the store {store} on board {runner.name!r}: {why}.")
-    inv = _Inventory()
-    for line in res.stdout.splitlines():
-        word, _, rest = line.partition(" ")
-        args = rest.split()
-        if word == "have" and len(args) == 2:
-            inv.present[args[0]] = args[1] == "x"
-        elif word == "part" and len(args) == 2 and args[1].isdigit():
-            inv.parts[args[0]] = int(args[1])
-        elif word == "free" and args and args[0].isdigit():
-            inv.free_bytes = int(args[0]) * 1024
-        elif word == "python3":
-            inv.python3 = True
-    return inv
+def _inventory(runner: SshRunner, store: str, root: str, shas: list[str], create: bool = True) -> _Inventory:
+    got = agent_call.call(runner, root, "inventory", *(["--create"] if create else []), store, *shas, timeout=120,
+                          doing=f"Preparing the store {store}")
+    free = got.get("free_bytes")
+    return _Inventory({k: bool(v) for k, v in (got.get("have") or {}).items()},
+                      {k: int(v) for k, v in (got.get("parts") or {}).items()},
+                      int(free) if isinstance(free, int) else None)
 
 
 # ------------------------------------------------------------------------------------ verification
 
 
 class _StreamVerifier:
-    """The board-side VERIFY_PY on its own channel: hashes each .part while it is uploaded."""
+    """The agent's ``follow`` on its own channel: hashes each .part while it is uploaded."""
 
-    def __init__(self, transport: paramiko.Transport, paths: list[tuple[str, int]]) -> None:
-        argv = ["python3", "-c", VERIFY_PY]
+    def __init__(self, transport: paramiko.Transport, agent: str, paths: list[tuple[str, int]]) -> None:
+        argv = agent_ship.argv(agent, FOLLOW)
         for path, size in paths:
             argv += [path, str(size)]
         self.chan = transport.open_session()
@@ -195,10 +187,9 @@ class _StreamVerifier:
     def _read(self) -> None:
         try:
             for line in self.chan.makefile("r"):
-                idx, _, digest = line.strip().partition(" ")
-                if idx.isdigit():
-                    self.lines.put((int(idx), digest))
-        except (OSError, EOFError, paramiko.SSHException):
+                got = json.loads(line)
+                self.lines.put((int(got["index"]), str(got["digest"])))
+        except (OSError, EOFError, paramiko.SSHException, ValueError, KeyError, TypeError):
             pass
         self.lines.put(None)  # the verifier ended
 
@@ -215,7 +206,7 @@ class _StreamVerifier:
             out.append(item)
 
     def next(self, board: str) -> tuple[int, str] | None:
-        """The next (index, digest), or None once the verifier has ended (e.g. no usable python3)."""
+        """The next (index, digest), or None once the verifier has ended (e.g. it could not run)."""
         try:
             item = self.lines.get(timeout=VERIFY_LINE_TIMEOUT_S)
         except queue.Empty:
@@ -230,16 +221,12 @@ class _StreamVerifier:
         self._reader.join(timeout=5)
 
 
-def _hash_after(runner: SshRunner, store: str, blobs: list[Blob], suffix: str = ".part") -> dict[str, str]:
-    """sha -> hex digest of each ``<sha>.part`` (hashed on the board after the upload), or of ``<sha>``."""
+def _hash_after(runner: SshRunner, root: str, store: str, blobs: list[Blob], parts: bool = True) -> dict[str, str]:
+    """sha -> hex digest of each ``<sha>.part`` (hashed on the board after the upload, fsynced), or of ``<sha>``."""
     total = sum(b.size for b in blobs)
-    res = runner.run(["sh", "-c", HASH_SH, "sh", store, suffix, *(b.sha256 for b in blobs)], check=False,
-                     timeout=120 + total / 20e6)
-    if not res.ok:
-        why = (res.stderr.strip().splitlines() or [f"exit {res.exit_code}"])[-1]
-        raise EdgekitError(f"Hashing the uploads on board {runner.name!r} failed: {why}.")
-    pairs = (line.split() for line in res.stdout.splitlines())
-    return {p[0]: p[1] for p in pairs if len(p) == 2}
+    got = agent_call.call(runner, root, "hash", *(["--parts"] if parts else []), store, *(b.sha256 for b in blobs),
+                          timeout=120 + total / 20e6, doing="Hashing the uploads")
+    return {str(k): str(v) for k, v in (got.get("digests") or {}).items()}
 
 
 # ------------------------------------------------------------------------------------------- push
@@ -248,8 +235,9 @@ def _hash_after(runner: SshRunner, store: str, blobs: list[Blob], suffix: str = 
 class _Push:
     """One push to one board; see ``push_blobs``."""
 
-    def __init__(self, runner: SshRunner, store: str, progress: TransferProgress | None) -> None:
-        self.runner, self.name, self.store, self.progress = runner, runner.name, store, progress
+    def __init__(self, runner: SshRunner, root: str, store: str, progress: TransferProgress | None) -> None:
+        self.runner, self.name, self.root, self.store, self.progress = runner, runner.name, root, store, progress
+        self.agent = agent_ship.ensure(runner, root)
         self.report = PushReport()
         self._sftp: paramiko.SFTPClient | None = None
 
@@ -276,7 +264,7 @@ class _Push:
         redo: list[tuple[Blob, int]] = []
         for blob, offset in todo:
             item = sshstream.Item(blob.sha256, blob.size, offset, blob.executable, blob.path)
-            word, sent = sshstream.upload(self.runner.board, self.name, self.store, item, self.on_bytes)
+            word, sent = sshstream.upload(self.runner.board, self.name, self.agent, self.store, item, self.on_bytes)
             self.report.sent_bytes += sent
             if word == "ok":
                 self.report.sent_blobs += 1
@@ -299,7 +287,7 @@ class _Push:
         verifier = None
         if stream:
             transport = self.runner.conn.client.get_transport()
-            verifier = _StreamVerifier(transport, [(self.part(b), b.size) for b, _ in todo])
+            verifier = _StreamVerifier(transport, self.agent, [(self.part(b), b.size) for b, _ in todo])
         try:
             for blob, offset in todo:
                 if offset < blob.size or blob.size == 0:
@@ -316,7 +304,7 @@ class _Push:
             while verifier is not None and pending and (item := verifier.next(self.name)) is not None:
                 settle(*item)
             if pending:  # no streaming verifier, or it ended early: hash what is left after the fact
-                digests = _hash_after(self.runner, self.store, [todo[j][0] for j in sorted(pending)])
+                digests = _hash_after(self.runner, self.root, self.store, [todo[j][0] for j in sorted(pending)])
                 for j in sorted(pending):
                     settle(j, digests.get(todo[j][0].sha256, "missing"))
         finally:
@@ -328,7 +316,7 @@ class _Push:
         """Place a verified .part at its final path, or delete it and redo / raise."""
         if digest not in (blob.sha256, "long"):
             # The streaming hash is the fast path; an after-the-fact hash decides (rare, cheap).
-            digest = _hash_after(self.runner, self.store, [blob]).get(blob.sha256, digest)
+            digest = _hash_after(self.runner, self.root, self.store, [blob]).get(blob.sha256, digest)
         if digest == blob.sha256:
             self.sftp.chmod(self.part(blob), 0o755 if blob.executable else 0o644)
             self.sftp.posix_rename(self.part(blob), self.final(blob))  # atomic; replaces
@@ -372,14 +360,12 @@ def drop_corrupt(runner: SshRunner, base: str, blobs: list[Blob]) -> list[str]:
     a bad sector, a hand edit) is deleted, so the next push sends it. Returns the shas deleted. What a board serves
     to others (a site's seed) goes through this first; a push alone trusts what its inventory finds by name."""
     wanted = _unique(blobs)
-    store = f"{resolve_base(runner, base).rstrip('/')}/{STORE_DIR}"
-    inv = _inventory(runner, store, list(wanted))
-    present = [b for sha, b in wanted.items() if sha in inv.present]
-    got = _hash_after(runner, store, present, suffix="") if present else {}
-    bad = [b.sha256 for b in present if got.get(b.sha256) != b.sha256]
-    if bad:
-        runner.run(["rm", "-f", "--", *(f"{store}/{sha}" for sha in bad)], check=False, timeout=60)
-    return bad
+    root = resolve_base(runner, base)
+    store = f"{root.rstrip('/')}/{STORE_DIR}"
+    total = sum(b.size for b in wanted.values())
+    got = agent_call.call(runner, root, "check", store, *wanted, timeout=120 + total / 20e6,
+                          doing=f"Checking the store {store}")
+    return [str(sha) for sha in got.get("bad") or []]
 
 
 def push_blobs(
@@ -389,13 +375,18 @@ def push_blobs(
     progress: TransferProgress | None = None,
     *,
     verify: Verify = "auto",
+    recheck_for: str | None = None,
 ) -> PushReport:
     """Make ``<base>/store/<sha256>`` exist on the board for every blob; send only what is missing.
 
-    ``verify``: "openssh" sends through the OpenSSH client and hashes on the board as the bytes land
-    (python3 there; the fastest), "stream" uploads by SFTP and hashes on the board while uploading,
-    "after" hashes each .part once uploaded (sh + openssl/sha256sum/shasum); "auto" picks openssh,
-    then stream, then after, by what this machine and the board have.
+    ``recheck_for``: the release about to be activated from these blobs. Those the board already has are hashed
+    again first (a full sha256: size and mtime do not change when a disk rots), and a bad copy is deleted and
+    sent as if missing; the release's directory, if made from a bad copy, is made again.
+
+    ``verify``: "openssh" sends through the OpenSSH client and the agent hashes on the board as the bytes land
+    (the fastest), "stream" uploads by SFTP while the agent hashes on the board, "after" hashes each .part once
+    uploaded; "auto" picks openssh when this machine has the OpenSSH client, else stream. Every board-side step is
+    a verb of edgekit's agent (sent first where the board lacks this version).
     """
     t0 = time.monotonic()
     wanted = _unique(blobs)
@@ -408,8 +399,17 @@ def push_blobs(
             raise EdgekitError(f"{b.path} is {local_size} bytes but its manifest says {b.size}; rebuild the artifact.")
     root = resolve_base(runner, base)
     store = f"{root.rstrip('/')}/{STORE_DIR}"
-    inv = _inventory(runner, store, list(wanted))
-    push = _Push(runner, store, progress)
+    inv = _inventory(runner, store, root, list(wanted))
+    push = _Push(runner, root, store, progress)
+    if recheck_for is not None and inv.present:
+        size = sum(wanted[sha].size for sha in inv.present)
+        got = agent_call.call(runner, root, "check", "--release", f"{root.rstrip('/')}/releases/{recheck_for}",
+                              store, *inv.present, timeout=120 + size / 20e6,
+                              doing="Hashing the blobs the release is made of again")
+        push.report.rechecked_bytes = int(got.get("bytes") or 0)
+        push.report.corrupt_blobs = len(got.get("bad") or [])
+        for sha in got.get("bad") or []:
+            inv.present.pop(sha, None)
     missing = [b for sha, b in wanted.items() if sha not in inv.present]
     push.report.skipped_blobs = len(wanted) - len(missing)
     # A .part longer than its blob cannot be a prefix of it: start that one over.
@@ -430,11 +430,9 @@ def push_blobs(
         for b, off in todo:
             if off == 0 and b.sha256 in inv.parts:  # a stale .part we restart: the verifier must not read it
                 push.sftp.remove(push.part(b))
-        stream = verify == "stream" or (verify == "auto" and inv.python3)
-        # OpenSSH carries the bytes when it can (python3 on the board hashes them as they land).
-        openssh = verify == "openssh" or (verify == "auto" and inv.python3 and ssh_binary() is not None)
-        if verify == "openssh" and not inv.python3:
-            raise EdgekitError(f"Board {runner.name!r} has no python3 to receive an OpenSSH stream.")
+        stream = verify in ("stream", "auto")
+        # OpenSSH carries the bytes when this machine has it (the agent hashes them as they land).
+        openssh = verify == "openssh" or (verify == "auto" and ssh_binary() is not None)
         for _ in range(2):
             if not todo:
                 break

@@ -1,14 +1,15 @@
 """Action `edgekit_blobs`: make `<store>/<sha256>` exist on the board for every blob of a release.
 
-Like edgekit's push (edgekit.remote.transfer): one command lists what the board has, only missing
-blobs are sent, each to `<sha>.part`, the board hashes the uploads, and a verified `.part` is
-renamed into place with its mode; a mismatch is deleted and fails the task. Small blobs travel
-together as one tar stream on one command (a release has dozens of small files: libraries, the
-agent, units), large ones one SFTP put each; the board checks the uploads in the same command as the
-last tar stream. No Ansible module runs on the board (edgekit's own sh and `python3 -c` scripts do),
-so a fresh push costs two round trips, not several module runs per file. Unless the board has it,
-the release directory is then made from the store (edgekit's CREATE_PY) in that same command.
-Supports check mode: reports what would be sent and sends nothing.
+Like edgekit's push (edgekit.remote.transfer), every board-side step is a verb of edgekit's agent (a zipapp
+named by its hash under `<base>/agent/`, put there first when the board lacks it): `inventory` lists what
+the board has (and, for a release it does not serve yet, `check` hashes those blobs again: a rotted copy is
+sent anew), only missing blobs are sent, and a blob reaches its final name only once the board's sha256 of it
+matches. Small blobs travel together as tar streams into `place --tar` (a release has dozens of small files:
+libraries, units), large ones in pieces through `receive --upto`, resumed from what a cut rollout left. No
+Ansible module runs on the board, so a fresh push costs a few round trips, not several module runs per file.
+Unless the board has it, the release directory is then made from the store (the agent's `release-create`) in
+the same command as the last tar stream. Supports check mode: reports what would be sent and sends nothing
+(the agent itself is put in place if missing, as Ansible puts its own modules on a board in check mode).
 
 A board of a site (``plan.site``: the sources, its seed first, that `edgekit fleet rollout` started nginx on)
 first takes the missing blobs from its neighbours (edgekit's agent/site_pull.py: aria2c, then the board's own
@@ -19,8 +20,8 @@ compile a template per derived argument in every worker):
   plan:   the board's plan (edgekit.fleet.plan.BoardPlan.to_vars, with the state edgekit read): base
           (absolute; the store is <base>/store), blobs (sha256s), release, files ([path, sha256, ...]);
           the release is made unless state.has_release; site (optional): sources (URLs, in order), staging
-  fleet:  edgekit_fleet: blobs ({sha256: {sha256, src (local path), size, executable}}) and scripts
-          ({inventory, inventory_ro, place, create, site_pull}: board-side programs)
+  fleet:  edgekit_fleet: blobs ({sha256: {sha256, src (local path), size, executable}}), agent ({name, src,
+          dir, python}: the zipapp)
 """
 
 from __future__ import annotations
@@ -40,16 +41,12 @@ from ansible.plugins.action import ActionBase
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 FREE_MARGIN_BYTES = 16 << 20  # as edgekit's push: plus 1 % of the payload
 SMALL_BLOB = 16 << 20  # blobs up to this size go in the tar stream ...
+PIECE = 32 << 20  # ... larger ones in pieces of this size, each one command (held in memory while it crosses)
 TAR_BATCH = 64 << 20  # ... up to this much per stream (it is held in memory)
-# `sh -c UNTAR sh STORE`: unpack the stream of <sha>.part files into the store, as this user.
-UNTAR_SH = 'exec tar -x -o -f - -C "$1"'
-# `sh -c UNTAR_THEN sh STORE COMMAND...`: the same, then the command (exit UNTAR_FAILED if tar failed).
-UNTAR_FAILED = 97
-UNTAR_THEN_SH = f'tar -x -o -f - -C "$1" || exit {UNTAR_FAILED}; shift; exec "$@"'
 
 
 class ActionModule(ActionBase):
-    TRANSFERS_FILES = False  # put_file targets the store itself: no remote tmp dir
+    TRANSFERS_FILES = False  # the agent writes the store itself: no remote tmp dir
     _supports_check_mode = True
     _requires_connection = True
 
@@ -58,14 +55,25 @@ class ActionModule(ActionBase):
         # `/bin/sh -c '… && sleep 0'` (two more processes on the board per command).
         return self._low_level_execute_command(shlex.join(argv), sudoable=False, in_data=data, executable=False)
 
-    def _sh(self, script: str, *args: str) -> dict[str, Any]:
-        return self._run(["sh", "-c", script, "sh", *args])
+    def _agent(self, base: str, agent: dict[str, Any]) -> list[str]:
+        """``python3 <base>/agent/<zipapp>``: put there first when the board lacks it (a temporary name, renamed)."""
+        where = f"{base}/{agent['dir']}"
+        path = f"{where}/{agent['name']}"
+        if self._run(["test", "-f", path]).get("rc") != 0:
+            made = self._run(["mkdir", "-p", "--", where])
+            if made.get("rc") != 0:
+                raise AnsibleError(f"Cannot make {where} on the board: {self._why(made)}")
+            tmp = f"{path}.ansible.tmp"
+            self._connection.put_file(agent["src"], tmp)
+            moved = self._run(["mv", "-f", "--", tmp, path])
+            if moved.get("rc") != 0:
+                raise AnsibleError(f"Cannot place edgekit's agent at {path}: {self._why(moved)}")
+        return [str(agent.get("python") or "python3"), path]
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         plan, fleet = self._task.args.get("plan") or {}, self._task.args.get("fleet") or {}
         store = f"{plan.get('base') or ''}/store"
-        scripts = fleet.get("scripts") or {}
         table = fleet.get("blobs") or {}
         if any(sha not in table for sha in plan.get("blobs") or []):
             raise AnsibleError("edgekit_blobs: the plan names a blob the fleet's table lacks")
@@ -75,18 +83,26 @@ class ActionModule(ActionBase):
         if not store.startswith("/"):
             raise AnsibleError(f"edgekit_blobs: store {store!r} is not an absolute path")
         check = bool(self._task.check_mode)
-        listing = self._sh(scripts["inventory_ro" if check else "inventory"], store, *blobs)
-        if listing.get("rc") != 0:
+        self.agent = self._agent(str(plan["base"]), fleet["agent"])
+        listing = self._run([*self.agent, "inventory", *([] if check else ["--create"]), store, *blobs])
+        try:
+            inv = json.loads((listing.get("stdout") or "").strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            inv = None
+        if listing.get("rc") != 0 or not isinstance(inv, dict):
             return {**result, "failed": True, "msg": f"Cannot prepare the store {store}: {self._why(listing)}."}
-        have: dict[str, bool] = {}
-        free_kb: int | None = None
-        for line in listing.get("stdout", "").splitlines():
-            word, _, rest = line.partition(" ")
-            parts = rest.split()
-            if word == "have" and len(parts) == 2:
-                have[parts[0]] = parts[1] == "x"
-            elif word == "free" and parts and parts[0].isdigit():
-                free_kb = int(parts[0])
+        have: dict[str, bool] = {str(k): bool(v) for k, v in (inv.get("have") or {}).items()}
+        parts: dict[str, int] = {str(k): int(v) for k, v in (inv.get("parts") or {}).items()}
+        state = plan.get("state") or {}
+        if not check and have and state.get("current") != plan.get("release"):
+            rechecked = self._recheck(str(plan["base"]), str(plan.get("release")), store, have)
+            if rechecked.get("failed"):
+                return {**result, **rechecked}
+            result.update(rechecked)
+            if rechecked.get("release_dropped"):  # made from a bad copy: made again below
+                release = {"base": plan.get("base"), "id": plan.get("release"), "files": plan.get("files")}
+        free = inv.get("free_bytes")
+        free_kb: int | None = int(free) // 1024 if isinstance(free, int) else None
         missing = [s for s in blobs if s not in have]
         to_send = sum(blobs[s]["size"] for s in missing)
         needed = to_send + FREE_MARGIN_BYTES + to_send // 100 if missing else 0
@@ -99,7 +115,7 @@ class ActionModule(ActionBase):
             return {**result, "failed": True, "changed": False,
                     "msg": f"The board has {free_kb * 1024 / 1e6:.1f} MB free in {store} but the push needs "
                            f"{needed / 1e6:.1f} MB ({to_send / 1e6:.1f} MB of blobs + margin); nothing was sent."}
-        create = self._create_argv(release, scripts)
+        create = self._create_argv(release)
         result["release_created"] = False
         if check:
             return result
@@ -107,32 +123,88 @@ class ActionModule(ActionBase):
             return self._create(result, create) if create else result
         site = plan.get("site") or {}
         if missing and site.get("sources") and site.get("staging"):  # the site's boards first; the rest below
-            result["site"] = self._site_pull(store, site, scripts, blobs, missing)
+            result["site"] = self._site_pull(store, site, blobs, missing)
             still = set(result["site"].get("missing") or [])
             result["pulled_blobs"] = len(missing) - len(still)
             result["pulled_bytes"] = result["site"].get("bytes", 0)
             missing = [s for s in missing if s in still]
         for sha in relink:  # same content, now needed executable (edgekit's push does the same)
-            self._sh('chmod 0755 "$1/$2"', store, sha)
+            self._run(["chmod", "0755", "--", f"{store}/{sha}"])
         for sha in missing:
             src = blobs[sha]["src"]
             if not os.path.isfile(src) or os.path.getsize(src) != blobs[sha]["size"]:
                 size = blobs[sha]["size"]
                 return {**result, "failed": True, "msg": f"The local file {src} for blob {sha[:12]} is missing "
                                                          f"or not {size} bytes; rebuild the artifact."}
+        placed: list[str] = []
         for sha in missing:
-            if blobs[sha]["size"] > SMALL_BLOB:
-                self._connection.put_file(blobs[sha]["src"], f"{store}/{sha}.part")
+            if blobs[sha]["size"] > SMALL_BLOB:  # resumed from what an earlier, cut push left
+                failed = self._receive(store, sha, blobs[sha], parts.get(sha, 0))
+                if failed:
+                    return {**result, "failed": True, "msg": failed, "sent_blobs": len(placed),
+                            "sent_bytes": sum(blobs[s]["size"] for s in placed)}
+                placed.append(sha)
         batches = self._batches([s for s in missing if blobs[s]["size"] <= SMALL_BLOB], blobs)
-        for batch in batches[:-1]:
-            sent = self._sh_in(UNTAR_SH, self._tar(batch, blobs), store)
-            if sent.get("rc") != 0:
-                return self._unpack_failed(result, store, sent)
-        # The last tar stream and the check of every upload in one command: one round trip fewer.
-        return self._place(result, store, scripts, blobs, missing, create,
-                           self._tar(batches[-1], blobs) if batches else None)
+        for batch in batches[:-1]:  # placed as they come: a later cut keeps them
+            got = self._place(result, store, blobs, batch, [], self._tar(batch, blobs))
+            if got.get("failed"):
+                return got
+            placed += batch
+        # The last tar stream, the check of every large upload and the release in one command.
+        rest = [s for s in missing if s not in placed]
+        got = self._place(result, store, blobs, rest, create, self._tar(batches[-1], blobs) if batches else None)
+        if not got.get("failed"):
+            got["sent_blobs"] = len(placed) + got["sent_blobs"]
+            got["sent_bytes"] = sum(blobs[s]["size"] for s in placed) + got["sent_bytes"]
+        return got
 
-    def _site_pull(self, store: str, site: dict[str, Any], scripts: dict[str, str], blobs: dict[str, Any],
+    def _receive(self, store: str, sha: str, blob: dict[str, Any], offset: int) -> str | None:
+        """One large blob through the agent's `receive`, in pieces from ``offset`` (what a cut push left in its
+        .part); the piece with the last byte hashes the whole part and places it. None, or why it failed."""
+        size = blob["size"]
+        start = offset = offset if offset <= size else 0
+        with open(blob["src"], "rb") as src:
+            while True:
+                upto = min(offset + PIECE, size)
+                src.seek(offset)
+                argv = [*self.agent, "receive", store, sha, str(size), str(offset), "--upto", str(upto)]
+                res = self._run([*argv, *(["--executable"] if blob["executable"] else [])], src.read(upto - offset))
+                try:
+                    word = json.loads((res.get("stdout") or "").strip().splitlines()[-1])["result"]
+                except (ValueError, IndexError, KeyError, TypeError):
+                    word = None
+                name = os.path.basename(blob["src"])
+                if res.get("rc") != 0 or word is None:
+                    return (f"Uploading {name} failed ({self._why(res)}); run the rollout again to resume where it "
+                            "stopped.")
+                if word == "partial":
+                    offset = upto
+                    continue
+                if word == "ok":
+                    return None
+                if start > 0:  # the resumed prefix was bad (another writer, a crash): send it all again
+                    start = offset = 0
+                    continue
+                self._run(["rm", "-f", "--", f"{store}/{sha}.part"])
+                return f"{name} arrived with sha256 {str(word)[:16]}…, not {sha[:16]}…; the upload was deleted."
+
+    def _recheck(self, base: str, release: str, store: str, have: dict[str, bool]) -> dict[str, Any]:
+        """The blobs the board has, hashed again before a release is activated from them (the agent's `check`: a
+        full sha256, since size and mtime do not change when a disk rots); a bad copy is deleted there and dropped
+        from ``have``, so it is sent as if missing."""
+        res = self._run([*self.agent, "check", "--release", f"{base}/releases/{release}", store, *have])
+        try:
+            got = json.loads((res.get("stdout") or "").strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            got = None
+        if res.get("rc") != 0 or not isinstance(got, dict):
+            return {"failed": True, "msg": f"Hashing the stored blobs in {store} again failed: {self._why(res)}."}
+        for sha in got.get("bad") or []:
+            have.pop(sha, None)
+        return {"rechecked_bytes": int(got.get("bytes") or 0), "corrupt_blobs": len(got.get("bad") or []),
+                "release_dropped": bool(got.get("release_dropped"))}
+
+    def _site_pull(self, store: str, site: dict[str, Any], blobs: dict[str, Any],
                    missing: list[str]) -> dict[str, Any]:
         """edgekit's agent/site_pull.py on the board (aria2c from ``site.sources`` in order, each blob checked by
         the board's own sha256; the spec on stdin); never fails the task: what it lacks after, the caller sends.
@@ -140,7 +212,7 @@ class ActionModule(ActionBase):
         spec = {"store": store, "staging": str(site["staging"]), "sources": list(site["sources"]),
                 "blobs": [{"sha256": s, "size": blobs[s]["size"], "executable": blobs[s]["executable"]}
                           for s in missing]}
-        res = self._run(["python3", "-c", scripts["site_pull"], "-"], json.dumps(spec).encode())
+        res = self._run([*self.agent, "site-pull", "-"], json.dumps(spec).encode())
         try:
             out = json.loads(res.get("stdout") or "")
         except ValueError:
@@ -162,17 +234,10 @@ class ActionModule(ActionBase):
                 "seconds": out.get("seconds")}
 
     @staticmethod
-    def _why(res: dict[str, Any], first: bool = False) -> str:
-        """The last (or ``first``: tar's own reason comes before its summary) line the board's command wrote to
-        stderr, or its exit status."""
+    def _why(res: dict[str, Any]) -> str:
+        """The last line the board's command wrote to stderr (the agent's one sentence), or its exit status."""
         lines = (res.get("stderr") or "").strip().splitlines()
-        return (lines[0] if first else lines[-1]) if lines else f"exit {res.get('rc')}"
-
-    def _unpack_failed(self, result: dict[str, Any], store: str, res: dict[str, Any]) -> dict[str, Any]:
-        return {**result, "failed": True, "msg": f"Unpacking blobs into {store} failed: {self._why(res, first=True)}."}
-
-    def _sh_in(self, script: str, data: bytes, *args: str) -> dict[str, Any]:
-        return self._run(["sh", "-c", script, "sh", *args], data)
+        return lines[-1].removeprefix("error: ").rstrip(".") if lines else f"exit {res.get('rc')}"
 
     @staticmethod
     def _batches(shas: list[str], blobs: dict[str, Any]) -> list[list[str]]:
@@ -188,7 +253,7 @@ class ActionModule(ActionBase):
 
     @staticmethod
     def _tar(shas: list[str], blobs: dict[str, Any]) -> bytes:
-        """A tar of `<sha>.part` members (mode 0600; PLACE_PY gives each its final mode)."""
+        """A tar of `<sha>.part` members (mode 0600; the agent's `place` gives each its final mode)."""
         buf = io.BytesIO()
         now = int(time.time())
         with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -199,16 +264,15 @@ class ActionModule(ActionBase):
                     tar.addfile(info, fh)
         return buf.getvalue()
 
-    @staticmethod
-    def _create_argv(release: Any, scripts: dict[str, str]) -> list[str]:
-        """`python3 -c CREATE_PY BASE ID [PATH SHA]...` for ``release``, or [] without one."""
+    def _create_argv(self, release: Any) -> list[str]:
+        """The agent's `release-create BASE ID [PATH SHA]...` for ``release``, or [] without one."""
         if not release:
             return []
         files = [str(f) for f in release.get("files") or []]
         if not str(release.get("base", "")).startswith("/") or not release.get("id") or len(files) % 2:
             raise AnsibleError(f"edgekit_blobs: release needs an absolute base, an id and path/sha256 pairs, "
                                f"not {release!r}")
-        return ["python3", "-c", scripts["create"], str(release["base"]), str(release["id"]), *files]
+        return [*self.agent, "release-create", str(release["base"]), str(release["id"]), *files]
 
     def _create(self, result: dict[str, Any], argv: list[str]) -> dict[str, Any]:
         made = self._run(argv)
@@ -217,39 +281,36 @@ class ActionModule(ActionBase):
         created = (made.get("stdout") or "").strip().endswith("created")
         return {**result, "release_created": created, "changed": result["changed"] or created}
 
-    def _place(self, result: dict[str, Any], store: str, scripts: dict[str, str], blobs: dict[str, Any],
-               missing: list[str], create: list[str], tar: bytes | None = None) -> dict[str, Any]:
-        """Unpack ``tar`` (the last stream of uploads) into the store, then hash the uploads on the board;
-        rename the good ones into place, delete the bad ones (PLACE_PY); then, with every one good, make the
-        release (``create``) in the same command."""
-        argv = ["python3", "-c", scripts["place"], store]
-        for sha in missing:
+    def _place(self, result: dict[str, Any], store: str, blobs: dict[str, Any], shas: list[str],
+               create: list[str], tar: bytes | None = None) -> dict[str, Any]:
+        """The agent's `place`: unpack ``tar`` (uploads) into the store, hash the uploads ``shas`` on the board,
+        rename the good ones into place and delete the bad ones; then, with every one good, make the release
+        (``create``) in the same command."""
+        argv = [*self.agent, "place", *(["--tar"] if tar is not None else []), store]
+        for sha in shas:
             argv += [sha, "0755" if blobs[sha]["executable"] else "0644"]
         if create:
             argv += ["--", *create]
-        placed = self._run(["sh", "-c", UNTAR_THEN_SH, "sh", store, *argv], tar) if tar is not None else self._run(argv)
-        if placed.get("rc") == UNTAR_FAILED and tar is not None:
-            return self._unpack_failed(result, store, placed)
-        if placed.get("rc") != 0:
+        placed = self._run(argv, tar)
+        lines = (placed.get("stdout") or "").strip().splitlines()
+        try:
+            got = json.loads(lines[0])
+        except (ValueError, IndexError):
+            got = None
+        if placed.get("rc") != 0 or not isinstance(got, dict):
             what = "Verifying the uploads or making the release" if create else "Verifying the uploads"
             return {**result, "failed": True, "msg": f"{what} in {store} failed: {self._why(placed)}."}
-        good, bad = set(), {}
-        for line in placed.get("stdout", "").splitlines():
-            word, *rest = line.split() or [""]
-            if word == "ok" and rest:
-                good.add(rest[0])
-            elif word == "bad" and len(rest) == 2:
-                bad[rest[0]] = rest[1]
+        good, bad = set(got.get("placed") or []), dict(got.get("bad") or {})
         result["sent_blobs"] = len(good)
         result["sent_bytes"] = sum(blobs[s]["size"] for s in good)
-        unsettled = [s for s in missing if s not in good]
+        unsettled = [s for s in shas if s not in good]
         if unsettled:
             sha = unsettled[0]
             name = os.path.basename(blobs[sha]["src"])
             return {**result, "failed": True, "msg": f"{name} arrived with sha256 {bad.get(sha, 'missing')[:16]}…, "
                                                      f"not {sha[:16]}…; the upload was deleted."}
         if create:
-            result["release_created"] = (placed.get("stdout") or "").strip().endswith("created")
+            result["release_created"] = lines[-1].strip().endswith("created")
         return result
 
     @staticmethod
