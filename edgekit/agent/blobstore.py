@@ -38,8 +38,8 @@ CUT = 3  # receive's exit status when the stream ended before SIZE bytes
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 
 
-class StoreError(Exception):
-    """One sentence for the workstation (the agent's exit 2)."""
+class StoreError(ValueError):
+    """One sentence for the workstation (the agent's exit 2, as for any ValueError)."""
 
 
 def check_sha(sha: str) -> str:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import os
 import re
@@ -41,10 +42,25 @@ import sys
 import time
 from typing import Any, Iterator
 
-from . import activate as activate_cmd
-from . import blobstore, board_releases, energy, extras, guard, service_exec, site_pull, sources, units, watchdog
-from . import load as load_cmd
-from .sampler import Sampler
+
+class _Lazy:
+    """A sibling module, imported when a verb first uses it. The zipapp caches no bytecode, so every module a call
+    imports is compiled again on each call: a store verb must not pay for the power sampler and the activation."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._module: Any = None
+
+    def __getattr__(self, attr: str) -> Any:
+        if self._module is None:
+            self._module = importlib.import_module("." + self._name, __package__)
+        return getattr(self._module, attr)
+
+
+activate_cmd, blobstore, board_releases = _Lazy("activate"), _Lazy("blobstore"), _Lazy("board_releases")
+energy, extras, guard, service_exec = _Lazy("energy"), _Lazy("extras"), _Lazy("guard"), _Lazy("service_exec")
+site_pull, sources, units, watchdog = _Lazy("site_pull"), _Lazy("sources"), _Lazy("units"), _Lazy("watchdog")
+load_cmd, sampler_mod = _Lazy("load"), _Lazy("sampler")
 
 
 class AgentError(Exception):
@@ -84,9 +100,9 @@ def _emit(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def _sample_into(args: argparse.Namespace, out: Any, keep: bool, duration: float | None) -> tuple[Sampler, dict]:
+def _sample_into(args: argparse.Namespace, out: Any, keep: bool, duration: float | None) -> tuple[Any, dict]:
     source, skipped = sources.open_source(args.source, args.hz)
-    sampler = Sampler(source, args.hz, out=out, total_rail=args.total_rail, duration_s=duration, keep=keep,
+    sampler = sampler_mod.Sampler(source, args.hz, out=out, total_rail=args.total_rail, duration_s=duration, keep=keep,
                       skipped=skipped)
     try:
         with _StopFlag().installed() as stop:
@@ -195,6 +211,8 @@ def _positive(text: str) -> float:
 
 
 def _power_args(p: argparse.ArgumentParser, hz: bool = True) -> None:
+    if p.get_default("stub"):  # a verb not asked for: its sources module stays unimported
+        return
     p.add_argument("--source", choices=sources.KINDS, default="auto",
                    help="power source: auto = jtop, else hwmon, else tegrastats (default: auto)")
     p.add_argument("--total-rail", default=None, metavar="NAME|sum",
@@ -204,10 +222,30 @@ def _power_args(p: argparse.ArgumentParser, hz: bool = True) -> None:
         p.add_argument("--hz", type=_positive, default=20.0, help="samples per second (default 20; ≥ 10 to integrate)")
 
 
-def parser() -> argparse.ArgumentParser:
+class _Verbs:
+    """The subcommands, each built only when it is the one asked for (the others are listed, for --help and the
+    refusal of a verb that does not exist): building one imports its modules."""
+
+    def __init__(self, sub: Any, only: str | None) -> None:
+        self.sub, self.only = sub, only
+
+    def wants(self, name: str) -> bool:
+        return self.only is None or self.only == name
+
+    def add_parser(self, name: str, **kw: Any) -> argparse.ArgumentParser:
+        if self.wants(name):
+            return self.sub.add_parser(name, **kw)
+        self.sub.add_parser(name, help=kw.get("help"), add_help=False)
+        stub = argparse.ArgumentParser(prog=name, add_help=False)  # built and thrown away: cheap, imports nothing
+        stub.set_defaults(stub=True)
+        return stub
+
+
+def parser(only: str | None = None) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="edgekit_agent", description="edgekit's board-side agent")
-    sub = ap.add_subparsers(dest="cmd", metavar="SUBCOMMAND")
-    sub.required = True  # 3.8: add_subparsers(required=...) exists, but keep it obvious
+    real = ap.add_subparsers(dest="cmd", metavar="SUBCOMMAND")
+    real.required = True  # 3.8: add_subparsers(required=...) exists, but keep it obvious
+    sub = _Verbs(real, only)
     p = sub.add_parser("sample", help="stream power samples to a file until SIGTERM/SIGINT or --duration")
     p.add_argument("--out", required=True, help="JSON-lines file to write")
     p.add_argument("--duration", type=_positive, default=None, help="stop after this many seconds")
@@ -235,24 +273,32 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_wait_cool)
     p = sub.add_parser("clock", help="this board's monotonic and wall clocks")
     p.set_defaults(fn=cmd_clock)
-    load_cmd.add_parser(sub)
+    if sub.wants("load"):
+        load_cmd.add_parser(real)
+    else:
+        sub.add_parser("load", help="streaming load against llama-server on this board (TTFT, tokens, drafts)")
     p = sub.add_parser("activate", help="make a release the one the board serves (candidate, restart, check)")
-    activate_cmd.add_arguments(p)
+    if sub.wants("activate"):
+        activate_cmd.add_arguments(p)
     p.set_defaults(fn=cmd_activate)
     p = sub.add_parser("rollback", help="restart an earlier release, check it, and only then make it current")
-    activate_cmd.add_arguments(p, rollback_only=True)
+    if sub.wants("rollback"):
+        activate_cmd.add_arguments(p, rollback_only=True)
     p.set_defaults(fn=cmd_rollback)
     p = sub.add_parser("watchdog", help="restart a service that stops answering /health; cap its logs")
-    watchdog.add_arguments(p)
-    p.set_defaults(fn=watchdog.main)
+    if sub.wants("watchdog"):
+        watchdog.add_arguments(p)
+    p.set_defaults(fn=lambda a: watchdog.main(a))
     p = sub.add_parser("exec", help="run a service's program with its log and key file opened as its own user")
-    service_exec.add_arguments(p)
-    p.set_defaults(fn=service_exec.main)
+    if sub.wants("exec"):
+        service_exec.add_arguments(p)
+    p.set_defaults(fn=lambda a: service_exec.main(a))
     p = sub.add_parser("site-pull", help="take missing blobs from the site's boards over HTTP (aria2c), sha256-checked")
     p.add_argument("spec", help="JSON: store, staging, blobs, sources")
     p.set_defaults(fn=lambda a: site_pull.main(a.spec))
     p = sub.add_parser("unit-install", help="install a unit rendered from its spec (a release's, or a file)")
-    units.add_install_arguments(p)
+    if sub.wants("unit-install"):
+        units.add_install_arguments(p)
     p.set_defaults(fn=lambda a: _emit(units.cmd_install(a)) or 0)
     p = sub.add_parser("unit-remove", help="stop, disable and delete a unit")
     p.add_argument("--unit", required=True)
@@ -264,8 +310,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(fn=cmd_litert_front)
     p = sub.add_parser("guard", help="hold locks while edgekit's channel lives; when it closes, run the undo commands")
-    guard.add_arguments(p)
-    p.set_defaults(fn=guard.run)
+    if sub.wants("guard"):
+        guard.add_arguments(p)
+    p.set_defaults(fn=lambda a: guard.run(a))
     return ap
 
 
@@ -442,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["litert-front"]:  # its options are the front's own (argparse would take --model for ours)
         return cmd_litert_front(argparse.Namespace(args=argv[1:]))
-    args = parser().parse_args(argv)
+    args = parser(argv[0] if argv and not argv[0].startswith("-") else None).parse_args(argv)
     try:
         return int(args.fn(args))
     # ValueError: values argparse can't check (e.g. --hz 0); RuntimeError: a unit operation the board refused

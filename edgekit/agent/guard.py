@@ -28,8 +28,8 @@ BUSY = 75  # EX_TEMPFAIL: someone else holds the board; try again later
 UNDO_TIMEOUT_S = 120.0
 
 
-class GuardError(Exception):
-    """One sentence (the agent's exit 2)."""
+class GuardError(ValueError):
+    """One sentence (the agent's exit 2, as for any ValueError)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
