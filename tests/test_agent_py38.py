@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import glob
+import hashlib
 import json
 import os
 import subprocess
@@ -105,6 +106,27 @@ def test_agent_runs_under_python_3_8(tmp_path: Path) -> None:
                          timeout=60, check=False)
     assert res.returncode == 0, res.stderr
     assert set(json.loads(res.stdout)) == {"monotonic", "wall"}
+
+
+def test_the_agent_zipapp_s_store_release_and_guard_verbs_run_under_python_3_8(tmp_path: Path, agent_pyz: Path) -> None:
+    py38 = _python38()
+    if py38 is None:
+        pytest.skip("no Python 3.8 interpreter here (set EDGEKIT_PYTHON38 to one); the 3.8 parse test still ran")
+    base, data = tmp_path / "base", b"a blob"
+    sha = hashlib.sha256(data).hexdigest()
+
+    def verb(*args: str, stdin: bytes = b"") -> dict:
+        res = subprocess.run([py38, str(agent_pyz), *args], input=stdin, capture_output=True, timeout=60, check=False)
+        assert res.returncode == 0, (args, res.stderr.decode()[-2000:])
+        return json.loads(res.stdout.decode().strip().splitlines()[-1])
+
+    assert verb("inventory", "--create", str(base / "store"), sha)["have"] == {}
+    assert verb("receive", str(base / "store"), sha, str(len(data)), "0", stdin=data)["result"] == "ok"
+    assert verb("check", str(base / "store"), sha)["bad"] == []
+    assert verb("release-create", str(base), "r1", "models/x", sha)["created"]
+    assert verb("release-switch", "--serving", str(base), "r1")["current"] == "r1"
+    assert verb("release-list", str(base))["releases"] == ["r1"]
+    assert verb("guard", "--lock", str(base / ".deploy.lock"))["undone"] == []  # armed, then the channel closed
 
 
 def test_the_health_check_is_one_self_contained_file() -> None:
