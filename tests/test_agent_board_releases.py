@@ -133,3 +133,31 @@ def test_a_service_that_does_not_start_is_a_failed_check_and_the_previous_releas
     assert ("install", "edgekit-serve.service", "r-c") in units.calls  # the previous release, back in service
     assert os.readlink(base / "current") == "releases/r-c" and not (base / "releases/r-d/health.json").exists()
     assert sorted(p.name for p in (base / "releases").iterdir()) == ["r-a", "r-b", "r-c", "r-d"]  # no prune
+
+
+def test_the_state_verb_reads_what_the_fleet_plays_act_on(tmp_path: Path, agent_pyz: Path) -> None:
+    # The fleet's status and rollback plays read a board through the agent's `state` (action edgekit_agent).
+    import subprocess
+    import sys
+
+    base = tmp_path / "b"
+    _layout(base)
+    (base / "releases" / "r-b" / "release.json").write_text(json.dumps({"recipe": "x", "port": 8080, "files": {}}))
+    (base / "releases" / "r-c" / "agent").mkdir()
+    (base / "releases" / "r-c" / "agent" / "activate.py").write_text("")
+    (base / "serving").write_text("r-c\n")
+    for n, rid in enumerate(LINKS):  # the writes above touched two releases' times: the order is by time
+        os.utime(base / "releases" / rid, (1_000_000 + n, 1_000_000 + n))
+
+    def state(*args: str) -> dict:
+        res = subprocess.run([sys.executable, str(agent_pyz), "state", *args], capture_output=True, text=True,
+                             check=False, timeout=60, env={**os.environ, "HOME": str(tmp_path)})
+        assert res.returncode == 0, res.stderr
+        return json.loads(res.stdout.strip().splitlines()[-1])
+
+    got = state("~/b", "--release", "r-d", "--unit", "edgekit-nothing.service", "--older", "edgekit-neither.service")
+    assert got["base"] == str(base) and got["current"] == got["serving"] == "r-c" and got["previous"] == "r-b"
+    assert got["releases"] == list(LINKS) and got["has_release"] and got["programs"] == ["r-c"]
+    assert got["manifests"]["previous"] == {"recipe": "x", "port": 8080}  # its file list dropped
+    assert got["manifests"]["current"] == got["manifests"]["release"] == {} and got["active"] is False
+    assert not state(str(base), "--release", "r-z")["has_release"]

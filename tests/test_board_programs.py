@@ -3,9 +3,8 @@
 ``sh -c`` / ``python3 -c``.
 
 The test reads edgekit's own source: every argv with a shell's or a Python's ``-c`` outside the agent is found,
-and every module-level string named like a board program (``*_PY``, ``*_SH``…). The ones that remain are listed
-below by file, to be moved into agent verbs; a new one fails, and so does a listed one that is gone (the list
-only shrinks)."""
+and every module-level string named like a board program (``*_PY``, ``*_SH``…). The few that run on the
+workstation itself are listed (HERE); any other fails."""
 
 from __future__ import annotations
 
@@ -28,24 +27,6 @@ HERE = {
     "sim/faults.py": 1,  # the simulated board's fault injector, on the workstation
     "sim/netns.py": 1,  # the network namespace's forwarding switch, as root on the workstation
 }
-# Board-side programs still in strings: #49 moves each into an agent verb. (file: `-c` argvs, named strings)
-REMAINING = {
-    "deploy/health.py": (1, 0),
-    "engines/vllm_container.py": (1, 0),
-    "engines/litert_front.py": (1, 0),
-    "engines/vllm.py": (1, 0),
-    "build/onboard.py": (2, 0),
-    "build/sysroot.py": (1, 1),
-    "fleet/sites.py": (3, 1),
-    "fleet/commands.py": (2, 0),
-    "fleet/scripts.py": (0, 1),
-    "bench/jobs.py": (3, 3),
-    "bench/session.py": (1, 0),
-    "bench/workloads.py": (1, 0),
-    "bench/benchunit.py": (1, 1),
-}
-
-
 def _is_interpreter(node: ast.expr) -> bool:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value in INTERPRETERS
@@ -97,16 +78,12 @@ def scan() -> tuple[dict[str, tuple[int, int]], int]:
     return found, lines
 
 
-def test_no_new_board_program_is_kept_in_a_string() -> None:
+def test_no_board_program_is_kept_in_a_string() -> None:
     found, lines = scan()
     board = {k: v for k, v in found.items() if k not in HERE}
     assert {k: v[0] for k, v in found.items() if k in HERE} == HERE
-    new = {k: v for k, v in board.items() if k not in REMAINING or v[0] > REMAINING[k][0] or v[1] > REMAINING[k][1]}
-    assert not new, f"board-side programs in strings: {new}; make them agent verbs (edgekit/agent/)"
-    # Moved into the agent: take it off the list, so it cannot come back.
-    assert board == REMAINING, {k: (board.get(k), v) for k, v in REMAINING.items() if board.get(k) != v}
-    print(f"board-side program strings: {sum(a + b for a, b in board.values())} in {len(board)} files, "
-          f"{lines} lines in named strings")
+    assert not board, f"board-side programs in strings: {board}; make them agent verbs (edgekit/agent/)"
+    assert lines == 0
 
 
 def test_the_store_transfer_and_guard_paths_hold_no_board_program() -> None:

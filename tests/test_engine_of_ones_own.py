@@ -79,7 +79,7 @@ def test_an_engine_of_ones_own_deploys_rolls_back_benches_and_rolls_out(sim_sess
         in exec_start, exec_start
     # The board-side check in the dialect the engine's class declares, through its chat template (a sim board's
     # ports are this machine's).
-    own = check(LocalRunner(board.name), ReleaseManifest.of(manifest).serve, timeout=60, n_predict=8)
+    own = check(LocalRunner(board.name), str(board.base), ReleaseManifest.of(manifest).serve, timeout=60, n_predict=8)
     assert own.ok and own.tokens > 0 and own.text and own.method == "chat completion", own
 
     st = ok_json(edgekit("--json", "status", "--board", board.name, env=env))

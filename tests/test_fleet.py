@@ -492,10 +492,11 @@ def test_ansible_health_checks_the_published_structure_through_its_template_with
     assert manifest["media"] == ["image", "audio"] and manifest["chat"] is True
 
 
-def test_state_handed_to_the_playbook_is_what_its_state_script_reads(fleet, sim_session,
+def test_state_handed_to_the_playbook_is_what_the_agent_s_state_verb_reads(fleet, sim_session,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     # `fleet rollout` reads each board's release state under its lock and hands it to the playbook instead of
-    # STATE_PY's first task: both must say the same, on a fresh board and on one that serves a release.
+    # the agent's `state` (the status and rollback plays' first task): both must say the same, on a fresh board
+    # and on one that serves a release.
     from rich.console import Console
 
     from edgekit.config.recipes import load_recipe
@@ -503,8 +504,8 @@ def test_state_handed_to_the_playbook_is_what_its_state_script_reads(fleet, sim_
     from edgekit.fleet.connect import Fleet
     from edgekit.fleet.current import already_current
     from edgekit.fleet.plan import plan_fleet
-    from edgekit.fleet.scripts import STATE_PY
     from edgekit.release.units import UNIT_NAME
+    from edgekit.remote import agent_call
 
     boards, env = fleet
     for key in ("EDGEKIT_CONFIG", "EDGEKIT_LLAMA_SRC", *sim_session.env):
@@ -520,8 +521,8 @@ def test_state_handed_to_the_playbook_is_what_its_state_script_reads(fleet, sim_
         assert not unread, unread
         for b in (fresh, serving):
             bp = fp.boards[b.name]
-            res = fl.targets[b.name].runner.run(["python3", "-c", STATE_PY, bp.base, bp.plan.release_id, UNIT_NAME])
-            read = json.loads(res.stdout)
+            read = agent_call.call(fl.targets[b.name].runner, bp.base, "state", bp.base, "--release",
+                                   bp.plan.release_id, "--unit", UNIT_NAME)
             state = found[b.name].state
             assert {k: state[k] for k in fields} == {k: read[k] for k in fields}, b.name
             assert set(state) == {*fields, "serves"}

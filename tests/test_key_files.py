@@ -136,3 +136,24 @@ def test_the_workstation_keeps_and_places_a_good_key_and_refuses_a_short_one_it_
     api_keys.key_file("robot").write_text("short-key\n")  # left by hand, or by an older edgekit
     with pytest.raises(EdgekitError, match=r"is 9 characters long.*edgekit board key rotate --board robot"):
         api_keys.read_key("robot")
+
+
+@pytest.mark.parametrize("raw", [b"k" * (MIN_KEY_CHARS - 1), b"", b"a" * 20 + b" " + b"b" * 20, "é".encode() * 40,
+                                 b"x" * 5000])
+def test_the_agent_refuses_a_bad_key_on_its_stdin_and_writes_nothing(tmp_path: Path, agent_pyz: Path,
+                                                                     raw: bytes) -> None:
+    import subprocess
+    import sys
+
+    base = tmp_path / "board"
+    res = subprocess.run([sys.executable, str(agent_pyz), "key-place", str(base)], input=raw, capture_output=True,
+                         check=False, timeout=60)
+    assert res.returncode == 2 and b"refusing this API key" in res.stderr, res.stderr
+    assert not (base / "keys").exists()
+    assert len(raw) < 8 or raw[:8] not in res.stderr + res.stdout  # no part of it said back
+    good = subprocess.run([sys.executable, str(agent_pyz), "key-place", str(base)], input=GOOD_KEY.encode() + b"\n",
+                          capture_output=True, check=False, timeout=60)
+    assert good.returncode == 0, good.stderr
+    assert (base / "keys" / "api.env").read_text() == f"VLLM_API_KEY={GOOD_KEY}\n"
+    assert {oct(p.stat().st_mode & 0o777) for p in (base / "keys").iterdir()} == {"0o600"}
+    assert oct((base / "keys").stat().st_mode & 0o777) == "0o700"

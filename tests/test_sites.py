@@ -34,6 +34,7 @@ from cli_helpers import edgekit
 
 from edgekit.bench.jobs import Job
 from edgekit.config.boardfile import Boards
+from edgekit.remote import agent_ship
 from edgekit.remote.runner import LocalRunner
 from edgekit.resources import data_path
 from edgekit.sim import faults, netns
@@ -228,7 +229,9 @@ def test_a_seed_poisoned_at_rest_or_killed_mid_rollout_leaves_every_board_correc
     bad.write_bytes(good[:4096] + bytes([good[4096] ^ 0xFF]) + good[4097:])
     os.replace(bad, seed.base / "store" / model)
     # And a server a killed edgekit left running on a neighbour (the playbook outlives edgekit): stopped by this one.
-    left = Job(LocalRunner("left"), f"{neighbours[0].base}/site/http-left00/job", "nginx")
+    runner = LocalRunner("left")
+    left = Job(runner, agent_ship.ensure(runner, str(neighbours[0].base)), f"{neighbours[0].base}/site/http-left00/job",
+               "nginx")
     left.launch(["sleep", "600"])
     assert left.pid is not None and left.poll(0.1) == "running"
     report = _rollout(env, _variant(tmp_path, 2))

@@ -42,6 +42,10 @@ class StoreError(ValueError):
     """One sentence for the workstation (the agent's exit 2, as for any ValueError)."""
 
 
+def is_sha(name: str) -> bool:
+    return bool(_SHA.match(name))
+
+
 def check_sha(sha: str) -> str:
     if not _SHA.match(sha):
         raise StoreError(f"{sha!r} is not a sha256")
@@ -79,7 +83,8 @@ def inventory(store: str, shas: list[str], create: bool = False) -> dict[str, An
             "free_bytes": free_bytes(store) if os.path.isdir(store) else None}
 
 
-def _hash_file(path: str, flush: bool) -> str:
+def hash_file(path: str, flush: bool = False) -> str:
+    """sha256 of a file (``flush``: fsynced too, as it is about to be renamed into place)."""
     h = hashlib.sha256()
     with open(path, "rb", buffering=0) as f:
         buf = bytearray(4 * CHUNK)
@@ -100,7 +105,7 @@ def hash_blobs(store: str, shas: list[str], parts: bool = False) -> dict[str, An
     for sha in map(check_sha, shas):
         path = os.path.join(store, sha + (".part" if parts else ""))
         try:
-            digests[sha] = _hash_file(path, flush=parts)
+            digests[sha] = hash_file(path, flush=parts)
         except FileNotFoundError:
             continue
         except OSError as exc:
@@ -363,7 +368,7 @@ def place_parts(store: str, modes: dict[str, int]) -> dict[str, Any]:
     for sha in modes:
         part = os.path.join(store, check_sha(sha) + ".part")
         try:
-            digest = _hash_file(part, flush=False)
+            digest = hash_file(part, flush=False)
         except OSError:
             bad[sha] = "missing"
             continue

@@ -13,10 +13,12 @@
     site-pull SPEC                                  a release's blobs from the site's boards (see site_pull.py)
     unit-install --base B --release R --unit U | --spec FILE    a unit from its spec (see units.py)
     unit-remove --unit U                            a unit stopped, disabled and deleted
+    unit-state UNIT                                 its file's sha256, whether it is active and enabled
     inventory [--create] STORE SHA...               blobs present, partial uploads, free space (see blobstore.py)
     receive   STORE SHA SIZE OFFSET [--executable] [--upto END]   a blob from stdin, resumed, hashed, placed
     hash      [--parts] STORE SHA...                sha256 of stored blobs (or of their .part)
     check     [--release DIR] STORE SHA...          stored blobs hashed again; a corrupt one deleted
+    verify-store BASE [--repair]                    the whole store hashed again; who holds a bad blob (store_verify.py)
     follow    PATH SIZE ...                         hash uploads while they land (a JSON line per file)
     place     [--tar] STORE SHA MODE ... [-- CMD]   uploads (or a tar of them on stdin) checked and placed; then CMD
     guard     [--lock F] [--wait S] [--await F] [--undo ARGV_JSON]   locks held, and undo run, as long as the channel
@@ -25,8 +27,19 @@
     release-list   BASE                             current, serving, its health record, the releases oldest first
     release-switch [--serving] BASE ID              current (and serving) pointed at a release, atomically
     litert-front --model B --port P ...             the LiteRT-LM front (litert_server.py), under LiteRT-LM's Python
+    health    --port P [--unit U] [--log F] ...     a release's server checked: one Health (see health.py)
+    state     BASE [--release R] [--unit U [--older NAME]...]   releases, manifests, service (board_state.py)
+    job-start DIR ARGV...                           a command in the background, in a session of its own (jobs.py)
+    job-wait  DIR POLLS [--collect FILE]            up to POLLS × 0.1 s: done (exit code, FILE's text), running, gone
+    job-stop  DIR GRACE                             SIGTERM, GRACE seconds, then SIGKILL to the job's process group
+    site-hold STORE DIR SHA...                      hard links of blobs a site's board serves (site_serve.py)
+    site-nginx BASE                                 the board's nginx, and servers an earlier rollout left
+    python-has [--dist D]... [--module M]...        what the Python running this verb has (python_has.py)
+    cuda-tree                                       the board's CUDA target tree as a tar on stdout (cuda_tree.py)
+    key-place BASE                                  the API key from stdin into BASE/keys, 0600 (key_place.py)
 
-Every subcommand but watchdog and follow prints one JSON object on stdout. Errors: one sentence on stderr, exit 2.
+Every subcommand but watchdog, follow and cuda-tree prints one JSON object on stdout. Errors: one sentence on
+stderr, exit 2.
 """
 
 from __future__ import annotations
@@ -59,6 +72,9 @@ class _Lazy:
 
 activate_cmd, blobstore, board_releases = _Lazy("activate"), _Lazy("blobstore"), _Lazy("board_releases")
 energy, extras, guard, service_exec = _Lazy("energy"), _Lazy("extras"), _Lazy("guard"), _Lazy("service_exec")
+health, board_state, jobs = _Lazy("health"), _Lazy("board_state"), _Lazy("jobs")
+site_serve, python_has, cuda_tree = _Lazy("site_serve"), _Lazy("python_has"), _Lazy("cuda_tree")
+store_verify, key_place = _Lazy("store_verify"), _Lazy("key_place")
 site_pull, sources, units, watchdog = _Lazy("site_pull"), _Lazy("sources"), _Lazy("units"), _Lazy("watchdog")
 load_cmd, sampler_mod = _Lazy("load"), _Lazy("sampler")
 
@@ -303,6 +319,9 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("unit-remove", help="stop, disable and delete a unit")
     p.add_argument("--unit", required=True)
     p.set_defaults(fn=lambda a: _emit(units.cmd_remove(a)) or 0)
+    p = sub.add_parser("unit-state", help="a unit file's sha256, and whether it is active and enabled")
+    p.add_argument("unit")
+    p.set_defaults(fn=lambda a: _emit(units.state(a.unit)) or 0)
     _store_verbs(sub)
     _release_verbs(sub)
     p = sub.add_parser("litert-front", help="the llama-server-compatible front for LiteRT-LM (litert_server.py)",
@@ -313,7 +332,59 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
     if sub.wants("guard"):
         guard.add_arguments(p)
     p.set_defaults(fn=lambda a: guard.run(a))
+    p = sub.add_parser("health", help="a release's server checked: /health, a completion with tokens (and drafts)")
+    if sub.wants("health"):
+        health.add_arguments(p)
+    p.set_defaults(fn=cmd_health)
+    p = sub.add_parser("state", help="a board's release state: releases, manifests, the service, the root prefix")
+    p.add_argument("base")
+    p.add_argument("--release", default="", help="also say whether this release is here, with its manifest")
+    p.add_argument("--unit", default="", help="the service: is it (or it under an --older name) active")
+    p.add_argument("--older", action="append", default=[], metavar="NAME", help="an older name of --unit")
+    p.set_defaults(fn=lambda a: _emit(board_state.state(a.base, a.release, a.unit, a.older)) or 0)
+    _job_verbs(sub)
+    p = sub.add_parser("site-hold", help="hard links of store blobs in a directory, kept through the store's prunes")
+    p.add_argument("store")
+    p.add_argument("dir")
+    _sha_list(p)
+    p.set_defaults(fn=lambda a: _emit(site_serve.hold(a.store, a.dir, a.shas)) or 0)
+    p = sub.add_parser("site-nginx", help="the board's nginx, and the site servers an earlier rollout left")
+    p.add_argument("base")
+    p.set_defaults(fn=lambda a: _emit(site_serve.nginx(a.base)) or 0)
+    p = sub.add_parser("python-has", help="the distributions' versions and the modules' imports of this Python")
+    p.add_argument("--dist", action="append", default=[], help="a distribution whose version to report")
+    p.add_argument("--module", action="append", default=[], help="a module that must import")
+    p.set_defaults(fn=lambda a: _emit(python_has.report(a.dist, a.module)) or 0)
+    p = sub.add_parser("key-place", help="the API key, read from stdin, into BASE/keys (api.key, api.env), 0600")
+    p.add_argument("base")
+    p.set_defaults(fn=lambda a: _emit(key_place.place(a.base, sys.stdin.buffer.read(key_place.MAX_KEY_BYTES + 1)))
+                   or 0)
+    p = sub.add_parser("cuda-tree", help="the board's CUDA target tree (include/, lib/) as a tar on stdout")
+    p.set_defaults(fn=lambda a: cuda_tree.stream())
     return ap
+
+
+def _job_verbs(sub: Any) -> None:
+    p = sub.add_parser("job-start", help="a command in the background, in a session of its own, in a job dir")
+    # One REMAINDER: the command's own options must not be read as ours.
+    p.add_argument("args", nargs=argparse.REMAINDER, metavar="DIR ARGV ...")
+    p.set_defaults(fn=cmd_job_start)
+    p = sub.add_parser("job-wait", help="wait a little for a job: done (its exit code), running or gone")
+    p.add_argument("dir")
+    p.add_argument("polls", type=int)
+    p.add_argument("--collect", default="", metavar="FILE", help="a file whose text comes with a done answer")
+    p.set_defaults(fn=lambda a: _emit(jobs.wait(a.dir, a.polls, a.collect)) or 0)
+    p = sub.add_parser("job-stop", help="stop a job: SIGTERM to its command, then SIGKILL to its process group")
+    p.add_argument("dir")
+    p.add_argument("grace", type=float)
+    p.set_defaults(fn=lambda a: _emit(jobs.stop(a.dir, a.grace)) or 0)
+
+
+def cmd_job_start(args: argparse.Namespace) -> int:
+    if not args.args:
+        raise AgentError("job-start takes a job directory first")
+    _emit(jobs.start(args.args[0], args.args[1:]))
+    return 0
 
 
 def _sha(text: str) -> str:
@@ -352,6 +423,11 @@ def _store_verbs(sub: Any) -> None:
     p.add_argument("store")
     _sha_list(p)
     p.set_defaults(fn=lambda a: _emit(blobstore.check(a.store, a.shas, a.release)) or 0)
+    p = sub.add_parser("verify-store", help="every blob of the store hashed again; the releases that hold a bad one")
+    p.add_argument("base")
+    p.add_argument("--repair", action="store_true",
+                   help="delete bad blobs no current release holds; remove the other releases that hold one")
+    p.set_defaults(fn=lambda a: _emit(store_verify.verify(a.base, a.repair)) or 0)
     p = sub.add_parser("follow", help="hash files while another channel uploads them (a JSON line per file)")
     p.add_argument("pairs", nargs="+", metavar="PATH SIZE")
     p.set_defaults(fn=cmd_follow)
@@ -424,6 +500,14 @@ def cmd_release_switch(args: argparse.Namespace) -> int:
     if args.serving:
         lay.mark_serving(args.release)
     _emit({"current": args.release, "serving": lay.serving})
+    return 0
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    unknown = health.unknown_media(args)
+    if unknown:
+        raise AgentError("no media probe for " + ", ".join(unknown))
+    _emit(health.check(args))
     return 0
 
 

@@ -1,8 +1,8 @@
 """`health`: is a release's server healthy? edgekit's one health check, run on the board.
 
-    python3 health.py --port P [--drafter] [--timeout S] [--n-predict N] [--prompt TEXT] [--unit UNIT]
-                      [--api llama|openai] [--model NAME] [--gpu none|required|optional] [--log FILE]
-                      [--chat] [--media image,audio]
+    health --port P [--drafter] [--timeout S] [--n-predict N] [--prompt TEXT] [--unit UNIT]
+           [--api llama|openai] [--model NAME] [--gpu none|required|optional] [--log FILE]
+           [--chat] [--media image,audio]
 
 GET /health until it answers 200 (failing fast once ``--unit`` is no longer active), then one greedy
 completion in the server's dialect must show tokens, and drafts with ``--drafter``:
@@ -15,10 +15,10 @@ image (a 64×64 gradient PNG) and a second of audio (a 440 Hz tone, 16 kHz WAV) 
 content parts and must be answered.
 
 Prints the Health as one JSON line; exits 0 whatever it found (2: bad arguments). `edgekit deploy`,
-status, rollback and the fleet's roles all run this file, and the host imports its requests and
-patterns from it, so there is one spelling of the check. Standard library only (Python 3.8) and
-self-contained: edgekit sends this file's text (``python3 -c``), so a board is checked by the running
-edgekit's program whichever release it serves; every release also carries it under agent/.
+status, rollback and the fleet's roles all run this verb of the agent (the zipapp of the running edgekit, so a
+board is checked by this edgekit's program whichever release it serves), the activation program calls
+:func:`check`, and the host imports its requests and patterns from it: one spelling of the check. Standard
+library only (Python 3.8).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import time
 from typing import Any, Callable, Dict, Tuple
 
@@ -431,23 +430,13 @@ def add_check_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key-file", default="", help="the file holding the server's API key (runtime.auth: key)")
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="health", description="edgekit's health check of a release's server.")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The `health` verb's arguments: where (--port, --unit, --log) and the check's options."""
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--unit", default="", help="the systemd unit serving it: fail fast once it stops")
     p.add_argument("--log", default="", help="the server's log (for --gpu)")
     add_check_arguments(p)
-    args = p.parse_args(argv)
-    unknown = [k for k in args.media if k not in MEDIA_PROMPT]
-    if unknown:
-        p.error("no media probe for " + ", ".join(unknown))
-    return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    print(json.dumps(check(parse_args(sys.argv[1:] if argv is None else argv))))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def unknown_media(args: argparse.Namespace) -> list[str]:
+    return [k for k in args.media if k not in MEDIA_PROMPT]

@@ -9,11 +9,13 @@ instead, which is never installed: such a release is redeployed, not rolled back
     unit-install --base B --release R --unit U    the release's spec of U, installed (and daemon-reload)
     unit-install --spec FILE                      a spec of its own (the bench's unit)
     unit-remove --unit U                          stopped, disabled, deleted
+    unit-state UNIT                               its file's sha256, whether it is active and enabled
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import pwd
@@ -148,3 +150,20 @@ def cmd_install(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_remove(args: argparse.Namespace) -> dict[str, Any]:
     Units().remove(args.unit)
     return {"unit": args.unit, "removed": True}
+
+
+def state(unit: str) -> dict[str, Any]:
+    """The unit file's sha256 (None without one) and whether it is active and enabled. Unit files are
+    world-readable and is-active / is-enabled ask nothing of root: no prefix."""
+    path = os.path.join(os.environ.get("EDGEKIT_BOARD_ROOT", "") + "/etc/systemd/system", unit)
+    try:
+        with open(path, "rb") as fh:
+            sha = hashlib.sha256(fh.read()).hexdigest()
+    except OSError:
+        sha = None
+
+    def asks(verb: str) -> bool:
+        return subprocess.call(["systemctl", verb, "--quiet", unit], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL) == 0
+
+    return {"unit": unit, "unit_sha256": sha, "active": asks("is-active"), "enabled": asks("is-enabled")}

@@ -26,19 +26,11 @@ from edgekit.release.units import (
     unit_remove_argv,
     unit_spec,
 )
-from edgekit.remote import agent_ship
+from edgekit.remote import agent_call, agent_ship
 from edgekit.remote.runner import LocalRunner, SshRunner
 
 Runner = SshRunner | LocalRunner
 BENCH_UNIT = "edgekit-bench.service"
-
-# "$1" unit: its file's sha256, and whether it is active and enabled, in one round trip.
-_STATE = r"""
-unit="${EDGEKIT_BOARD_ROOT:-}/etc/systemd/system/$1"
-if [ -f "$unit" ]; then echo "sha=$(sha256sum "$unit" | cut -d' ' -f1)"; else echo "sha="; fi
-systemctl is-active --quiet "$1" && echo active=1 || echo active=0
-systemctl is-enabled --quiet "$1" && echo enabled=1 || echo enabled=0
-"""
 
 
 def _systemctl(runner: Runner, sudo: Sequence[str], *args: str, check: bool = False) -> bool:
@@ -56,12 +48,11 @@ class ServiceState:
     unit_sha256: str | None
 
     @classmethod
-    def read(cls, runner: Runner, unit: str = UNIT_NAME) -> ServiceState:
-        # Unit files are world-readable and is-active/is-enabled ask nothing of root: no prefix.
-        out = runner.run(["sh", "-c", _STATE, "edgekit-unit-state", unit], timeout=30).stdout
-        kv = dict(line.partition("=")[::2] for line in out.splitlines() if "=" in line)
-        return cls(active=kv.get("active") == "1", enabled=kv.get("enabled") == "1",
-                   unit_sha256=kv.get("sha") or None)
+    def read(cls, runner: Runner, base: str, unit: str = UNIT_NAME) -> ServiceState:
+        """The agent's `unit-state`: one round trip."""
+        got = agent_call.call(runner, base, "unit-state", unit, timeout=30, doing=f"Reading {unit}'s state")
+        return cls(active=bool(got.get("active")), enabled=bool(got.get("enabled")),
+                   unit_sha256=got.get("unit_sha256") or None)
 
     def to_json(self) -> dict[str, object]:
         return {"active": self.active, "enabled": self.enabled, "unit_sha256": self.unit_sha256}
@@ -95,10 +86,10 @@ class Board:
         return _systemctl(self.runner, self.sudo, "is-active", "--quiet", BENCH_UNIT)
 
     def remember(self) -> ServiceState:
-        self.before = ServiceState.read(self.runner)
+        self.before = ServiceState.read(self.runner, self.base)
         if not (self.before.active or self.before.unit_sha256):  # a board an older edgekit deployed last
             for name in LEGACY_UNITS:
-                old = ServiceState.read(self.runner, name)
+                old = ServiceState.read(self.runner, self.base, name)
                 if old.active or old.unit_sha256:
                     self.unit, self.before = name, old
                     break
@@ -155,4 +146,4 @@ class Board:
                                        f"is not ready: {exc}.") from None
             elif not before.active and now_active:
                 _systemctl(self.runner, self.sudo, "stop", self.unit)
-        return ServiceState.read(self.runner, self.unit)
+        return ServiceState.read(self.runner, self.base, self.unit)

@@ -134,7 +134,7 @@ class Sampler:
 
     def __init__(self, runner: Any, python: str, agent: str, work: str, hz: float, rail: TotalRail) -> None:
         self.path = f"{work}/power.jsonl"
-        self.job = Job(runner, f"{work}/jobs/sampler", "the power sampler")
+        self.job = Job(runner, agent, f"{work}/jobs/sampler", "the power sampler")
         self.argv = [python, agent, "sample", "--out", self.path, "--hz", str(hz), "--total-rail", rail.sampler_arg]
 
     def start(self) -> None:

@@ -250,11 +250,12 @@ class Session:
         return True
 
     def idle(self, seconds: float) -> tuple[float, float]:
-        """An idle window: nothing of ours runs on the board (marked by one sleeping process)."""
-        script = "import sys, time; a = time.monotonic(); time.sleep(float(sys.argv[1])); print(a, time.monotonic())"
-        job = self._job("idle", [PYTHON, "-c", script, str(seconds)], "the idle window")
+        """An idle window: nothing of ours runs on the board but one sleeping process (its window is the job's)."""
+        job = self._job("idle", ["sleep", f"{seconds:g}"], "the idle window")
         job.wait(seconds + 60, poll_s=min(seconds + 1, 5.0))
-        t0, t1 = (float(x) for x in job.read().split())
+        if job.window is None:
+            raise JobFailed(f"the idle window on board {self.name!r} has no times: {job.tail()}")
+        t0, t1 = job.window
         self.phases.append(Phase("idle", t0, t1))
         return t0, t1
 
@@ -276,7 +277,7 @@ class Session:
     # ---------------------------------------------------------------------------------- jobs
 
     def _job(self, name: str, argv: list[str], what: str) -> Job:
-        job = Job(self.runner, f"{self.work}/jobs/{name}", what)
+        job = Job(self.runner, self.agent, f"{self.work}/jobs/{name}", what)
         self._jobs.append(job)  # tracked before it starts: a failed start is still stopped at the end
         job.launch(argv)
         return job
@@ -306,10 +307,10 @@ class Session:
         out = []
         for test, (p, n) in (("pp", (pp, 0)), ("tg", (0, tg))):
             self.cooldown()
-            argv = workloads.bracketed(PYTHON, engine.target_bench_argv(rdir, rt, p, n, reps))
-            job = self._job(f"llama-bench-{test}", argv, "llama-bench")
+            job = self._job(f"llama-bench-{test}", engine.target_bench_argv(rdir, rt, p, n, reps), "llama-bench")
             rc = job.wait(self.opts.run_timeout_s)
-            t0, t1, lines = workloads.parse_bracketed(job.read())
+            t0, t1 = job.window or (None, None)
+            lines = job.read().splitlines()
             recs = engine.target_bench_records(lines)
             if rc != 0 or not recs:
                 self.say(f"warning: llama-bench {test} failed (exit {rc}): {job.tail()}")

@@ -3,8 +3,8 @@
 * ``load``: the agent's streaming load against the bench server (see edgekit/agent/load.py);
   a run is one (configuration, concurrency, context length, repetition).
 * the engine's own benchmark of the target alone (llama.cpp's ``bin/llama-bench``, see
-  ``engines/llamacpp_bench.py``), prompt processing and generation separately, each inside a window
-  marked on the board's monotonic clock (``bracketed``).
+  ``engines/llamacpp_bench.py``), prompt processing and generation separately, each a job whose window
+  the agent marks on the board's monotonic clock (agent/jobs.py).
 """
 
 from __future__ import annotations
@@ -15,9 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgekit.bench.stats import percentile
-
-# Prints the board's monotonic time; brackets a command so its window is exact on the board.
-_MARK = "import time; print('MARK', repr(time.monotonic()))"
 
 
 @dataclass(frozen=True)
@@ -101,23 +98,3 @@ def load_metrics(out: dict[str, Any]) -> dict[str, Any]:
         "draft_n": drafted, "draft_n_accepted": accepted,
         "acceptance": round(acc, 6) if acc is not None else None, "acceptance_by_category": by_cat,
     }
-
-
-def bracketed(python: str, argv: list[str]) -> list[str]:
-    """``argv`` bracketed by two monotonic marks on the board (its exit status kept): its exact window."""
-    script = 'python3 -c "$0"; "$@"; rc=$?; python3 -c "$0"; exit $rc'
-    return ["sh", "-c", script.replace("python3", python), _MARK, *argv]
-
-
-def parse_bracketed(stdout: str) -> tuple[float | None, float | None, list[str]]:
-    """(window start, window end, the command's own lines) from a bracketed run."""
-    marks: list[float] = []
-    lines: list[str] = []
-    for line in stdout.splitlines():
-        if line.startswith("MARK "):
-            marks.append(float(line.split()[1]))
-        else:
-            lines.append(line)
-    t0 = marks[0] if marks else None
-    t1 = marks[1] if len(marks) > 1 else None
-    return t0, t1, lines

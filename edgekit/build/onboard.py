@@ -56,11 +56,10 @@ def get_file(runner: BoardRunner, remote: str, local: Path) -> None:
 
 
 def _remote_base(runner: BoardRunner) -> str:
-    home = runner.run(["sh", "-c", 'printf %s "$HOME"']).stdout.strip()
-    base = getattr(getattr(runner, "board", None), "base", "~/edgekit")
-    if base == "~" or base.startswith("~/"):
-        base = home + base[1:]
-    return base
+    """The board's edgekit directory, absolute (the probe expands a ``~``)."""
+    from edgekit.remote.probe import probe
+
+    return probe(runner, getattr(getattr(runner, "board", None), "base", "~/edgekit")).base
 
 
 def _first_line(runner: BoardRunner, argv: list[str]) -> str:
@@ -158,7 +157,7 @@ def build_on_board(plan: BuildPlan, options: Any, runner: BoardRunner, staging: 
         return res
 
     run(["mkdir", "-p", str(PurePosixPath(src_dir).parent), build_dir])
-    if run(["sh", "-c", 'test -f "$1/CMakeLists.txt" && echo yes || echo no', "sh", src_dir]).stdout.strip() != "yes":
+    if not runner.run(["test", "-f", f"{src_dir}/CMakeLists.txt"], check=False, timeout=30).ok:
         say(f"[dim]uploading llama.cpp source to {runner.name}…[/dim]")
         tarball = _source_tarball(plan)
         remote_tar = f"{root}/src/{tarball.name}"

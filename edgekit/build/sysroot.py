@@ -21,18 +21,8 @@ from edgekit.build.cuda import CROSS_TARGET_DIR, host_nvcc, layout_cross_toolkit
 from edgekit.build.untar import extract_all
 from edgekit.errors import EdgekitError
 from edgekit.paths import cache_dir
+from edgekit.remote import agent_ship
 from edgekit.remote.runner import LocalRunner, SshRunner
-
-# "$EDGEKIT_BOARD_ROOT" is empty on a real board. Streams include/ and lib/ of the aarch64 target
-# tree (symlinks kept) as a tar on stdout; exit 3/4 say what is missing.
-_PULL_SH = r"""
-set -eu
-t="${EDGEKIT_BOARD_ROOT:-}/usr/local/cuda/targets/aarch64-linux"
-[ -d "${EDGEKIT_BOARD_ROOT:-}/usr/local/cuda" ] || { echo "no CUDA toolkit at /usr/local/cuda" >&2; exit 3; }
-[ -f "$t/include/cuda_runtime.h" ] || { echo "no $t/include/cuda_runtime.h" >&2; exit 4; }
-cd "$t"
-exec tar -cf - include lib
-"""
 
 
 @dataclass
@@ -55,9 +45,9 @@ def sysroot_dir(board: str, cuda_version: str) -> Path:
     return cache_dir() / "toolchains" / f"sysroot-{board}-cuda{cuda_version}"
 
 
-def _stream_tar(runner: SshRunner | LocalRunner, dest: Path) -> None:
-    """Run the pull script and unpack its stdout as it arrives (no temp tarball on either side)."""
-    argv = ["sh", "-c", _PULL_SH, "edgekit-sysroot"]
+def _stream_tar(runner: SshRunner | LocalRunner, base: str, dest: Path) -> None:
+    """The agent's `cuda-tree` on the board, its stdout unpacked as it arrives (no temp tarball on either side)."""
+    argv = agent_ship.argv(agent_ship.ensure(runner, base), "cuda-tree")
     if isinstance(runner, LocalRunner):
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert proc.stdout is not None
@@ -65,7 +55,7 @@ def _stream_tar(runner: SshRunner | LocalRunner, dest: Path) -> None:
             with tarfile.open(fileobj=proc.stdout, mode="r|") as tf:
                 extract_all(tf, dest, "tar")
         except tarfile.ReadError:
-            pass  # no tar at all: the script failed; its exit status says why
+            pass  # no tar at all: the verb failed; its exit status says why
         err = proc.stderr.read().decode() if proc.stderr else ""
         code = proc.wait()
     else:
@@ -75,25 +65,27 @@ def _stream_tar(runner: SshRunner | LocalRunner, dest: Path) -> None:
             with tarfile.open(fileobj=chan.makefile("rb"), mode="r|") as tf:
                 extract_all(tf, dest, "tar")
         except tarfile.ReadError:
-            pass  # no tar at all: the script failed; its exit status says why
+            pass  # no tar at all: the verb failed; its exit status says why
         code = chan.recv_exit_status()
         err = chan.makefile_stderr("rb").read().decode(errors="replace")
         chan.close()
     if code != 0:
-        reason = err.strip().splitlines()[-1] if err.strip() else f"exit {code}"
+        reason = err.strip().splitlines()[-1].removeprefix("error: ").rstrip(".") if err.strip() else f"exit {code}"
         raise EdgekitError(f"Board {runner.name!r} has no CUDA target tree to pull ({reason}); "
                            "install JetPack's CUDA toolkit there (nvidia-jetpack or cuda-toolkit-12-6).")
 
 
-def pull_sysroot(runner: SshRunner | LocalRunner, board: str, cuda_version: str | None,
+def pull_sysroot(runner: SshRunner | LocalRunner, base: str, board: str, cuda_version: str | None,
                  nvcc: Path | None = None) -> Sysroot:
+    """The board's CUDA target tree into edgekit's cache (``base``: the board's edgekit directory, as probed, where
+    its agent is)."""
     if not cuda_version:
         raise EdgekitError(f"Board {board!r} reports no CUDA version (/usr/local/cuda/version.json).")
     final = sysroot_dir(board, cuda_version)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".sysroot-", dir=final.parent))
     try:
-        _stream_tar(runner, tmp)
+        _stream_tar(runner, base, tmp)
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)

@@ -1,7 +1,9 @@
-"""`edgekit board probe|trust|setup|key`: one board's facts, trust of its host key, its least privilege, its key."""
+"""`edgekit board probe|verify|trust|setup|key`: one board's facts, its store checked, trust of its host key, its least
+privilege, its key."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import click
@@ -51,6 +53,50 @@ def probe(app: App, board_name: str) -> None:
         app.out.print(table)
 
     app.emit(data, human)
+
+
+@board.command()
+@board_option
+@click.option("--repair", is_flag=True,
+              help="Delete the bad blobs no current release holds, and remove the other releases that hold one.")
+@json_option
+@click.pass_obj
+def verify(app: App, board_name: str, repair: bool) -> None:
+    """Hash every blob of the board's store again (a disk that rots keeps sizes and times); exit 1 if one is bad."""
+    from edgekit.remote import agent_call
+    from edgekit.remote.lock import BoardLock
+
+    entry = app.board(board_name)
+    with runner_for(entry, board_name) as runner:
+        facts = probe_board(runner, entry.base)
+        app.info(f"{board_name}: hashing every blob of {facts.base}/store …")
+        args = [facts.base, *(["--repair"] if repair else [])]
+        with BoardLock(runner, facts.base, 0) if repair else contextlib.nullcontext():  # --repair: no deploy meanwhile
+            data = agent_call.call(runner, facts.base, "verify-store", *args, timeout=6 * 3600,
+                                   doing="Verifying the store")
+    data["board"] = board_name
+
+    def human() -> None:
+        app.out.print(f"{board_name}: {data['checked']} blobs, {data['bytes'] / 1e9:.2f} GB hashed in "
+                      f"{data['seconds']:.1f} s: " + (f"{len(data['bad'])} corrupt" if data["bad"] else "all good"))
+        for bad in data["bad"]:
+            held = ", ".join(f"{rid} ({', '.join(files)})" for rid, files in bad["releases"].items()) or "no release"
+            app.out.print(f"  {bad['sha256'][:16]}… held by {held}" + ("; deleted" if bad["deleted"] else ""),
+                          markup=False, highlight=False)
+        if data["releases_dropped"]:
+            app.out.print(f"removed releases {', '.join(data['releases_dropped'])}: the next deploy of one makes it "
+                          "again from blobs sent anew", markup=False, highlight=False)
+        if data["current_corrupt"]:
+            app.out.print(f"the service runs release {data['current']}, which holds a corrupt file: roll back "
+                          f"(`edgekit rollback --board {board_name}`), then deploy it again (the deploy hashes its "
+                          "blobs again, removes it and makes it anew)", markup=False, highlight=False)
+        elif data["bad"] and not repair:
+            app.out.print(f"`edgekit board verify --board {board_name} --repair` deletes them; the next deploy "
+                          "sends them again", markup=False, highlight=False)
+
+    app.emit(data, human)
+    if data["bad"]:
+        sys.exit(1)
 
 
 @board.command()

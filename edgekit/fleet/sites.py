@@ -32,12 +32,10 @@ from edgekit.bench.jobs import Job
 from edgekit.errors import EdgekitError
 from edgekit.fleet.connect import Fleet, Target
 from edgekit.fleet.plan import FleetPlan
+from edgekit.remote import agent_call, agent_ship
 from edgekit.remote.transfer import Blob, drop_corrupt, push_blobs
 from edgekit.resources import data_path
 
-# "$1" store, "$2" hold dir, then sha256s: the seed's activation in the playbook prunes store blobs no release links;
-# the site's other boards still need those of their releases it lacks.
-HOLD_SH = 'store="$1"; hold="$2"; shift 2; mkdir -p "$hold"; for s in "$@"; do ln -f "$store/$s" "$hold/$s"; done'
 MORE_SOURCES = 7  # boards tried after the seed, for a blob the seed cannot give
 
 
@@ -71,14 +69,9 @@ def _url(target: Target) -> str:
     return f"http://{b.site_host or b.host}:{b.site_port}"
 
 
-def _nginx(target: Target) -> str:
-    """nginx on the board: on the PATH, else where Debian and Ubuntu put it (/usr/sbin is not on every login's
-    PATH); one sentence when it is not installed."""
-    for probe in (["sh", "-c", 'command -v "$1"', "sh", "nginx"], ["test", "-x", "/usr/sbin/nginx"]):
-        res = target.runner.run(probe, check=False, timeout=30)
-        if res.ok:
-            return res.stdout.strip() or "/usr/sbin/nginx"
-    raise EdgekitError(f"Board {target.name!r} has no nginx to serve its site (apt install nginx-light).")
+def _site_nginx(target: Target, base: str) -> dict[str, Any]:
+    """The board's nginx (or None) and the run dirs of servers an earlier rollout left (agent/site_serve.py)."""
+    return agent_call.call(target.runner, base, "site-nginx", base, timeout=30, doing="Looking for nginx")
 
 
 class _Server:
@@ -87,8 +80,12 @@ class _Server:
     def __init__(self, target: Target, base: str, allow: list[str], hold: Sequence[str] = ()) -> None:
         self.target, self.base = target, base
         self.run_dir = f"{base}/site/http-{secrets.token_hex(3)}"
+        nginx = _site_nginx(target, base).get("nginx")
+        if not nginx:
+            raise EdgekitError(f"Board {target.name!r} has no nginx to serve its site (apt install nginx-light).")
         if hold:  # hard links in the run dir: the board's own activation (its prune) keeps what it serves
-            target.runner.run(["sh", "-c", HOLD_SH, "sh", f"{base}/store", f"{self.run_dir}/hold", *hold], timeout=120)
+            agent_call.call(target.runner, base, "site-hold", f"{base}/store", f"{self.run_dir}/hold", *hold,
+                            timeout=120, doing="Holding the blobs the site serves")
         board = target.board
         conf = data_path("site", "nginx.conf").read_text().format(
             run=self.run_dir, store=f"{base}/store", user=board.user,
@@ -96,8 +93,8 @@ class _Server:
             allow="\n".join(f"        allow {a};" for a in sorted(set(allow))), limit_rate=0)
         boardfs.mkdirs(target.runner, f"{self.run_dir}/job")
         boardfs.put_text(target.runner, f"{self.run_dir}/nginx.conf", conf)
-        self.job = Job(target.runner, f"{self.run_dir}/job", "nginx")
-        self.job.launch([_nginx(target), "-e", f"{self.run_dir}/error.log", "-p", self.run_dir,
+        self.job = Job(target.runner, agent_ship.ensure(target.runner, base), f"{self.run_dir}/job", "nginx")
+        self.job.launch([str(nginx), "-e", f"{self.run_dir}/error.log", "-p", self.run_dir,
                          "-c", f"{self.run_dir}/nginx.conf"])
         deadline = time.monotonic() + 10  # nginx writes its pid file once it listens
         while not target.runner.run(["test", "-s", f"{self.run_dir}/nginx.pid"], check=False, timeout=30).ok:
@@ -116,10 +113,8 @@ class _Server:
 def _stop_leftovers(target: Target, base: str) -> None:
     """Servers an earlier rollout left running (its edgekit was killed while the playbook ran) are stopped: the board
     is locked by this rollout, so none of them is anyone's now."""
-    res = target.runner.run(["sh", "-c", 'for d in "$1"/site/http-*; do [ -d "$d" ] && echo "$d"; done; true',
-                             "sh", base], check=False, timeout=30)
-    for run_dir in res.stdout.splitlines():
-        Job(target.runner, f"{run_dir}/job", "nginx").stop(grace_s=3.0)
+    for run_dir in _site_nginx(target, base).get("runs") or []:
+        Job(target.runner, agent_ship.ensure(target.runner, base), f"{run_dir}/job", "nginx").stop(grace_s=3.0)
         target.runner.run(["rm", "-rf", "--", run_dir], check=False, timeout=60)
 
 

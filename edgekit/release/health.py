@@ -1,12 +1,11 @@
-"""The health result of a release's server, as the board-side check (edgekit/agent/health.py) prints it."""
+"""The health result of a release's server, as the board-side check (the agent's `health` verb,
+edgekit/agent/health.py) prints it."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import Any, Literal
 
-from edgekit.agent import health as board_health
 from edgekit.agent.health import HEALTH_PROMPT
 
 # What the server must do with the GPU: "none" (a CPU build), "required" (a CUDA build on a board with
@@ -49,10 +48,4 @@ class Health:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
-def health_program() -> str:
-    """The board-side check's source, sent as ``python3 -c`` by deploy and the fleet's roles alike: any release
-    on a board, even one an older edgekit made, is checked by this edgekit's program."""
-    return Path(board_health.__file__).read_text(encoding="utf-8")
-
-
-__all__ = ["HEALTH_PROMPT", "GpuPolicy", "Health", "health_program"]
+__all__ = ["HEALTH_PROMPT", "GpuPolicy", "Health"]

@@ -34,21 +34,25 @@ def answer(res: Result) -> dict[str, Any] | None:
     return got if isinstance(got, dict) else None
 
 
-def run(runner: Runner, root: str, verb: str, *args: str, timeout: float | None = None) -> Result:
-    """The verb run on the board (the agent sent first if this board lacks it); its result, whatever its exit."""
+def run(runner: Runner, root: str, verb: str, *args: str, timeout: float | None = None,
+        python: str = agent_ship.PYTHON, stdin: bytes | None = None) -> Result:
+    """The verb run on the board (the agent sent first if this board lacks it); its result, whatever its exit.
+    ``python``: the board's interpreter that runs it (another than python3 for a verb about that Python); ``stdin``:
+    what the verb reads (a secret goes this way, never as an argument)."""
     path = agent_ship.ensure(runner, root)
-    res = runner.run(agent_ship.argv(path, verb, *args), check=False, timeout=timeout)
+    res = runner.run(agent_ship.argv(path, verb, *args, python=python), check=False, timeout=timeout, stdin=stdin)
     if res.exit_code == 2 and "can't open file" in res.stderr:  # pruned meanwhile (it goes with its releases)
         runner.agents.discard(path)
         path = agent_ship.ensure(runner, root)
-        res = runner.run(agent_ship.argv(path, verb, *args), check=False, timeout=timeout)
+        res = runner.run(agent_ship.argv(path, verb, *args, python=python), check=False, timeout=timeout,
+                         stdin=stdin)
     return res
 
 
 def call(runner: Runner, root: str, verb: str, *args: str, timeout: float | None = None,
-         doing: str | None = None) -> dict[str, Any]:
+         doing: str | None = None, python: str = agent_ship.PYTHON, stdin: bytes | None = None) -> dict[str, Any]:
     """The verb's answer; EdgekitError with the agent's sentence when it failed."""
-    res = run(runner, root, verb, *args, timeout=timeout)
+    res = run(runner, root, verb, *args, timeout=timeout, python=python, stdin=stdin)
     got = answer(res)
     if not res.ok or got is None:
         raise EdgekitError(f"{doing or f'The agent verb {verb!r}'} on board {runner.name!r} failed: {why(res)}.")

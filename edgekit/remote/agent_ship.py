@@ -84,13 +84,14 @@ def ensure(runner: Runner, root: str) -> str:
     return path
 
 
-def command(path: str) -> list[str]:
-    """How the board runs the agent at ``path``."""
-    return [PYTHON, path]
+def command(path: str, python: str = PYTHON) -> list[str]:
+    """How the board runs the agent at ``path`` (``python``: another interpreter of the board's, such as an
+    engine's own, for a verb that asks that Python)."""
+    return [python, path]
 
 
-def argv(path: str, verb: str, *args: str) -> list[str]:
-    return [*command(path), verb, *args]
+def argv(path: str, verb: str, *args: str, python: str = PYTHON) -> list[str]:
+    return [*command(path, python), verb, *args]
 
 
 def _send(runner: Runner, path: str) -> None:

@@ -9,7 +9,7 @@ worker. In check mode only a board that serves the release is checked, and nothi
 
 Options:
   plan:   the board's plan (edgekit.fleet.plan.BoardPlan.to_vars, with its state)
-  fleet:  edgekit_fleet (scripts, units, health settings)
+  fleet:  edgekit_fleet (agent, units, health settings)
 
 Returns rc, stdout, stderr and `outcome` (each step's Health, the steps that started a unit — `begun`,
 `ok`, and `log`: whose log tells why not); changed when a unit was started; failed when the command

@@ -30,13 +30,12 @@ import io
 import json
 import os
 import re
-import shlex
 import tarfile
 import time
 from typing import Any
 
 from ansible.errors import AnsibleError
-from ansible.plugins.action import ActionBase
+from ansible_collections.edgekit.fleet.plugins.plugin_utils.agent import AgentAction
 
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 FREE_MARGIN_BYTES = 16 << 20  # as edgekit's push: plus 1 % of the payload
@@ -45,30 +44,8 @@ PIECE = 32 << 20  # ... larger ones in pieces of this size, each one command (he
 TAR_BATCH = 64 << 20  # ... up to this much per stream (it is held in memory)
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False  # the agent writes the store itself: no remote tmp dir
+class ActionModule(AgentAction):
     _supports_check_mode = True
-    _requires_connection = True
-
-    def _run(self, argv: list[str], data: bytes | None = None) -> dict[str, Any]:
-        # executable=False, as the raw action: the command runs as given, not wrapped in another
-        # `/bin/sh -c '… && sleep 0'` (two more processes on the board per command).
-        return self._low_level_execute_command(shlex.join(argv), sudoable=False, in_data=data, executable=False)
-
-    def _agent(self, base: str, agent: dict[str, Any]) -> list[str]:
-        """``python3 <base>/agent/<zipapp>``: put there first when the board lacks it (a temporary name, renamed)."""
-        where = f"{base}/{agent['dir']}"
-        path = f"{where}/{agent['name']}"
-        if self._run(["test", "-f", path]).get("rc") != 0:
-            made = self._run(["mkdir", "-p", "--", where])
-            if made.get("rc") != 0:
-                raise AnsibleError(f"Cannot make {where} on the board: {self._why(made)}")
-            tmp = f"{path}.ansible.tmp"
-            self._connection.put_file(agent["src"], tmp)
-            moved = self._run(["mv", "-f", "--", tmp, path])
-            if moved.get("rc") != 0:
-                raise AnsibleError(f"Cannot place edgekit's agent at {path}: {self._why(moved)}")
-        return [str(agent.get("python") or "python3"), path]
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
@@ -232,12 +209,6 @@ class ActionModule(ActionBase):
                 "rejected_copies": sum(1 for b in out["blobs"] for t in b.get("tries") or []
                                        if (t.get("exit") == 0 and not t.get("ok")) or t.get("exit") == 32),
                 "seconds": out.get("seconds")}
-
-    @staticmethod
-    def _why(res: dict[str, Any]) -> str:
-        """The last line the board's command wrote to stderr (the agent's one sentence), or its exit status."""
-        lines = (res.get("stderr") or "").strip().splitlines()
-        return lines[-1].removeprefix("error: ").rstrip(".") if lines else f"exit {res.get('rc')}"
 
     @staticmethod
     def _batches(shas: list[str], blobs: dict[str, Any]) -> list[list[str]]:

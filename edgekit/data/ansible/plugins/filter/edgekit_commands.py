@@ -1,4 +1,5 @@
-"""Filters `edgekit_rollout_cmd`, `edgekit_board_cmd`, `edgekit_state_cmd`: edgekit's board commands;
+"""Filters `edgekit_rollout_cmd`, `edgekit_board_cmd`: edgekit's board commands; `edgekit_state_args`: the
+arguments of the agent's `state` (for the action `edgekit_agent`);
 `edgekit_outcome`: what the board's activation program printed (edgekit.fleet.commands.activation).
 
 The commands are edgekit's own Python (edgekit.fleet.commands), the one source for the rollout,
@@ -6,7 +7,7 @@ rollback and status plays; Ansible runs from edgekit's environment, so it import
 
     {{ edgekit_plan | edgekit_rollout_cmd(edgekit_fleet, 'activate') }}
     {{ state | edgekit_board_cmd(edgekit_fleet, 'rollback', release, manifest) }}
-    {{ edgekit_fleet | edgekit_state_cmd(base, release, unit) }}
+    {{ edgekit_fleet | edgekit_state_args(base, release, unit) }}
     {{ out.stdout | edgekit_outcome }}
 """
 
@@ -26,4 +27,4 @@ DOCUMENTATION = """
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {"edgekit_rollout_cmd": commands.rollout, "edgekit_board_cmd": commands.on_board,
-                "edgekit_state_cmd": commands.state, "edgekit_outcome": commands.activation}
+                "edgekit_state_args": commands.state_args, "edgekit_outcome": commands.activation}

@@ -1,7 +1,7 @@
 """Lookup `edgekit_fleet`: the `edgekit_fleet` variable the roles need, from the installed edgekit.
 
 `edgekit fleet` passes it in its plan (-e @plan.json); a playbook of the fleet owner's own gets it from
-the roles' defaults, which call this lookup, so the board-side scripts, unit names and health-check
+the roles' defaults, which call this lookup, so edgekit's agent (its zipapp), unit names and health-check
 settings are always the installed edgekit's (edgekit.fleet.plan.fleet_vars), never a copy:
 
     edgekit_fleet: "{{ lookup('edgekit.fleet.edgekit_fleet', health_timeout=30) }}"
@@ -18,7 +18,7 @@ from ansible.plugins.lookup import LookupBase
 
 DOCUMENTATION = """
     name: edgekit_fleet
-    short_description: edgekit's board-side scripts, unit names and health-check settings
+    short_description: edgekit's agent, unit names and health-check settings
     description:
       - The C(edgekit_fleet) variable of the edgekit.fleet roles, from the edgekit installed in
         Ansible's Python (the edgekit-jetson distribution).
@@ -33,7 +33,7 @@ DOCUMENTATION = """
 
 RETURN = """
     _raw:
-      description: One dict with C(scripts), C(units) and C(health).
+      description: One dict with C(agent), C(units) and C(health).
       type: list
       elements: dict
 """
