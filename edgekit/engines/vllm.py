@@ -55,9 +55,10 @@ def board_vllm(runner: Runner, base: str, board_name: str, python: str) -> str:
     got = agent_call.answer(res) or {}
     version = next((v for v in (got.get("dists") or {}).values() if v), None)
     if not res.ok or not version:
-        why = "" if res.ok else f" ({python}: {'no such program' if res.exit_code == 127 else agent_call.why(res)})"
-        raise EdgekitError(f"Board {board_name!r} has no vLLM{why}: install vLLM there (Jetson: NVIDIA's vLLM "
-                           "container or wheel) and name its Python as `vllm_python` in the board file.")
+        why = "" if res.ok else f" ({'no such program' if res.exit_code == 127 else agent_call.why(res)})"
+        raise EdgekitError(f"Board {board_name!r} has no vLLM: {python} cannot import it{why}; install vLLM there "
+                           "(Jetson: NVIDIA's vLLM container or wheel) and name its Python as `vllm_python` in the "
+                           "board file.")
     return str(version)
 
 

@@ -20,19 +20,27 @@ from typing import Any
 
 from ansible_collections.edgekit.fleet.plugins.plugin_utils.agent import AgentAction
 
+ARGUMENT_SPEC = {
+    "fleet": {"type": "dict", "required": True},
+    "base": {"type": "str", "required": True},
+    "verb": {"type": "str", "required": True},
+    "args": {"type": "list", "elements": "str", "default": []},
+    "changes": {"type": "bool", "default": False},
+}
+
 
 class ActionModule(AgentAction):
     _supports_check_mode = True
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
-        opts = self._task.args
-        agent = self._agent(str(opts["base"]), (opts.get("fleet") or {})["agent"])
-        verb = str(opts["verb"])
-        res = self._run([*agent, verb, *(str(a) for a in opts.get("args") or [])])
+        _, opts = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        agent = self._agent(opts["base"], opts["fleet"]["agent"])
+        verb = opts["verb"]
+        res = self._run([*agent, verb, *opts["args"]])
         answer = self._answer(res)
         result.update(rc=res.get("rc"), stdout=res.get("stdout", ""), stderr=res.get("stderr", ""), answer=answer,
-                      changed=bool(opts.get("changes")) and res.get("rc") == 0)
+                      changed=opts["changes"] and res.get("rc") == 0)
         if res.get("rc") != 0 or answer is None:
             result.update(failed=True, msg=f"edgekit's agent ({verb}) failed on the board: {self._why(res)}")
         return result
