@@ -240,7 +240,11 @@ def test_rollout_commands_quote_every_value_and_follow_the_plan(tmp_path: Path) 
     serving = {**plan, "state": {**plan["state"], "current": "r2", "serving": "r2", "serves": True}}
     again = shlex.split(commands.rollout(serving, fleet, "activate"))
     assert "--check-first" in again and again[again.index("--strategy") + 1] == "candidate"
-    assert "begin" not in commands.rollout(serving, fleet, "check")
+    check = shlex.split(commands.rollout(serving, fleet, "check"))  # the agent's health verb, and nothing else
+    assert check[2] == "health" and "begin" not in check and check[check.index("--port") + 1] == "8080"
+    seen = commands.checked('{"ok": true, "reason": "healthy"}\n')
+    assert seen["ok"] and seen["current"]["reason"] == "healthy" and not seen["begun"] and seen["log"] == "main"
+    assert not commands.checked("")["ok"]
     fresh = {**plan, "state": {"current": None, "serving": None, "active": False, "serves": False, "sudo": []}}
     first = shlex.split(commands.rollout(fresh, fleet, "activate"))
     assert first[first.index("--strategy") + 1] == "in-place" and first[first.index("--candidate-port") + 1] == "0"

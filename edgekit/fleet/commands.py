@@ -19,8 +19,6 @@ from typing import Any
 from edgekit.agent.health import check_options, command_args
 from edgekit.release.units import CANDIDATE_LOG_NAME, LOG_NAME, activation_program, unit_install_argv
 
-PASSED = "'{\"ok\": true,'*"  # a case pattern: the health check prints "ok" first
-
 
 def q(argv: Sequence[str]) -> str:
     """One command line from an argument list (what Jinja's ``map('quote') | join(' ')`` made)."""
@@ -97,8 +95,8 @@ class Board:
         return q([*self.agent, "health", *args])
 
     def check_current(self, serve: Serve) -> str:
-        """The check of the release the service runs: prints ``current HEALTH-JSON``; healthy ends the command."""
-        return _step("current", self.health(self.units["main"], serve), healthy_ends=True)
+        """The check of the release the service runs (--check rollouts): prints its Health (read by ``checked``)."""
+        return self.health(self.units["main"], serve)
 
     def activate(self, release: str, serve: Serve, keep: int, previous: str | None, *, check_first: bool = False,
                  candidate: Serve | None = None) -> str:
@@ -149,13 +147,6 @@ class Board:
 
 
 STEPS = ("current", "candidate", "main")
-
-
-def _step(name: str, command: str, *, healthy_ends: bool = False) -> str:
-    """Run ``command`` (it prints a Health; a failing status ends the whole line with it) and print
-    ``NAME HEALTH-JSON``; then end the line, with status 0, if the check failed (or, ``healthy_ends``, passed)."""
-    then = "exit 0 ;;" if healthy_ends else ";; *) exit 0 ;;"
-    return f"h=$({command}) || exit $?; printf '{name} %s\\n' \"$h\"; case \"$h\" in {PASSED}) {then} esac"
 
 
 def _pick(commands: Mapping[str, Callable[[], str]], which: str, kind: str) -> str:
@@ -233,6 +224,13 @@ def _program_carrier(st: Mapping[str, Any], release: str) -> str:
             return str(rid)
     raise ValueError(f"neither release {st.get('current')} nor {release} on the board carries edgekit's activation "
                      "program (both predate it); deploy once with this edgekit, then roll back")
+
+
+def checked(stdout: str) -> dict[str, Any]:
+    """What Board.check_current printed (the agent's Health), in the shape ``activation`` gives: the check of the
+    release the service runs, as its ``current`` step; nothing begun."""
+    lines = [ln for ln in str(stdout or "").splitlines() if ln.strip().startswith("{")]
+    return activation(f"current {lines[-1].strip()}" if lines else "")
 
 
 def on_board(st: Mapping[str, Any], fleet: Mapping[str, Any], which: str, release: str,

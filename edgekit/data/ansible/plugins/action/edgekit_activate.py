@@ -39,7 +39,7 @@ class ActionModule(ActionBase):
         # executable=False, as the raw action: the command runs as given, not wrapped in another shell.
         res = self._low_level_execute_command(commands.rollout(plan, fleet, "check" if check else "activate"),
                                               sudoable=False, executable=False)
-        outcome = commands.activation(res.get("stdout") or "")
+        outcome = (commands.checked if check else commands.activation)(res.get("stdout") or "")
         result.update(rc=res.get("rc"), stdout=res.get("stdout") or "", stderr=res.get("stderr") or "",
                       outcome=outcome, changed=bool(outcome["begun"]))
         if res.get("rc") != 0 or not (check or outcome["ok"]):
