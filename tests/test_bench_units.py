@@ -28,6 +28,7 @@ from edgekit.config.boardfile import Board
 from edgekit.config.profiles import get_profile
 from edgekit.config.recipes import load_recipe
 from edgekit.engines import llamacpp_bench as serverconf
+from edgekit.remote import agent_ship
 from edgekit.remote.runner import LocalRunner
 
 RELEASE_ARGS = ["-m", "models/target.gguf", "-c", "512", "-ngl", "0", "-np", "1", "--host", "127.0.0.1", "--port",
@@ -204,10 +205,11 @@ def _ours(marker: str) -> list[psutil.Process]:
 
 def test_jobs_report_exit_codes_and_stop_without_leftovers(tmp_path: Path) -> None:
     runner = LocalRunner("here")
-    done = Job.start(runner, str(tmp_path / "a"), ["sh", "-c", "echo hi; exit 3"], "a job")
+    agent = agent_ship.ensure(runner, str(tmp_path))
+    done = Job.start(runner, agent, str(tmp_path / "a"), ["sh", "-c", "echo hi; exit 3"], "a job")
     assert done.wait(30, poll_s=0.5) == 3 and done.read().strip() == "hi"
     marker = f"edgekit-test-{os.getpid()}-{time.monotonic_ns()}"
-    slow = Job.start(runner, str(tmp_path / "b"), ["sh", "-c", f"sleep 60 # {marker}"], "a slow job")
+    slow = Job.start(runner, agent, str(tmp_path / "b"), ["sh", "-c", f"sleep 60 # {marker}"], "a slow job")
     assert slow.poll(0.3) == "running" and _ours(marker)
     with pytest.raises(JobFailed, match="ran past"):
         slow.wait(0.5, poll_s=0.2)  # stops it
@@ -219,7 +221,8 @@ def test_jobs_report_exit_codes_and_stop_without_leftovers(tmp_path: Path) -> No
 
 def test_a_job_killed_before_its_exit_code_is_gone_and_says_what_the_board_saw(tmp_path: Path) -> None:
     runner = LocalRunner("here")
-    job = Job.start(runner, str(tmp_path / "k"), ["sleep", "60"], "a doomed job")
+    job = Job.start(runner, agent_ship.ensure(runner, str(tmp_path)), str(tmp_path / "k"), ["sleep", "60"],
+                    "a doomed job")
     child = int((tmp_path / "k" / "child").read_text())
     assert job.pid is not None
     os.killpg(job.pid, signal.SIGKILL)  # the wrapper and its command, before the wrapper writes rc
