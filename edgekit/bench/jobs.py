@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from edgekit.errors import EdgekitError
+from edgekit.errors import EdgekitError, LinkLost
 from edgekit.remote import agent_call, agent_ship
 from edgekit.remote.runner import LocalRunner, SshRunner
 
@@ -61,7 +61,9 @@ class Job:
         try:
             got = self._verb("job-wait", self.dir, str(polls), *(["--collect", collect] if collect else []),
                              timeout=seconds + 30)
-        except EdgekitError as exc:
+        except LinkLost:
+            raise  # a dropped link is the link's failure, not the job's: the caller says so
+        except EdgekitError as exc:  # the verb itself failed on the board
             self.gone_why = f"no answer: {exc.message}"
             return "gone"
         state = str(got.get("state"))
