@@ -292,7 +292,8 @@ class Load:
             else:
                 first, final = read(resp)
         except (OSError, http.client.HTTPException, ValueError) as exc:
-            rec["error"] = f"{type(exc).__name__}: {exc}"
+            # A stop shuts the socket down under the reader, which then sees a reset: that is ours.
+            rec["error"] = "interrupted" if self.stop.is_set() else f"{type(exc).__name__}: {exc}"
         finally:
             with self._lock:
                 self._open.discard(conn)
