@@ -27,7 +27,7 @@ from edgekit.bench.workloads import Point
 from edgekit.config.boardfile import Board
 from edgekit.config.profiles import get_profile
 from edgekit.config.recipes import load_recipe
-from edgekit.engines import llamacpp_bench as serverconf
+from edgekit.engines.llamacpp import bench as serverconf
 from edgekit.remote import agent_ship
 from edgekit.remote.runner import LocalRunner
 

@@ -16,7 +16,7 @@ from rich.console import Console
 from edgekit.cli import cli
 from edgekit.config.recipes import Recipe, load_recipe
 from edgekit.convert import litert, litert_run
-from edgekit.engines.llamacpp_models import resolve_models
+from edgekit.engines.llamacpp.models import resolve_models
 from edgekit.prepare.pipeline import convert_recipe, prepare_inputs
 from edgekit.store import Store
 from edgekit.tinymodels.legacy import ensure_tiny_pair

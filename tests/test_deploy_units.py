@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from edgekit.config.recipes import Runtime
-from edgekit.engines.llamacpp_args import server_args
+from edgekit.engines.llamacpp.args import server_args
 from edgekit.errors import EdgekitError
 from edgekit.release.plan import plan_release
 from edgekit.remote.probe import jetpack_for, parse_l4t, parse_probe
@@ -85,7 +85,7 @@ def test_probe_parsing() -> None:
 def test_guards_for_known_orin_bugs_apply_as_data_and_only_where_they_bite() -> None:
     from pydantic import ValidationError
 
-    from edgekit.engines.llamacpp_quirks import apply_guards
+    from edgekit.engines.llamacpp.quirks import apply_guards
 
     mtp = Runtime(spec_type="draft-mtp", n_gpu_layers=99, env={"CUDA_SCALE_LAUNCH_QUEUES": "4x", "OTHER": "1"})
     rt, applied = apply_guards(mtp, "orin-nx-16gb", "0c1e570", has_drafter=True)
@@ -113,7 +113,7 @@ def _facts(arch: str, gpu: str = "", glibc: str = "glibc 2.35") -> object:
 
 def test_each_board_gets_the_build_its_hardware_can_run() -> None:
     from edgekit.config.boardfile import Board
-    from edgekit.engines.llamacpp import choose_build
+    from edgekit.engines.llamacpp.engine import choose_build
 
     board = Board(host="127.0.0.1", user="nvidia", profile="orin-agx-64gb", base="~/edgekit")
     assert choose_build(board, _facts("x86_64"), "auto").target == "host"
@@ -146,7 +146,7 @@ def test_gpu_use_comes_from_the_last_server_start_in_the_log() -> None:
 
 
 def test_binaries_newer_than_the_boards_glibc_are_refused() -> None:
-    from edgekit.engines.llamacpp import check_glibc
+    from edgekit.engines.llamacpp.engine import check_glibc
 
     manifest = {"verify": {"glibc_needed": "2.34"}}
     check_glibc(manifest, _facts("aarch64", glibc="glibc 2.35"))

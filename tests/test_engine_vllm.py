@@ -19,7 +19,7 @@ from edgekit.agent.health import SPEC_COUNTER
 from edgekit.bench import results
 from edgekit.config.boardfile import Boards
 from edgekit.convert.text_only import text_only
-from edgekit.engines.vllm import server_argv
+from edgekit.engines.vllm.engine import server_argv
 from edgekit.models.safetensors import SafetensorsFile
 from edgekit.store import Store
 
@@ -151,7 +151,7 @@ def test_vllm_argv_and_metrics_parsing() -> None:
 
 def test_container_image_table_digest_pin_and_docker_argv() -> None:
     from edgekit.config.recipes import VllmSettings
-    from edgekit.engines.vllm_container import default_image, docker_prefix, pinned, wants_container
+    from edgekit.engines.vllm.container import default_image, docker_prefix, pinned, wants_container
     from edgekit.errors import EdgekitError
 
     assert default_image("orin-agx-64gb", "6.2") == "ghcr.io/nvidia-ai-iot/vllm:gemma4-jetson-orin"
@@ -180,7 +180,7 @@ def test_a_container_for_a_login_user_outside_the_docker_group_is_refused_before
     """The unit runs `docker run` as the login user (docs/deploy.md, least privilege): without the docker group it
     could not start; one sentence before the image is even looked for."""
     from edgekit.config.recipes import VllmSettings
-    from edgekit.engines.vllm import Vllm
+    from edgekit.engines.vllm.engine import Vllm
     from edgekit.errors import EdgekitError
 
     facts = SimpleNamespace(gpu_driver="/dev/nvgpu", service_user="robot", groups=["robot", "video"])

@@ -11,7 +11,7 @@ from edgekit.build.targets import profile_target, resolve_target
 from edgekit.config import jetpack
 from edgekit.config.jetpack import DEFAULT_LINES, JETPACK_LINES, board_lines, line_for_l4t, line_for_version
 from edgekit.config.profiles import PROFILES, with_jetpack
-from edgekit.engines.vllm_container import default_image
+from edgekit.engines.vllm.container import default_image
 from edgekit.errors import EdgekitError
 from edgekit.remote.probe import jetpack_for, parse_l4t
 

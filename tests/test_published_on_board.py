@@ -95,7 +95,7 @@ def test_mmproj_switch() -> None:
 
 
 def test_a_board_short_of_memory_is_served_text_only_and_told_the_figures(tmp_path: Path) -> None:
-    from edgekit.engines.llamacpp import fit_mmproj
+    from edgekit.engines.llamacpp.engine import fit_mmproj
 
     models = {}
     for rel, mb in (("models/target.gguf", 300), ("models/drafter.gguf", 20), ("models/mmproj.gguf", 200)):

@@ -27,10 +27,10 @@ from test_deploy_units import HELP_2026
 
 from edgekit.agent import privileged, unitspec
 from edgekit.config.recipes import Recipe, Runtime
-from edgekit.engines.litert_front import front_argv
-from edgekit.engines.llamacpp_args import server_args
-from edgekit.engines.vllm import server_argv as vllm_argv
-from edgekit.engines.vllm_container import docker_prefix
+from edgekit.engines.litert.front import front_argv
+from edgekit.engines.llamacpp.args import server_args
+from edgekit.engines.vllm.container import docker_prefix
+from edgekit.engines.vllm.engine import server_argv as vllm_argv
 from edgekit.errors import EdgekitError
 from edgekit.release.plan import service_units
 from edgekit.release.units import render_unit, unit_spec

@@ -3,7 +3,7 @@
 * ``load``: the agent's streaming load against the bench server (see edgekit/agent/load.py);
   a run is one (configuration, concurrency, context length, repetition).
 * the engine's own benchmark of the target alone (llama.cpp's ``bin/llama-bench``, see
-  ``engines/llamacpp_bench.py``), prompt processing and generation separately, each a job whose window
+  ``engines/llamacpp/bench.py``), prompt processing and generation separately, each a job whose window
   the agent marks on the board's monotonic clock (agent/jobs.py).
 """
 

@@ -15,9 +15,9 @@ import re
 from edgekit.errors import EdgekitError
 
 ENGINE_CLASSES: dict[str, str] = {
-    "llama.cpp": "edgekit.engines.llamacpp:LlamaCpp",  # the default: llama-server, GGUF, --spec-type draft-mtp
-    "vllm": "edgekit.engines.vllm:Vllm",  # vLLM's OpenAI server, HF safetensors, speculative_config "mtp"
-    "litert-lm": "edgekit.engines.litert:Litert",  # a .litertlm bundle behind the agent's front
+    "llama.cpp": "edgekit.engines.llamacpp.engine:LlamaCpp",  # the default: llama-server, GGUF, --spec-type draft-mtp
+    "vllm": "edgekit.engines.vllm.engine:Vllm",  # vLLM's OpenAI server, HF safetensors, speculative_config "mtp"
+    "litert-lm": "edgekit.engines.litert.engine:Litert",  # a .litertlm bundle behind the agent's front
 }
 
 ENV = "EDGEKIT_ENGINES"

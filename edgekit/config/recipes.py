@@ -112,7 +112,7 @@ class VllmSettings(PrintableModel):
     text_only: bool = True  # serve the text model alone (Gemma4ForCausalLM): no vision/audio processors
     extra_args: list[str] = Field(default_factory=list)
     # Where vLLM runs: "python" (the board file's vllm_python, else python3), "container" (docker with the
-    # NVIDIA runtime, the image below or the board's line in engines/vllm_images.py, pinned to the digest
+    # NVIDIA runtime, the image below or the board's JetPack line in config/jetpack.py, pinned to the digest
     # the board holds), "auto": container on a board with a GPU driver and no vllm_python, else python.
     runner: Literal["auto", "python", "container"] = "auto"
     image: str | None = None  # e.g. ghcr.io/nvidia-ai-iot/vllm:gemma4-jetson-orin, or repo@sha256:<digest>
@@ -186,7 +186,7 @@ class Runtime(PrintableModel):
     flash_attn: Literal["auto", "on", "off"] = "auto"  # llama-server's -fa; "auto" passes no flag
     env: dict[str, str] = Field(default_factory=dict)  # the service unit's environment
     watchdog: Watchdog = Field(default_factory=Watchdog)
-    allow_quirks: list[str] = Field(default_factory=list)  # guards (edgekit.engines.llamacpp_quirks) not to apply
+    allow_quirks: list[str] = Field(default_factory=list)  # guards (edgekit.engines.llamacpp.quirks) not to apply
     extra_args: list[str] = Field(default_factory=list)
     # For a model whose own files carry no chat template: a template edgekit ships (edgekit/data/chat_templates:
     # "gemma", Gemma 2/3 turns; "question-answer", a plain transcript for a base model), served to clients'

@@ -1,6 +1,6 @@
 """What an engine hands the bench: its servers' configurations, and where on the board the bench works.
 
-Engine-neutral: each engine's bench module (``llamacpp_bench``, ``vllm_bench``, ``litert_bench``) makes
+Engine-neutral: each engine's bench module (``llamacpp.bench``, ``vllm.bench``, ``litert.bench``) makes
 ``ServerConfig`` objects from its release (``release.json``), and the bench runs them whatever made them.
 """
 

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
-from edgekit.engines import litert_bench
 from edgekit.engines.base import EngineRelease, ReleaseContext
 from edgekit.engines.capabilities import EngineBase
-from edgekit.engines.litert_front import BUNDLE, board_python, bundle_for, front_argv, python_of
+from edgekit.engines.litert import bench as litert_bench
+from edgekit.engines.litert.front import BUNDLE, board_python, bundle_for, front_argv, python_of
 from edgekit.release.auth import auth_fields
 from edgekit.release.chat_template import served_path, template_files
 from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service_ports, service_units

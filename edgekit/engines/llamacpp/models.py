@@ -19,7 +19,7 @@ from rich.console import Console
 
 from edgekit import __version__
 from edgekit.config.recipes import ModelSource, Recipe
-from edgekit.engines.packaged_gguf import packaged_gguf
+from edgekit.engines.llamacpp.packaged_gguf import packaged_gguf
 from edgekit.errors import EdgekitError
 from edgekit.paths import cache_dir, store_dir
 

@@ -7,7 +7,7 @@ asks), the agent, and the units that run `python -m vllm.entrypoints.openai.api_
 `gemma4_mtp` runs the assistants' ordered-embedding head, which llama.cpp drops. The board's vLLM
 is a Python that imports it: the board file's `vllm_python` (sim boards: the venv `.ci/install`
 makes), else `python3`; or, on a Jetson, NVIDIA's vLLM container pinned by digest
-(vllm_container.py). Acceptance comes from `/metrics` (`vllm:spec_decode_num_draft_tokens` and
+(container.py). Acceptance comes from `/metrics` (`vllm:spec_decode_num_draft_tokens` and
 `_num_accepted_tokens`), read before and after the health completion.
 """
 
@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
-from edgekit.engines import vllm_bench
 from edgekit.engines.base import EngineRelease, ReleaseContext
 from edgekit.engines.capabilities import EngineBase
-from edgekit.engines.vllm_container import (
+from edgekit.engines.vllm import bench as vllm_bench
+from edgekit.engines.vllm.container import (
     ENVIRONMENT,
     default_image,
     docker_prefix,

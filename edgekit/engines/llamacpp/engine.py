@@ -21,8 +21,8 @@ from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
 from edgekit.engines.base import EngineRelease, ReleaseContext
 from edgekit.engines.capabilities import EngineBase, FleetBoard, FleetReleases
-from edgekit.engines.llamacpp_args import server_args
-from edgekit.engines.llamacpp_quirks import Applied, apply_guards
+from edgekit.engines.llamacpp.args import server_args
+from edgekit.engines.llamacpp.quirks import Applied, apply_guards
 from edgekit.errors import EdgekitError
 from edgekit.paths import cache_dir
 from edgekit.release.auth import auth_fields
@@ -225,23 +225,23 @@ class LlamaCpp(EngineBase):
 
     def bench_configs(self, manifest: dict[str, Any], release_dir: str, board: Board, port: int,
                       parallel: int | None, slot_ctx: int | None) -> list[ServerConfig]:
-        from edgekit.engines import llamacpp_bench
+        from edgekit.engines.llamacpp import bench as llamacpp_bench
 
         return llamacpp_bench.configs(manifest, port, parallel, slot_ctx)
 
     def tune_point(self, drafter: ServerConfig, n: int, p_min: float | None) -> ServerConfig:
-        from edgekit.engines import llamacpp_bench
+        from edgekit.engines.llamacpp import bench as llamacpp_bench
 
         return llamacpp_bench.tune_point(drafter, n, p_min)
 
     def target_bench_argv(self, release_dir: str, runtime: dict[str, Any], pp: int, tg: int,
                           reps: int) -> list[str]:
-        from edgekit.engines import llamacpp_bench
+        from edgekit.engines.llamacpp import bench as llamacpp_bench
 
         return llamacpp_bench.llama_bench_argv(release_dir, runtime, pp, tg, reps)
 
     def target_bench_records(self, lines: list[str]) -> list[dict[str, Any]]:
-        from edgekit.engines import llamacpp_bench
+        from edgekit.engines.llamacpp import bench as llamacpp_bench
 
         return llamacpp_bench.llama_bench_records(lines)
 
@@ -262,7 +262,7 @@ class LlamaCpp(EngineBase):
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:
         from edgekit.build import BuildOptions, build
-        from edgekit.engines.llamacpp_models import resolve_models
+        from edgekit.engines.llamacpp.models import resolve_models
 
         stages: dict[str, float] = {}
         choice = choose_build(ctx.board, ctx.facts, ctx.cuda)
@@ -293,7 +293,7 @@ class LlamaCpp(EngineBase):
 def _fleet_releases(recipe: Recipe, targets: Mapping[str, FleetBoard], src: str | None, cuda: str,
                    console: Console) -> FleetReleases:
     from edgekit.build import BuildOptions, build
-    from edgekit.engines.llamacpp_models import resolve_models
+    from edgekit.engines.llamacpp.models import resolve_models
 
     src = llama_src(src)
     result = FleetReleases()

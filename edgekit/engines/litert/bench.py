@@ -18,7 +18,7 @@ from typing import Any
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
 from edgekit.engines.benchconf import BenchSite, ServerConfig
-from edgekit.engines.litert_front import BUNDLE, agent_front, board_python, bundle_for, front_args, python_of
+from edgekit.engines.litert.front import BUNDLE, agent_front, board_python, bundle_for, front_args, python_of
 from edgekit.errors import EdgekitError
 
 

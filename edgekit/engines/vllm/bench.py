@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from edgekit.engines.benchconf import ServerConfig
-from edgekit.engines.vllm_container import ENVIRONMENT
+from edgekit.engines.vllm.container import ENVIRONMENT
 from edgekit.errors import EdgekitError
 
 __all__ = ["configs", "set_flag", "tune_point"]

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from edgekit.engines.benchconf import ServerConfig
-from edgekit.engines.llamacpp_args import FLAG_SPELLINGS
+from edgekit.engines.llamacpp.args import FLAG_SPELLINGS
 
 # Flags that take no value (everything else in FLAG_SPELLINGS takes one).
 _BOOLEAN = {"no_webui", "metrics"}
