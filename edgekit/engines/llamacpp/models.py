@@ -98,7 +98,7 @@ def memo_key(recipe: Recipe, src: str | None) -> str | None:
 
 def _code_fingerprint() -> str:
     """The code that turns sources into GGUFs: a change to it must not be answered from the memo."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]  # edgekit/
     digest = hashlib.sha256()
     files = [f for pkg in ("prepare", "convert", "align", "models") for f in sorted((root / pkg).glob("*.py"))]
     for f in [*files, root / "config" / "align_spec.py", root / "config" / "synthetic.py"]:
