@@ -119,8 +119,8 @@ class SimBoards:
 
     def serve(self, board: int, name: str, target: Path, drafter: Path | None, threads: int) -> str:
         """Deploy target (+ drafter) as one recipe on board number ``board``; its URL."""
-        runtime = {"ctx_size": 1024, "n_gpu_layers": 0, "threads": threads, "parallel": 1, "port": 8080,
-                   "spec_type": "draft-mtp" if drafter else "none", "draft_n_max": 3, "n_gpu_layers_draft": 0}
+        runtime = {"ctx_size": 1024, "parallel": 1, "port": 8080, "spec_type": "draft-mtp" if drafter else "none",
+                   "draft_n_max": 3, "llama_cpp": {"n_gpu_layers": 0, "n_gpu_layers_draft": 0, "threads": threads}}
         recipe = {"name": name, "target": {"path": str(target), "quant": "F32"}, "runtime": runtime}
         if drafter is not None:
             recipe["drafter"] = {"path": str(drafter), "quant": "F32"}

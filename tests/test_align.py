@@ -27,8 +27,8 @@ from edgekit.align.unroll import unroll  # noqa: E402
 from edgekit.convert.inputs import ensure_synthetic  # noqa: E402
 from edgekit.errors import EdgekitError  # noqa: E402
 
-RUNTIME = {"ctx_size": 512, "n_gpu_layers": 0, "spec_type": "draft-mtp", "draft_n_max": 3, "n_gpu_layers_draft": 0,
-           "parallel": 1, "threads": 1, "port": 8080}
+RUNTIME = {"ctx_size": 512, "spec_type": "draft-mtp", "draft_n_max": 3, "parallel": 1, "port": 8080,
+           "llama_cpp": {"n_gpu_layers": 0, "n_gpu_layers_draft": 0, "threads": 1}}
 
 
 @pytest.fixture(scope="module")

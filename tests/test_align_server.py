@@ -23,8 +23,8 @@ from edgekit.align.prompts import load_prompts
 from edgekit.align.server import server_acceptance
 from edgekit.convert.inputs import ensure_synthetic
 
-RUNTIME = {"ctx_size": 512, "n_gpu_layers": 0, "spec_type": "draft-mtp", "draft_n_max": 3, "n_gpu_layers_draft": 0,
-           "parallel": 1, "threads": 1, "port": 8080}
+RUNTIME = {"ctx_size": 512, "spec_type": "draft-mtp", "draft_n_max": 3, "parallel": 1, "port": 8080,
+           "llama_cpp": {"n_gpu_layers": 0, "n_gpu_layers_draft": 0, "threads": 1}}
 # What the built-in sim-tiny-mtp recipe uses, so this test leaves that recipe's aligned drafter in the store.
 ALIGN = {"steps": 200, "lr": 0.01}
 NEW_TOKENS = 48

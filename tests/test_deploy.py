@@ -310,7 +310,8 @@ def test_orin_guard_for_flash_attention_with_a_drafter_is_in_the_release(boards,
     # llama.cpp#24457: flash attention + draft-mtp aborts on Orin. A recipe that offloads (as every real
     # Orin recipe does) gets --flash-attn off, said by deploy and recorded in release.json.
     (board,) = boards(1, fresh=True)  # it leaves a server running: not on a board others share
-    variant = recipe_variant(tmp_path, "sim-tiny-mtp", "sim-tiny-mtp-gpu", n_gpu_layers=99, n_gpu_layers_draft=99)
+    variant = recipe_variant(tmp_path, "sim-tiny-mtp", "sim-tiny-mtp-gpu",
+                             llama_cpp={"n_gpu_layers": 99, "n_gpu_layers_draft": 99, "threads": 1})
     res = edgekit("--json", "deploy", "--board", board.name, "--recipe", str(variant), timeout=900)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "guard llama.cpp#24457: --flash-attn off" in res.stderr

@@ -37,7 +37,8 @@ HELP_OLD = HELP_2026.replace("--spec-draft-n-max", "--draft-max").replace("-md, 
 
 
 def test_server_args_use_the_binarys_spelling() -> None:
-    rt = Runtime(spec_type="draft-mtp", draft_n_max=4, ctx_size=2048, n_gpu_layers=99, parallel=2, port=9000)
+    rt = Runtime(spec_type="draft-mtp", draft_n_max=4, ctx_size=2048, parallel=2, port=9000,
+                 llama_cpp={"n_gpu_layers": 99})
     args = server_args(rt, HELP_2026, "models/target.gguf", "models/drafter.gguf", port=9100)
     joined = " ".join(args)
     assert "-m models/target.gguf" in joined and "-md models/drafter.gguf" in joined
@@ -86,22 +87,24 @@ def test_guards_for_known_orin_bugs_apply_as_data_and_only_where_they_bite() -> 
     from pydantic import ValidationError
 
     from edgekit.engines.llamacpp.quirks import apply_guards
+    from edgekit.engines.llamacpp.settings import of
 
-    mtp = Runtime(spec_type="draft-mtp", n_gpu_layers=99, env={"CUDA_SCALE_LAUNCH_QUEUES": "4x", "OTHER": "1"})
+    mtp = Runtime(spec_type="draft-mtp", llama_cpp={"n_gpu_layers": 99},
+                  env={"CUDA_SCALE_LAUNCH_QUEUES": "4x", "OTHER": "1"})
     rt, applied = apply_guards(mtp, "orin-nx-16gb", "0c1e570", has_drafter=True)
     assert [a.id for a in applied] == ["llama.cpp#24457", "llama.cpp#19219"]
-    assert rt.flash_attn == "off" and rt.env == {"OTHER": "1"} and not any(a.overridden for a in applied)
+    assert of(rt).flash_attn == "off" and rt.env == {"OTHER": "1"} and not any(a.overridden for a in applied)
     args = server_args(rt, HELP_2026, "t.gguf", "d.gguf", 8080)
     assert args[args.index("-fa") + 1] == "off"
     # Thor is not affected; no drafter, or everything on the CPU, means no fattn.cu either.
     assert apply_guards(mtp, "thor", "0c1e570", True)[1] == []
     assert [a.id for a in apply_guards(mtp, "orin", "0c1e570", False)[1]] == ["llama.cpp#19219"]
-    cpu = mtp.model_copy(update={"n_gpu_layers": 0, "n_gpu_layers_draft": 0, "env": {}})
+    cpu = mtp.model_copy(update={"llama_cpp": {"n_gpu_layers": 0, "n_gpu_layers_draft": 0}, "env": {}})
     assert apply_guards(cpu, "orin", "0c1e570", True)[1] == []
     # A recipe overrides a guard only by naming it; the override is reported, nothing is changed.
-    allowed = mtp.model_copy(update={"allow_quirks": ["llama.cpp#24457"]})
+    allowed = mtp.model_copy(update={"llama_cpp": {"n_gpu_layers": 99, "allow_quirks": ["llama.cpp#24457"]}})
     rt, applied = apply_guards(allowed, "orin", "0c1e570", True)
-    assert rt.flash_attn == "auto" and applied[0].overridden and "NOT applied" in applied[0].line()
+    assert of(rt).flash_attn == "auto" and applied[0].overridden and "NOT applied" in applied[0].line()
     with pytest.raises(ValidationError, match="not an environment variable name"):
         Runtime(env={"BAD NAME": "1"})
 

@@ -10,7 +10,7 @@ import click
 from edgekit.cli import board_option, json_option
 from edgekit.cli.app import App
 from edgekit.config.engine_table import engine_names
-from edgekit.config.recipes import load_recipe
+from edgekit.engines.recipe_check import load_recipe
 
 
 def _ints(text: str | None) -> list[int] | None:

@@ -23,7 +23,7 @@ _SRC_HELP = "llama.cpp tree or tarball for the converter (default: the pinned ll
 @click.pass_obj
 def convert(app: App, recipe: str, src: str | None, llama_bin: str | None, force: bool) -> None:
     """Convert a recipe's target and drafter to GGUF (validated first; unchanged inputs are skipped)."""
-    from edgekit.config.recipes import load_recipe
+    from edgekit.engines.recipe_check import load_recipe
     from edgekit.prepare.pipeline import convert_recipe
 
     r = load_recipe(recipe)
@@ -111,7 +111,7 @@ def _mb(n: int | None) -> str:
 def verify(app: App, recipe: str, ctx: int, threads: int, src: str | None, llama_bin: str | None) -> None:
     """What the recipe's conversion costs: KL divergence and top-1 agreement against the checkpoint as
     transformers runs it (F32 GGUF included) and against the F32 GGUF."""
-    from edgekit.config.recipes import load_recipe
+    from edgekit.engines.recipe_check import load_recipe
     from edgekit.prepare.pipeline import verify_recipe
 
     data = verify_recipe(load_recipe(recipe), src=src, bin_dir=llama_bin, ctx=ctx, threads=threads, say=app.info)

@@ -14,7 +14,7 @@ import click
 
 from edgekit.cli import json_option
 from edgekit.cli.app import App
-from edgekit.config.recipes import load_recipe
+from edgekit.engines.recipe_check import load_recipe
 from edgekit.paths import known_hosts_file, sim_dir
 from edgekit.remote.probe import probe
 from edgekit.remote.runner import runner_for

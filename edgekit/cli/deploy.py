@@ -7,11 +7,11 @@ from rich.table import Table
 
 from edgekit.cli import board_option, json_option
 from edgekit.cli.app import App
-from edgekit.config.recipes import load_recipe
 from edgekit.deploy import activate as act
 from edgekit.deploy import exposure
 from edgekit.deploy.activate import HealthCheckFailed
 from edgekit.deploy.health import check_release
+from edgekit.engines.recipe_check import load_recipe
 from edgekit.errors import EdgekitError
 from edgekit.release.manifest import ReleaseManifest
 from edgekit.remote import releases

@@ -37,7 +37,7 @@ def align_cmd(app: App, recipe_name: str, steps: int | None, data: str | None, s
     from edgekit.align.progress import AlignProgress
     from edgekit.align.recipe import recipe_job, recipe_spec
     from edgekit.align.run import align
-    from edgekit.config.recipes import load_recipe
+    from edgekit.engines.recipe_check import load_recipe
     from edgekit.prepare.needs import check
 
     recipe = load_recipe(recipe_name)

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from edgekit.cli import json_option
 from edgekit.cli.app import App
-from edgekit.config.recipes import load_recipe
+from edgekit.engines.recipe_check import load_recipe
 from edgekit.errors import EdgekitError
 
 group_option = click.option("--group", metavar="GROUP", help="A board-file group (or one board); default: all boards.")

@@ -8,7 +8,7 @@ import click
 
 from edgekit.cli import board_option, json_option
 from edgekit.cli.app import App
-from edgekit.config.recipes import load_recipe
+from edgekit.engines.recipe_check import load_recipe
 
 
 @click.command()

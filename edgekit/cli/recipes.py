@@ -8,7 +8,7 @@ from rich.table import Table
 from edgekit.cli import json_option
 from edgekit.cli.app import App
 from edgekit.config.recipe_lookup import list_recipes
-from edgekit.config.recipes import load_recipe
+from edgekit.engines.recipe_check import load_recipe
 
 
 @click.group()

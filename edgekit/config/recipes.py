@@ -97,42 +97,6 @@ class ConvertSpec(BaseModel):
         return {False: "off", True: "on"}.get(v, v) if isinstance(v, bool) else v
 
 
-class VllmSettings(PrintableModel):
-    """vLLM's own knobs (engine: vllm); the shared ones (ctx_size, parallel, draft_n_max) are the runtime's."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0)  # on CPU: the share of RAM for weights + KV
-    # The KV cache in GiB, fixed (--kv-cache-memory-bytes): vLLM then sizes the cache from this, not from
-    # gpu_memory_utilization's share of the memory it sees, which differs from machine to machine (on a CPU,
-    # a share of the NUMA node: 0.06 of 9.5 GiB is less than the engine itself takes).
-    kv_cache_gib: float | None = Field(None, gt=0.0)
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    enforce_eager: bool = False  # no CUDA graphs / torch.compile: starts faster, decodes slower
-    text_only: bool = True  # serve the text model alone (Gemma4ForCausalLM): no vision/audio processors
-    extra_args: list[str] = Field(default_factory=list)
-    # Where vLLM runs: "python" (the board file's vllm_python, else python3), "container" (docker with the
-    # NVIDIA runtime, the image below or the board's JetPack line in config/jetpack.py, pinned to the digest
-    # the board holds), "auto": container on a board with a GPU driver and no vllm_python, else python.
-    runner: Literal["auto", "python", "container"] = "auto"
-    image: str | None = None  # e.g. ghcr.io/nvidia-ai-iot/vllm:gemma4-jetson-orin, or repo@sha256:<digest>
-
-    @field_validator("image")
-    @classmethod
-    def _image(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"[a-z0-9][a-z0-9._/:-]*(@sha256:[0-9a-f]{64})?", v):
-            raise ValueError(f"{v!r} is not a container image reference (repo[:tag] or repo@sha256:<64 hex>)")
-        return v
-
-
-class LitertSettings(BaseModel):
-    """LiteRT-LM's own knobs (engine: litert-lm); its context is the bundle's KV cache (convert.litert_cache_length)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    accelerator: Literal["cpu", "gpu"] = "cpu"  # LiteRT-LM's backend (gpu: its GPU delegate, where it has one)
-
-
 class Watchdog(BaseModel):
     """The board's own check of what it serves (agent/watchdog.py, a unit of its own): a server that is alive but
     does not answer /health ``failures`` probes in a row is restarted; a release restarted ``restarts`` times
@@ -150,19 +114,18 @@ class Watchdog(BaseModel):
 
 
 class Runtime(PrintableModel):
-    """Server settings; names follow the flags of the pinned llama.cpp (engine: llama.cpp, the default).
+    """The server settings every engine shares. A setting one engine has goes in that engine's own section,
+    ``runtime.<section>:`` (``llama_cpp``, ``vllm``, ``litert`` …), a mapping the engine validates with its own
+    model (edgekit.engines.recipe_check, as the recipe is loaded); here a section is kept as it was written.
 
-    Its strings (env names and values, extra_args, the engines' settings …) go into the board's units and
+    Its strings (env names and values, extra_args, the engines' sections …) go into the board's units and
     command lines: each must be printable (edgekit.config.printable), checked as the recipe is loaded."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="allow")  # the engines' sections
 
     engine: str = "llama.cpp"  # a name of edgekit.config.engine_table
-    vllm: VllmSettings = Field(default_factory=VllmSettings)
-    litert: LitertSettings = Field(default_factory=LitertSettings)
 
     ctx_size: int = Field(4096, ge=64)
-    n_gpu_layers: int = Field(99, ge=0)
     spec_type: Literal[SPEC_TYPES] = "none"  # type: ignore[valid-type]
     # on: serve the drafter the recipe names; off: the target alone (the drafter is not even converted); auto:
     # `edgekit deploy` measures both on the board after health and serves the drafter only where it wins
@@ -174,19 +137,14 @@ class Runtime(PrintableModel):
     draft_n_max: int = Field(3, ge=1, le=64)
     draft_n_min: int = Field(0, ge=0, le=64)
     draft_p_min: float | None = Field(None, ge=0.0, le=1.0)
-    n_gpu_layers_draft: int = Field(99, ge=0)
     parallel: int = Field(1, ge=1, le=256)
-    threads: int | None = Field(None, ge=1, le=1024)
     # "key": every request but /health needs the board's API key (edgekit.config.api_keys); required for a
     # host other machines reach, allowed on loopback too (other users of the board). Before host: its check reads it.
     auth: Literal["none", "key"] = "none"
     host: str = LOOPBACK_HOST  # the board's loopback: see edgekit.config.serve_address
-    slots: bool = False  # llama-server's /slots (each slot's prompt and settings): off unless asked for
     port: int = Field(8080, ge=1, le=65535)
-    flash_attn: Literal["auto", "on", "off"] = "auto"  # llama-server's -fa; "auto" passes no flag
     env: dict[str, str] = Field(default_factory=dict)  # the service unit's environment
     watchdog: Watchdog = Field(default_factory=Watchdog)
-    allow_quirks: list[str] = Field(default_factory=list)  # guards (edgekit.engines.llamacpp.quirks) not to apply
     extra_args: list[str] = Field(default_factory=list)
     # For a model whose own files carry no chat template: a template edgekit ships (edgekit/data/chat_templates:
     # "gemma", Gemma 2/3 turns; "question-answer", a plain transcript for a base model), served to clients'
@@ -230,6 +188,11 @@ class Runtime(PrintableModel):
         if self.draft_n_min > self.draft_n_max:
             raise ValueError("draft_n_min is larger than draft_n_max")
         return self
+
+    def section(self, key: str) -> dict[str, Any]:
+        """An engine's own section as written (or as its engine completed it); {} when the recipe has none."""
+        value = (self.model_extra or {}).get(key)
+        return dict(value) if isinstance(value, dict) else {}
 
     @field_validator("engine")
     @classmethod

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+
+from pydantic import BaseModel
 
 from edgekit.errors import EdgekitError
 
@@ -19,12 +21,14 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from edgekit.config.boardfile import Board
-    from edgekit.config.recipes import Recipe
+    from edgekit.config.recipes import Recipe, Runtime
     from edgekit.engines.base import EngineRelease, ReleaseContext
     from edgekit.engines.benchconf import BenchSite, ServerConfig
     from edgekit.release.plan import ReleasePlan
     from edgekit.remote.probe import BoardFacts
     from edgekit.remote.runner import LocalRunner, SshRunner
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class FleetBoard(Protocol):
@@ -39,6 +43,17 @@ class FleetBoard(Protocol):
 class FleetReleases:
     plans: dict[str, ReleasePlan] = field(default_factory=dict)  # board name → its release
     builds: dict[str, str] = field(default_factory=dict)  # what was built once for several boards → artifact key
+
+
+def read_section(model: type[M], section: str, runtime: Runtime | Mapping[str, Any]) -> M:
+    """``runtime.<section>`` validated by ``model``. A release.json written before its engine had a section
+    keeps those settings at the top of its ``runtime``: they are read from there."""
+    if not isinstance(runtime, Mapping):
+        return model.model_validate(runtime.section(section))
+    found = runtime.get(section)
+    if not isinstance(found, Mapping):
+        found = {k: runtime[k] for k in model.model_fields if k in runtime}
+    return model.model_validate(dict(found))
 
 
 class EngineBase:
@@ -64,6 +79,17 @@ class EngineBase:
     key_probe_path: ClassVar[str] = "/props"
     # what it makes of the recipe's models on the host (prepare.pipeline.FORMATS; none: the checkpoints as they are)
     model_formats: ClassVar[tuple[str, ...]] = ()
+    # its own section of a recipe's runtime (``runtime.<settings_section>:``) and the model that validates it
+    # (edgekit.engines.recipe_check); None: it has no settings of its own
+    settings_section: ClassVar[str | None] = None
+    Settings: ClassVar[type[BaseModel] | None] = None
+
+    def settings(self, runtime: Runtime | Mapping[str, Any]) -> Any:
+        """Its section of a recipe's runtime, or of a release.json's ``runtime`` (one written before the engine
+        had a section keeps those settings at the top: they are read from there), validated, defaults filled."""
+        if self.Settings is None or self.settings_section is None:
+            raise EdgekitError(f"Engine {self.name} has no settings of its own.")
+        return read_section(self.Settings, self.settings_section, runtime)
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:
         raise NotImplementedError

@@ -12,10 +12,11 @@ from typing import Any
 from rich.console import Console
 
 from edgekit.config.boardfile import BoardFile, Boards
-from edgekit.config.recipes import Recipe, load_recipe
+from edgekit.config.recipes import Recipe
 from edgekit.deploy import api_key, memory_fit
 from edgekit.deploy.pipeline import DeployOptions
 from edgekit.engines import get_engine
+from edgekit.engines.recipe_check import load_recipe
 from edgekit.errors import EdgekitError
 from edgekit.fleet import inventory as inv
 from edgekit.fleet import sites

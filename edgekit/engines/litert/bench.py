@@ -19,6 +19,7 @@ from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
 from edgekit.engines.benchconf import BenchSite, ServerConfig
 from edgekit.engines.litert.front import BUNDLE, agent_front, board_python, bundle_for, front_args, python_of
+from edgekit.engines.litert.settings import of as own
 from edgekit.errors import EdgekitError
 
 
@@ -55,7 +56,7 @@ def configs(front: list[str], bundle: str, port: int, cache_length: int,
 def release_configs(manifest: dict[str, Any], release_dir: str, python: str, port: int) -> list[ServerConfig]:
     """[drafter, baseline] of a deployed LiteRT-LM release (engine: litert-lm), moved to the bench port."""
     lit = manifest.get("litert") or {}
-    accelerator = ((manifest.get("runtime") or {}).get("litert") or {}).get("accelerator", "cpu")
+    accelerator = own(manifest.get("runtime") or {}).accelerator
     return configs([python, f"{release_dir}/agent/litert_server.py"], f"{release_dir}/{BUNDLE}", port,
                    int(lit["cache_length"]), lit.get("draft_steps") if manifest.get("drafter") else None,
                    accelerator, f"{release_dir}/litert-cache-{port}")
@@ -92,7 +93,7 @@ def tune_drafters(site: BenchSite, manifest: dict[str, Any], recipe: Recipe, dra
         remote = push_bundle(site.runner, site.base, Path(bundle["file"]), f"{site.work}/n{n}")
         (cfg,) = [c for c in configs(agent_front(python_of(site.board), site.agent), remote, site.port,
                                      int(lit.get("cache_length") or bundle["cache_length"]), n,
-                                     recipe.runtime.litert.accelerator) if c.speculative]
+                                     own(recipe.runtime).accelerator) if c.speculative]
         cfg.name = f"n{n}-pdef"
         cfg.settings.update(draft_p_min=None, parallel=1)
         out.append(cfg)

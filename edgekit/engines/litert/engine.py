@@ -22,6 +22,7 @@ from edgekit.engines.base import EngineRelease, ReleaseContext
 from edgekit.engines.capabilities import EngineBase
 from edgekit.engines.litert import bench as litert_bench
 from edgekit.engines.litert.front import BUNDLE, board_python, bundle_for, front_argv, python_of
+from edgekit.engines.litert.settings import SECTION, LitertSettings
 from edgekit.release.auth import auth_fields
 from edgekit.release.chat_template import served_path, template_files
 from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service_ports, service_units
@@ -67,6 +68,7 @@ class Litert(EngineBase):
     health_api = "llama"  # the front speaks llama-server's /completion with `timings`
     model_formats = ("litertlm",)
     color = "#d62728"
+    settings_section, Settings = SECTION, LitertSettings
     tunes_by_export = True  # the drafter's verify step is fixed in the bundle: one bundle per draft length
     benches_model = True  # `bench --backend litert-lm`: the recipe's bundle without a release
 

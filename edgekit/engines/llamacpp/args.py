@@ -11,6 +11,7 @@ import functools
 import re
 
 from edgekit.config.recipes import Runtime
+from edgekit.engines.llamacpp.settings import of as settings_of
 from edgekit.errors import EdgekitError
 from edgekit.release.chat_template import RELEASE_FILE as CHAT_TEMPLATE_FILE
 
@@ -82,10 +83,11 @@ def server_args(
     vision/audio projector ``mmproj``; with ``key_file``, every endpoint but /health and /models needs its key)."""
     flags = known_flags(help_text)
     f = lambda name, req=True: _flag(name, flags, req)  # noqa: E731 - local shorthand
-    args = [f("model"), target, f("ctx"), str(runtime.ctx_size), f("ngl"), str(runtime.n_gpu_layers),
+    own = settings_of(runtime)
+    args = [f("model"), target, f("ctx"), str(runtime.ctx_size), f("ngl"), str(own.n_gpu_layers),
             f("parallel"), str(runtime.parallel), f("host"), runtime.host, f("port"), str(port)]
-    if runtime.threads:
-        args += [f("threads"), str(runtime.threads)]
+    if own.threads:
+        args += [f("threads"), str(own.threads)]
     if runtime.spec_type != "none":
         known = spec_types(help_text)
         if known and runtime.spec_type not in known:
@@ -99,16 +101,16 @@ def server_args(
         if runtime.draft_p_min is not None:
             args += [f("draft_p_min"), str(runtime.draft_p_min)]
     if drafter is not None:
-        args += [f("draft_model"), drafter, f("ngld"), str(runtime.n_gpu_layers_draft)]
+        args += [f("draft_model"), drafter, f("ngld"), str(own.n_gpu_layers_draft)]
     if mmproj is not None:
         args += [f("mmproj"), mmproj]
-    if runtime.flash_attn != "auto":
-        args += [f("flash_attn"), runtime.flash_attn]
+    if own.flash_attn != "auto":
+        args += [f("flash_attn"), own.flash_attn]
     if (no_webui := f("no_webui", False)) is not None:
         args.append(no_webui)  # a board serves an API, not a chat page
     if (metrics := f("metrics", False)) is not None:
         args.append(metrics)
-    if not runtime.slots and (no_slots := f("no_slots", False)) is not None:
+    if not own.slots and (no_slots := f("no_slots", False)) is not None:
         args.append(no_slots)  # /slots shows every slot's prompt: other users' words
     if runtime.chat_template is not None:  # the release's file; --jinja said, as older refs default to off
         args += [f("jinja"), f("chat_template_file"), CHAT_TEMPLATE_FILE]

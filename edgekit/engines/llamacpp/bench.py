@@ -13,6 +13,7 @@ from typing import Any
 
 from edgekit.engines.benchconf import ServerConfig
 from edgekit.engines.llamacpp.args import FLAG_SPELLINGS
+from edgekit.engines.llamacpp.settings import of as settings_of
 
 # Flags that take no value (everything else in FLAG_SPELLINGS takes one).
 _BOOLEAN = {"no_webui", "metrics"}
@@ -143,12 +144,12 @@ def llama_bench_argv(release_dir: str, runtime: dict[str, Any], pp: int, tg: int
     """llama-bench for one test (pp: -p N -n 0, tg: -p 0 -n N) of the release's target, with the settings the
     release serves with."""
     lib = f"{release_dir}/bin:{release_dir}/lib"
+    own = settings_of(runtime)
     argv = ["env", f"LD_LIBRARY_PATH={lib}", f"{release_dir}/bin/llama-bench", "-m",
             f"{release_dir}/models/target.gguf", "-p", str(pp), "-n", str(tg), "-r", str(reps), "-o", "jsonl",
-            "-ngl", str(int(runtime.get("n_gpu_layers", 99)))]
-    threads = runtime.get("threads")
-    if threads:
-        argv += ["-t", str(threads)]
+            "-ngl", str(own.n_gpu_layers)]
+    if own.threads:
+        argv += ["-t", str(own.threads)]
     return argv
 
 

@@ -3,7 +3,7 @@
 Each guard names its upstream issue, the boards and llama.cpp refs it affects, a condition on the
 recipe's runtime, and the change that avoids it. `deploy` (and the fleet plan, through the same
 ``compose``) applies every guard that matches, prints it and records it in the release's
-``release.json``. A recipe overrides a guard only by naming it in ``runtime.allow_quirks``; that is
+``release.json``. A recipe overrides a guard only by naming it in ``runtime.llama_cpp.allow_quirks``; that is
 recorded too.
 """
 
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from edgekit.config.profiles import get_profile
 from edgekit.config.recipes import Runtime
+from edgekit.engines.llamacpp.settings import changed, of
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class Guard:
 
 
 def _no_fa(rt: Runtime) -> Runtime:
-    return rt.model_copy(update={"flash_attn": "off"})
+    return changed(rt, flash_attn="off")
 
 
 def _no_scale_queues(rt: Runtime) -> Runtime:
@@ -39,8 +40,8 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         id="llama.cpp#24457", families=("orin",), refs=None,
         why="flash attention with --spec-type draft-mtp aborts in ggml-cuda fattn.cu on Orin (Gemma 4 E4B + MTP)",
-        applies=lambda rt, drafter: drafter and rt.spec_type == "draft-mtp" and rt.flash_attn != "off"
-        and (rt.n_gpu_layers > 0 or rt.n_gpu_layers_draft > 0),
+        applies=lambda rt, drafter: drafter and rt.spec_type == "draft-mtp" and of(rt).flash_attn != "off"
+        and (of(rt).n_gpu_layers > 0 or of(rt).n_gpu_layers_draft > 0),
         fix=_no_fa, action="--flash-attn off while drafting",
     ),
     Guard(
@@ -64,7 +65,7 @@ class Applied:
 
     def line(self) -> str:
         if self.overridden:
-            return f"guard {self.id} NOT applied (runtime.allow_quirks): {self.why}"
+            return f"guard {self.id} NOT applied (runtime.llama_cpp.allow_quirks): {self.why}"
         return f"guard {self.id}: {self.action} ({self.why})"
 
 
@@ -77,7 +78,7 @@ def apply_guards(runtime: Runtime, profile: str, llama_ref: str, has_drafter: bo
             continue
         if not g.applies(runtime, has_drafter):
             continue
-        overridden = g.id in runtime.allow_quirks
+        overridden = g.id in of(runtime).allow_quirks
         applied.append(Applied(g.id, g.action, g.why, overridden))
         if not overridden:
             runtime = g.fix(runtime)

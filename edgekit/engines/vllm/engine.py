@@ -31,6 +31,8 @@ from edgekit.engines.vllm.container import (
     version_in,
     wants_container,
 )
+from edgekit.engines.vllm.settings import SECTION, VllmSettings
+from edgekit.engines.vllm.settings import of as own
 from edgekit.errors import EdgekitError
 from edgekit.release.auth import auth_fields
 from edgekit.release.chat_template import served_path, template_files
@@ -75,7 +77,7 @@ def model_files(role: str, model_dir: Path) -> dict[str, Path]:
 
 
 def server_argv(python: str, rdir: str, recipe: Recipe, port: int, has_drafter: bool) -> list[str]:
-    rt, v = recipe.runtime, recipe.runtime.vllm
+    rt, v = recipe.runtime, own(recipe.runtime)
     argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", f"{rdir}/models/target",
             "--served-model-name", recipe.name, "--host", rt.host, "--port", str(port),
             "--max-model-len", str(rt.ctx_size), "--max-num-seqs", str(rt.parallel),
@@ -139,6 +141,7 @@ class Vllm(EngineBase):
     open_without_key = None
     key_probe_path = "/v1/models"  # guarded (/v1), as a loopback server with a key is
     color = "#2ca02c"
+    settings_section, Settings = SECTION, VllmSettings
 
     def bench_configs(self, manifest: dict[str, Any], release_dir: str, board: Board, port: int,
                       parallel: int | None, slot_ctx: int | None) -> list[ServerConfig]:
@@ -149,14 +152,14 @@ class Vllm(EngineBase):
 
     def kv_cache_bytes(self, plan: ReleasePlan, recipe: Recipe) -> int:
         """The cache the recipe fixes (vllm.kv_cache_gib); else vLLM sizes it from what memory is left."""
-        gib = recipe.runtime.vllm.kv_cache_gib
+        gib = own(recipe.runtime).kv_cache_gib
         return int(gib * (1 << 30)) if gib else 0
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:
         from edgekit.convert.text_only import needs_text_only, text_only
         from edgekit.prepare.pipeline import prepare_inputs
 
-        v = ctx.recipe.runtime.vllm
+        v = own(ctx.recipe.runtime)
         image = None
         if wants_container(v.runner, bool(ctx.board.vllm_python), ctx.facts):
             user = ctx.facts.service_user
@@ -187,7 +190,7 @@ class Vllm(EngineBase):
                     "_setup_centroids_cuda_graphs) and its engine fails to start; on this board serve it with "
                     "llama.cpp or LiteRT-LM. Nothing was sent.")
             path = model.path
-            if model.role == "target" and ctx.recipe.runtime.vllm.text_only and needs_text_only(path):
+            if model.role == "target" and v.text_only and needs_text_only(path):
                 path = text_only(path)
             models.update(model_files(model.role, path))
         stages = {"models": time.monotonic() - t}
