@@ -13,13 +13,17 @@ what this module declares. Simulated (x86_64) boards only.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
 from edgekit.engines import EngineBase, EngineRelease, ReleaseContext
 from edgekit.engines.benchconf import ServerConfig
+from edgekit.engines.capabilities import EngineOption
 from edgekit.errors import EdgekitError
 from edgekit.release.plan import agent_files, plan_release, service_ports, service_units
 
@@ -28,11 +32,23 @@ MODEL = "models/model.gguf"
 SERVER = "bin/llama-server"
 
 
-def server_argv(runtime: dict[str, Any], port: int, parallel: int | None = None, ctx: int | None = None) -> list[str]:
+class PlainSettings(BaseModel):
+    """Its own section of a recipe, ``runtime.plain:`` (validated by this engine, as the recipe is loaded)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    threads: int = Field(1, ge=1, le=64)  # llama-server's --threads
+    batch_size: int = Field(512, ge=32, le=8192)  # llama-server's --batch-size (the logical batch)
+
+
+def server_argv(runtime: dict[str, Any], port: int, parallel: int | None = None, ctx: int | None = None,
+                batch_size: int | None = None) -> list[str]:
     """llama-server's arguments (relative to the release dir, its units' working directory): the target alone."""
+    own = PlainSettings.model_validate(runtime.get(NAME) or {})
+    batch = batch_size or own.batch_size
     return ["--model", MODEL, "--host", str(runtime.get("host") or "127.0.0.1"), "--port", str(port),
             "--ctx-size", str(ctx or runtime["ctx_size"]), "--parallel", str(parallel or runtime["parallel"]),
-            "--threads", str(runtime.get("threads") or 1), "--n-gpu-layers", "0", "--no-webui",
+            "--threads", str(own.threads), "--batch-size", str(batch), "--n-gpu-layers", "0", "--no-webui",
             *runtime.get("extra_args", [])]
 
 
@@ -60,6 +76,9 @@ class Plain(EngineBase):
     name = NAME
     health_api = "llama"  # llama-server's /completion with `timings`
     color = "#9467bd"
+    settings_section, Settings = NAME, PlainSettings
+    bench_options = (EngineOption("batch_size", "--plain-batch-size", "The bench's servers with this --batch-size "
+                                  "instead of the release's.", metavar="N", type=int),)
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:
         if ctx.facts.arch not in ("x86_64", "amd64"):
@@ -100,12 +119,12 @@ class Plain(EngineBase):
     # --- bench: the release's server on the bench port; no drafter, so the baseline alone -------------------
 
     def bench_configs(self, manifest: dict[str, Any], release_dir: str, board: Board, port: int,
-                      parallel: int | None, slot_ctx: int | None) -> list[ServerConfig]:
+                      parallel: int | None, slot_ctx: int | None, options: Mapping[str, Any]) -> list[ServerConfig]:
         rt = manifest["runtime"]
         slots = parallel or int(rt["parallel"])
         ctx = max(int(rt["ctx_size"]), (slot_ctx or 0) * slots)
         settings = {"spec_type": "none", "draft_n_max": None, "draft_p_min": None, "parallel": slots, "ctx_size": ctx}
-        return [ServerConfig("baseline", server_argv(rt, port, slots, ctx), False, settings,
+        return [ServerConfig("baseline", server_argv(rt, port, slots, ctx, options.get("batch_size")), False, settings,
                              exe=[f"{release_dir}/{SERVER}"], api="llama")]
 
     def tune_point(self, drafter: ServerConfig, n: int, p_min: float | None) -> ServerConfig:

@@ -13,7 +13,7 @@ from cli_helpers import edgekit
 from edgekit.config.boardfile import Boards
 from edgekit.config.profiles import PROFILES, get_profile
 from edgekit.config.recipe_lookup import list_recipes
-from edgekit.config.recipes import load_recipe
+from edgekit.engines.recipe_check import load_recipe
 from edgekit.errors import EdgekitError
 
 REPO = Path(__file__).resolve().parents[1]

@@ -6,8 +6,10 @@ fleet rollout on a simulated board. A real model on a real server throughout."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -33,12 +35,12 @@ def recipe(tmp: Path, **runtime: object) -> str:
         "description": "The tiny E2B target alone, served by a test's own engine.",
         "target": {"synthetic": "tiny-gemma4-e2b-tuned", "quant": "F32"},
         "convert": {"mmproj": "off"},
-        "runtime": {"engine": "plain", "ctx_size": 512, "n_gpu_layers": 0, "parallel": 1, "threads": 1,
-                    "port": 8080, **runtime},
+        "runtime": {"engine": "plain", "ctx_size": 512, "parallel": 1, "port": 8080, "plain": {"threads": 1},
+                    **runtime},
         "bench": {"n_gen": 16, "concurrency": [1], "context_lengths": [32], "repetitions": 1, "warmup": 0,
                   "cooldown_temp_c": None},
     }
-    path = tmp / f"plain-{'-'.join(f'{k}{v}' for k, v in sorted(runtime.items())) or 'default'}.yaml"
+    path = tmp / f"plain-{hashlib.sha256(repr(sorted(runtime.items())).encode()).hexdigest()[:12]}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return str(path)
 
@@ -87,24 +89,29 @@ def test_an_engine_of_ones_own_deploys_rolls_back_benches_and_rolls_out(sim_sess
     assert st["health"]["ok"] and st["health"]["tokens"] > 0, st["health"]
 
     # A changed setting is a new release; rollback brings the first one back, healthy.
-    rep = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", recipe(tmp_path, ctx_size=768),
-                          env=env))
+    changed = recipe(tmp_path, ctx_size=768, plain={"threads": 1, "batch_size": 256})  # a shared and an own setting
+    rep = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", changed, env=env))
     second = rep["release"]
     assert rep["changed"] and second != first and rep["previous"] == first and rep["health"]["ok"], rep
-    assert "768" in json.loads((board.base / "current" / "release.json").read_text())["server_args"]
+    args = json.loads((board.base / "current" / "release.json").read_text())["server_args"]
+    assert args[args.index("--ctx-size") + 1] == "768" and args[args.index("--batch-size") + 1] == "256", args
     back = ok_json(edgekit("--json", "rollback", "--board", board.name, env=env))
     assert back["release"] == first and back["previous"] == second, back
     assert back["health"]["ok"] and back["health"]["tokens"] > 0, back["health"]
     assert os.readlink(board.base / "current") == f"releases/{first}"
 
-    # bench --engines plain: its release, its bench configuration (the baseline alone: it has no drafter).
+    # bench --engines plain: its release, its bench configuration (the baseline alone: it has no drafter), with
+    # its own option of the bench command.
     doc = ok_json(edgekit("--json", "bench", "--board", board.name, "--recipe", recipe(tmp_path), "--quick",
-                          "--engines", "plain", "--no-plots", "--out", str(tmp_path / "bench-plain"), env=env))
+                          "--engines", "plain", "--plain-batch-size", "128", "--no-plots",
+                          "--out", str(tmp_path / "bench-plain"), env=env))
     results.validate(doc)
     assert doc["backend"] == "plain" and [(e["engine"], e["release"]) for e in doc["engines"]] == [("plain", first)]
     assert [r["config"] for r in doc["runs"]] == ["baseline"]
     assert all(r["errors"] == 0 and r["tokens"] > 0 and r["tokens_per_second"] > 0 for r in doc["runs"]), doc["runs"]
     assert doc["configurations"][0]["server_command"] == [f"{board.base}/releases/{first}/bin/llama-server"]
+    args = doc["configurations"][0]["server_args"]
+    assert args[args.index("--batch-size") + 1] == "128", args
 
     # Side by side with llama.cpp's release of the same target (and its drafter) in one run.
     llama = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", "sim-tiny-mtp", env=env))["release"]
@@ -135,3 +142,29 @@ def test_an_engine_of_ones_own_deploys_rolls_back_benches_and_rolls_out(sim_sess
     assert row["health"]["ok"] and row["health"]["tokens"] > 0 and row["push"]["sent_blobs"] > 0, row
     assert os.readlink(board.base / "current") == f"releases/{row['release']}"
     assert json.loads((board.base / "current" / "release.json").read_text())["engine"] == "plain"
+
+
+def test_its_own_recipe_section_is_validated_by_it_and_edgekit_never_names_it(tmp_path: Path, monkeypatch) -> None:
+    """``runtime.plain:`` is this engine's: its model fills the defaults and refuses a bad value; a setting of
+    its written among the shared ones is refused naming its place; and nothing of edgekit knows of it."""
+    from edgekit.engines.recipe_check import load_recipe
+    from edgekit.errors import EdgekitError
+
+    monkeypatch.setenv("EDGEKIT_ENGINES", REGISTER)
+    monkeypatch.syspath_prepend(str(TESTS))
+    assert load_recipe(recipe(tmp_path)).runtime.section("plain") == {"threads": 1, "batch_size": 512}
+    with pytest.raises(EdgekitError, match=r"line 1\d: field 'runtime\.plain\.batch_size': Input should be greater "
+                                           r"than or equal to 32\.$"):
+        load_recipe(recipe(tmp_path, plain={"batch_size": 8}))
+    with pytest.raises(EdgekitError, match=r"line \d+: field 'runtime\.batch_size': a setting of engine plain, which "
+                                           r"goes in its section: runtime\.plain\.batch_size\.$"):
+        load_recipe(recipe(tmp_path, batch_size=256))
+    with pytest.raises(EdgekitError, match=r"'runtime\.threads': a setting of engine plain.*runtime\.plain\.threads"):
+        load_recipe(recipe(tmp_path, threads=2))  # llama.cpp has one too: the served engine's is named
+
+    # Registered by the environment alone: no file of the installed package names it or its module.
+    named = re.compile(r"engine_for_tests|PlainSettings|[\"']plain[\"']|runtime\.plain\b")
+    package = TESTS.parent / "edgekit"
+    hits = [str(p.relative_to(package)) for p in package.rglob("*") if p.is_file() and p.suffix in (
+        ".py", ".yaml", ".yml", ".json", ".md", ".j2", ".sh", ".txt") and named.search(p.read_text(errors="replace"))]
+    assert hits == [], hits

@@ -8,6 +8,9 @@ the drafter's length (and slots) the way that engine spells it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from edgekit.bench.session import BoardRelease
 from edgekit.config.boardfile import Board
 from edgekit.engines import get_engine
@@ -15,10 +18,12 @@ from edgekit.engines.benchconf import ServerConfig
 from edgekit.release.manifest import ReleaseManifest
 
 
-def configs(rel: BoardRelease, board: Board, port: int, parallel: int | None,
-            slot_ctx: int | None) -> list[ServerConfig]:
-    """[drafter, baseline] of ``rel`` on the bench port (only the baseline when it does not draft)."""
-    out = get_engine(rel.engine).bench_configs(rel.manifest, rel.dir, board, port, parallel, slot_ctx)
+def configs(rel: BoardRelease, board: Board, port: int, parallel: int | None, slot_ctx: int | None,
+            options: Mapping[str, Mapping[str, Any]] | None = None) -> list[ServerConfig]:
+    """[drafter, baseline] of ``rel`` on the bench port (only the baseline when it does not draft); ``options``:
+    engine name → the values of its bench options."""
+    own = (options or {}).get(rel.engine) or {}
+    out = get_engine(rel.engine).bench_configs(rel.manifest, rel.dir, board, port, parallel, slot_ctx, own)
     served = ReleaseManifest.of(rel.manifest)
     for c in out:
         c.env = {**c.env, **served.server_env}  # the server measured as it is served (a recipe's runtime.env)

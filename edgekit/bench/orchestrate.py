@@ -37,8 +37,8 @@ class BenchOptions:
     plots: bool = True
     backend: str = "release"  # or an engine that benches_model (litert-lm: the recipe's .litertlm), not a release
     engines: list[str] | None = None  # the engines' releases to measure side by side (None: the deployed one)
-    litert_python: str | None = None  # the board's Python with litert_lm (default: litert_bench._python)
-    litert_accelerator: str = "cpu"  # LiteRT-LM's backend on the board: cpu or gpu
+    # engine name → the values of its own bench options (EngineBase.bench_options, e.g. LiteRT-LM's python)
+    engine_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     keep_throttled: bool = False  # runs the board throttled in stay in the summary (bench/heat.py)
 
 
@@ -70,10 +70,10 @@ def measure(name: str, board: Board, recipe: Recipe, opts: BenchOptions,
         if model_engine is not None:
             site = BenchSite(name, board, sess.runner, sess.facts.base if sess.facts else board.base, sess.work,
                              sess.agent, sess.bench_port, say)
-            configs = model_engine.model_configs(site, model, opts.litert_python, opts.litert_accelerator)
+            configs = model_engine.model_configs(site, model, opts.engine_options.get(model_engine.name) or {})
         else:
             rels = [sess.release_for(e) for e in (opts.engines or [sess.engine])]
-            configs = release_configs(rels, board, sess.bench_port, plan)
+            configs = release_configs(rels, board, sess.bench_port, plan, opts.engine_options)
         llama = _llama_bench_release(rels)  # llama-bench and the GGUF roofline: an engine that ships them
         power_on = sess.start_power()
         sess.take_board()
@@ -92,12 +92,13 @@ def measure(name: str, board: Board, recipe: Recipe, opts: BenchOptions,
     return doc
 
 
-def release_configs(rels: list[BoardRelease], board: Board, port: int, plan: Plan) -> list[ServerConfig]:
+def release_configs(rels: list[BoardRelease], board: Board, port: int, plan: Plan,
+                    options: dict[str, dict[str, Any]] | None = None) -> list[ServerConfig]:
     """Every release's [drafter, baseline], named ``<engine>/<config>`` when several engines are measured."""
     out: list[ServerConfig] = []
     for rel in rels:
         get_engine(rel.engine).check_bench_fits(rel.manifest, rel.id, plan.fits)
-        for cfg in engines.configs(rel, board, port, plan.parallel, plan.slot_ctx):
+        for cfg in engines.configs(rel, board, port, plan.parallel, plan.slot_ctx, options):
             if len(rels) > 1:
                 cfg.name = f"{rel.engine}/{cfg.name}"
             out.append(cfg)

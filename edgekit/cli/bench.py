@@ -9,6 +9,7 @@ import click
 
 from edgekit.cli import board_option, json_option
 from edgekit.cli.app import App
+from edgekit.cli.engine_options import EngineOptionsCommand, collect
 from edgekit.config.engine_table import engine_names
 from edgekit.engines.recipe_check import load_recipe
 
@@ -119,7 +120,7 @@ def _engines(text: str | None, backend: str) -> list[str] | None:
     return names
 
 
-@click.command()
+@click.command(cls=EngineOptionsCommand)
 @_common
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Directory for results.json, report.md and plots "
@@ -139,10 +140,6 @@ def _engines(text: str | None, backend: str) -> list[str] | None:
               help="release: the deployed release (whatever its engine). An engine: the recipe's model through "
                    "it, pushed for the bench alone, where the engine can (LiteRT-LM: its .litertlm, target + "
                    "MTP drafter).")
-@click.option("--litert-python", metavar="PATH",
-              help="The board's Python with litert_lm (default: python3; a simulated board: this machine's).")
-@click.option("--litert-accelerator", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True,
-              help="LiteRT-LM's backend on the board (gpu: its GPU delegate, where the board's build has one).")
 @click.option("--power-modes", "power_modes", metavar="M1,M2,…",
               help="Run the bench at each of these nvpmodel modes (ids or names, e.g. 0,15W) and compare them: "
                    "tok/s, J/token, W and the Pareto front (modes.json, modes.md, pareto.png). The board's mode is "
@@ -156,8 +153,8 @@ def _engines(text: str | None, backend: str) -> list[str] | None:
 @click.pass_obj
 def bench(app: App, board_name: str, recipe_name: str, out_dir: Path | None, concurrency: str | None,
           context_lengths: str | None, slots: str, idle_s: float | None, no_llama_bench: bool, no_plots: bool,
-          engines: str | None, backend: str, litert_python: str | None, litert_accelerator: str,
-          power_modes: str | None, lock_clocks: bool, keep_throttled: bool, **kw: Any) -> None:
+          engines: str | None, backend: str, power_modes: str | None, lock_clocks: bool, keep_throttled: bool,
+          **kw: Any) -> None:
     """Measure the deployed release on a board with and without its drafter: tok/s, TTFT, acceptance, J/token.
 
     The board's service is stopped while measuring (unless --shared) and started again afterwards,
@@ -176,8 +173,7 @@ def bench(app: App, board_name: str, recipe_name: str, out_dir: Path | None, con
     opts = orchestrate.BenchOptions(out_dir=out_dir, quick=kw["quick"], overrides=ov, session=_session_opts(kw),
                                     llama_bench=not no_llama_bench, ignore_eos=kw["ignore_eos"], plots=not no_plots,
                                     backend=_backend(backend), engines=_engines(engines, backend),
-                                    litert_python=litert_python,
-                                    litert_accelerator=litert_accelerator, keep_throttled=keep_throttled)
+                                    engine_options=collect(kw), keep_throttled=keep_throttled)
     if lock_clocks and not power_modes:
         raise click.BadParameter("--lock-clocks goes with --power-modes.", param_hint="--lock-clocks")
     if power_modes:

@@ -70,6 +70,15 @@ def validate(model: type[M], data: Any, path: Path, node: yaml.Node | None, what
         raise EdgekitError(f"{path}{where}: field '{field}': {msg}{more}.".replace("..", ".")) from None
 
 
+def where_in(path: Path, loc: tuple[Any, ...]) -> str:
+    """``<path> line N`` of the value at ``loc`` in a YAML file already loaded (for a later check's sentence)."""
+    try:
+        line = _line_of(yaml.compose(path.read_text(), Loader=yaml.SafeLoader), loc)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        line = None
+    return f"{path} line {line}" if line else str(path)
+
+
 def load_model(model: type[M], path: Path, what: str) -> M:
     data, node = read_yaml(path, what)
     return validate(model, data, path, node, what)

@@ -56,6 +56,20 @@ def read_section(model: type[M], section: str, runtime: Runtime | Mapping[str, A
     return model.model_validate(dict(found))
 
 
+@dataclass(frozen=True)
+class EngineOption:
+    """An option of the bench command that belongs to one engine (``--litert-python``): declared on its class,
+    collected by ``edgekit bench`` when it runs, handed back to that engine alone (``options[key]``)."""
+
+    key: str  # what the engine reads: options[key]
+    flag: str  # the command line's spelling, e.g. --litert-python
+    help: str
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    default: str | int | None = None
+    type: type = str  # str or int
+
+
 class EngineBase:
     name: ClassVar[str]
     # the HTTP dialect its server's health completion speaks: "llama" | "openai" (see base.Engine)
@@ -83,6 +97,8 @@ class EngineBase:
     # (edgekit.engines.recipe_check); None: it has no settings of its own
     settings_section: ClassVar[str | None] = None
     Settings: ClassVar[type[BaseModel] | None] = None
+    # its options of `edgekit bench` (edgekit.cli.engine_options collects them; ``options`` below holds their values)
+    bench_options: ClassVar[tuple[EngineOption, ...]] = ()
 
     def settings(self, runtime: Runtime | Mapping[str, Any]) -> Any:
         """Its section of a recipe's runtime, or of a release.json's ``runtime`` (one written before the engine
@@ -114,9 +130,10 @@ class EngineBase:
     # --- bench and tune -------------------------------------------------------------------------------------
 
     def bench_configs(self, manifest: dict[str, Any], release_dir: str, board: Board, port: int,
-                      parallel: int | None, slot_ctx: int | None) -> list[ServerConfig]:
+                      parallel: int | None, slot_ctx: int | None, options: Mapping[str, Any]) -> list[ServerConfig]:
         """[drafter, baseline] of a release (``release.json``: ``manifest``) moved to the bench port with
-        ``parallel`` slots of ``slot_ctx`` tokens (only the baseline when it does not draft)."""
+        ``parallel`` slots of ``slot_ctx`` tokens (only the baseline when it does not draft); ``options``: the
+        values of its ``bench_options`` the bench was given."""
         raise NotImplementedError
 
     def check_bench_fits(self, manifest: dict[str, Any], release_id: str, fits: Callable[[int], bool]) -> None:
@@ -147,8 +164,7 @@ class EngineBase:
         """``benches_model``: the recipe's model made on the host, before the board is touched."""
         raise EdgekitError(f"{self.name} has no bench without a release: deploy the recipe and bench the release.")
 
-    def model_configs(self, site: BenchSite, model: Any, python: str | None,
-                      accelerator: str) -> list[ServerConfig]:
+    def model_configs(self, site: BenchSite, model: Any, options: Mapping[str, Any]) -> list[ServerConfig]:
         """``benches_model``: [drafter, baseline] of that model, put on the board in the bench's work dir."""
         raise EdgekitError(f"{self.name} has no bench without a release: deploy the recipe and bench the release.")
 

@@ -7,6 +7,7 @@ served engine's section is completed with its defaults, so a release.json record
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
@@ -14,6 +15,7 @@ from pydantic import ValidationError
 from edgekit.config.engine_table import engine_names
 from edgekit.config.recipes import Recipe
 from edgekit.config.recipes import load_recipe as load_recipe_file
+from edgekit.config.yamlfile import where_in
 from edgekit.engines import get_engine
 from edgekit.errors import EdgekitError
 
@@ -31,17 +33,20 @@ def sections() -> dict[str, EngineBase]:
     return out
 
 
-def _where(recipe: Recipe) -> str:
-    return f"Recipe {recipe.source_file or recipe.name}"
+def _refusal(recipe: Recipe, loc: tuple[str | int, ...], msg: str) -> EdgekitError:
+    """The sentence config's loader would give: the file, the line, the field."""
+    where = where_in(Path(recipe.source_file), ("runtime", *loc)) if recipe.source_file else f"recipe {recipe.name}"
+    return EdgekitError(f"{where}: field 'runtime.{'.'.join(map(str, loc))}': {msg}.")
 
 
 def _refuse_stray(recipe: Recipe, key: str, owners: dict[str, EngineBase]) -> EdgekitError:
-    for section, engine in owners.items():
+    served = recipe.runtime.engine  # the served engine's own setting of that name first
+    for section, engine in sorted(owners.items(), key=lambda kv: kv[1].name != served):
         if engine.Settings is not None and key in engine.Settings.model_fields:
-            return EdgekitError(f"{_where(recipe)}: runtime.{key} is a setting of engine {engine.name}; write it "
-                                f"in that engine's section, as runtime.{section}.{key}.")
-    return EdgekitError(f"{_where(recipe)}: runtime has no setting {key!r} (an engine's own settings go in its "
-                        f"section: {', '.join(f'runtime.{s}' for s in owners)}).")
+            return _refusal(recipe, (key,), f"a setting of engine {engine.name}, which goes in its section: "
+                                            f"runtime.{section}.{key}")
+    return _refusal(recipe, (key,), "unknown field (an engine's own settings go in its section: "
+                                    f"{', '.join(f'runtime.{s}' for s in owners)})")
 
 
 def check_recipe(recipe: Recipe) -> Recipe:
@@ -54,8 +59,8 @@ def check_recipe(recipe: Recipe) -> Recipe:
     for key, value in extra.items():
         engine = owners.get(key)
         if engine is None or not isinstance(value, dict):
-            raise _refuse_stray(recipe, key, owners) if engine is None else EdgekitError(
-                f"{_where(recipe)}: runtime.{key} is engine {engine.name}'s section: a mapping of its settings.")
+            raise _refuse_stray(recipe, key, owners) if engine is None else _refusal(
+                recipe, (key,), f"engine {engine.name}'s section, a mapping of its settings")
         checked[key] = _validated(recipe, engine, key, value)
     if served.settings_section is not None and served.settings_section not in checked:
         checked[served.settings_section] = _validated(recipe, served, served.settings_section, {})
@@ -68,8 +73,8 @@ def _validated(recipe: Recipe, engine: EngineBase, key: str, value: dict) -> dic
         return engine.Settings.model_validate(value).model_dump(mode="json")
     except ValidationError as exc:
         err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        raise EdgekitError(f"{_where(recipe)}: runtime.{key}.{field}: {err['msg']}.") from None
+        msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+        raise _refusal(recipe, (key, *err["loc"]), msg) from None
 
 
 def load_recipe(name_or_path: str) -> Recipe:

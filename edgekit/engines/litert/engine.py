@@ -12,14 +12,14 @@ is the board file's `litert_python` (sim boards: the LiteRT venv `.ci/install` m
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
 from edgekit.engines.base import EngineRelease, ReleaseContext
-from edgekit.engines.capabilities import EngineBase
+from edgekit.engines.capabilities import EngineBase, EngineOption
 from edgekit.engines.litert import bench as litert_bench
 from edgekit.engines.litert.front import BUNDLE, board_python, bundle_for, front_argv, python_of
 from edgekit.engines.litert.settings import SECTION, LitertSettings
@@ -71,9 +71,15 @@ class Litert(EngineBase):
     settings_section, Settings = SECTION, LitertSettings
     tunes_by_export = True  # the drafter's verify step is fixed in the bundle: one bundle per draft length
     benches_model = True  # `bench --backend litert-lm`: the recipe's bundle without a release
+    bench_options = (  # for `bench --backend litert-lm`
+        EngineOption("python", "--litert-python", "The board's Python with litert_lm (default: the board file's "
+                     "litert_python, else python3; a simulated board: this machine's).", metavar="PATH"),
+        EngineOption("accelerator", "--litert-accelerator", "LiteRT-LM's backend on the board (gpu: its GPU "
+                     "delegate, where the board's build has one).", choices=("cpu", "gpu"), default="cpu"),
+    )
 
     def bench_configs(self, manifest: dict[str, Any], release_dir: str, board: Board, port: int,
-                      parallel: int | None, slot_ctx: int | None) -> list[ServerConfig]:
+                      parallel: int | None, slot_ctx: int | None, options: Mapping[str, Any]) -> list[ServerConfig]:
         return litert_bench.release_configs(manifest, release_dir, python_of(board), port)
 
     def check_bench_fits(self, manifest: dict[str, Any], release_id: str, fits: Callable[[int], bool]) -> None:
@@ -86,9 +92,8 @@ class Litert(EngineBase):
     def bench_model(self, recipe: Recipe, fits: Callable[[int], bool], say: Callable[[str], None]) -> Any:
         return litert_bench.bench_model(recipe, fits, say)
 
-    def model_configs(self, site: BenchSite, model: Any, python: str | None,
-                      accelerator: str) -> list[ServerConfig]:
-        return litert_bench.model_configs(site, model, python, accelerator)
+    def model_configs(self, site: BenchSite, model: Any, options: Mapping[str, Any]) -> list[ServerConfig]:
+        return litert_bench.model_configs(site, model, options.get("python"), options.get("accelerator") or "cpu")
 
     def model_record(self, model: Any) -> dict[str, Any]:
         return litert_bench.model_record(model)

@@ -226,7 +226,7 @@ class LlamaCpp(EngineBase):
     settings_section, Settings = SECTION, LlamaCppSettings
 
     def bench_configs(self, manifest: dict[str, Any], release_dir: str, board: Board, port: int,
-                      parallel: int | None, slot_ctx: int | None) -> list[ServerConfig]:
+                      parallel: int | None, slot_ctx: int | None, options: Mapping[str, Any]) -> list[ServerConfig]:
         from edgekit.engines.llamacpp import bench as llamacpp_bench
 
         return llamacpp_bench.configs(manifest, port, parallel, slot_ctx)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -144,7 +145,7 @@ class Vllm(EngineBase):
     settings_section, Settings = SECTION, VllmSettings
 
     def bench_configs(self, manifest: dict[str, Any], release_dir: str, board: Board, port: int,
-                      parallel: int | None, slot_ctx: int | None) -> list[ServerConfig]:
+                      parallel: int | None, slot_ctx: int | None, options: Mapping[str, Any]) -> list[ServerConfig]:
         return vllm_bench.configs(manifest, release_dir, board_python(board), port, parallel, slot_ctx)
 
     def tune_point(self, drafter: ServerConfig, n: int, p_min: float | None) -> ServerConfig:
