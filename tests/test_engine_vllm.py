@@ -179,12 +179,12 @@ def test_container_image_table_digest_pin_and_docker_argv() -> None:
 def test_a_container_for_a_login_user_outside_the_docker_group_is_refused_before_anything_is_sent() -> None:
     """The unit runs `docker run` as the login user (docs/deploy.md, least privilege): without the docker group it
     could not start; one sentence before the image is even looked for."""
-    from edgekit.config.recipes import VllmSettings
+    from edgekit.config.recipes import Runtime
     from edgekit.engines.vllm.engine import Vllm
     from edgekit.errors import EdgekitError
 
     facts = SimpleNamespace(gpu_driver="/dev/nvgpu", service_user="robot", groups=["robot", "video"])
-    runtime = SimpleNamespace(vllm=VllmSettings(runner="container"))
+    runtime = Runtime(engine="vllm", vllm={"runner": "container"})
     ctx = SimpleNamespace(name="orin-1", board=SimpleNamespace(vllm_python=None), facts=facts,
                           recipe=SimpleNamespace(runtime=runtime), runner=None)
     with pytest.raises(EdgekitError, match=r"runs? as robot, who is not in the docker group.*Nothing was sent"):
