@@ -25,6 +25,7 @@ from edgekit.engines import EngineBase, EngineRelease, ReleaseContext
 from edgekit.engines.benchconf import ServerConfig
 from edgekit.engines.capabilities import EngineOption
 from edgekit.errors import EdgekitError
+from edgekit.release.auth import auth_fields
 from edgekit.release.plan import agent_files, plan_release, service_ports, service_units
 
 NAME = "plain"
@@ -77,6 +78,8 @@ class Plain(EngineBase):
     health_api = "llama"  # llama-server's /completion with `timings`
     color = "#9467bd"
     settings_section, Settings = NAME, PlainSettings
+    key_env = "LLAMA_API_KEY"
+    open_without_key = ("/models", "/v1/models")  # llama-server's public endpoints
     bench_options = (EngineOption("batch_size", "--plain-batch-size", "The bench's servers with this --batch-size "
                                   "instead of the release's.", metavar="N", type=int),)
 
@@ -103,16 +106,20 @@ class Plain(EngineBase):
                  **agent_files()}
         rt = ctx.recipe.runtime.model_dump(mode="json")
         ports = service_ports(ctx.board.service_port, ctx.recipe.runtime.port)
+        # runtime.auth: key — llama-server takes its key from LLAMA_API_KEY (common/arg.cpp, --api-key's
+        # variable): its unit's environment file gives it, and no argument names the key or its file
+        auth = auth_fields(ctx.recipe.runtime.auth, ctx.facts.base, self.key_env)
         describe = {
             "engine": NAME, "recipe": ctx.recipe.name, "sources": ctx.recipe.sources,
             "server_args": server_argv(rt, ports[0]), "port": ports[0], "candidate_port": ports[1],
             "drafter": False, "spec_type": "none", "gpu": "none", "media": [], "chat": has_chat_template(model),
-            "build": {"key": built.artifact.key, "target": "host"}, "runtime": rt,
+            "build": {"key": built.artifact.key, "target": "host"}, "runtime": rt, **auth,
         }
 
         def render(rid: str) -> dict[str, str]:
             return service_units(ctx.facts.base, rid, lambda rdir, port: [f"{rdir}/{SERVER}", *server_argv(rt, port)],
-                                 ports, ctx.recipe.runtime, user=ctx.facts.service_user)
+                                 ports, ctx.recipe.runtime, env_file=auth.get("api_env_file"),
+                                 key_file=auth.get("api_key_file"), user=ctx.facts.service_user)
 
         return EngineRelease(plan_release(ctx.recipe.name, files, describe, render), built.to_dict(), stages)
 

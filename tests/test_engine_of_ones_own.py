@@ -168,3 +168,40 @@ def test_its_own_recipe_section_is_validated_by_it_and_edgekit_never_names_it(tm
     hits = [str(p.relative_to(package)) for p in package.rglob("*") if p.is_file() and p.suffix in (
         ".py", ".yaml", ".yml", ".json", ".md", ".j2", ".sh", ".txt") and named.search(p.read_text(errors="replace"))]
     assert hits == [], hits
+
+
+def test_its_key_reaches_its_server_through_the_variable_it_names(sim_session, env, tmp_path: Path) -> None:
+    """``key_env = "LLAMA_API_KEY"``: with ``runtime.auth: key`` the board holds ``keys/LLAMA_API_KEY.env``, the
+    unit's environment file, and no argument names the key or a key file; the health check, the server's refusal
+    without the key and a rotation all go through it."""
+    import urllib.error
+    import urllib.request
+
+    from edgekit.release.units import render_unit
+
+    (board,) = sim_session.boards(1, fresh=True)
+    rep = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", recipe(tmp_path, auth="key"),
+                          env=env))
+    assert rep["health"]["ok"] and rep["health"]["tokens"] > 0, rep["health"]
+    manifest = json.loads((board.base / "current" / "release.json").read_text())
+    env_file = board.base / "keys" / "LLAMA_API_KEY.env"
+    assert manifest["api_env_file"] == str(env_file) and not any("api-key" in a for a in manifest["server_args"])
+    key = (Path(env["EDGEKIT_CONFIG_DIR"]) / "keys" / f"{board.name}.key").read_text().strip()
+    assert env_file.read_text() == f"LLAMA_API_KEY={key}\n" and oct(env_file.stat().st_mode & 0o777) == "0o600"
+    unit = render_unit(json.loads((board.base / "current" / "units.json").read_text())["edgekit-serve.service"])
+    assert f"--env-file {env_file}" in unit and key not in unit
+
+    def props(with_key: str | None) -> int:
+        headers = {"Authorization": f"Bearer {with_key}"} if with_key else {}
+        req = urllib.request.Request(f"http://127.0.0.1:{manifest['port']}/props", headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    assert props(None) == 401 and props(key) == 200
+    rotated = ok_json(edgekit("--json", "board", "key", "rotate", "--board", board.name, env=env))
+    new = (Path(env["EDGEKIT_CONFIG_DIR"]) / "keys" / f"{board.name}.key").read_text().strip()
+    assert rotated["release"] == rep["release"] and new != key and env_file.read_text() == f"LLAMA_API_KEY={new}\n"
+    assert props(key) == 401 and props(new) == 200

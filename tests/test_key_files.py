@@ -151,9 +151,37 @@ def test_the_agent_refuses_a_bad_key_on_its_stdin_and_writes_nothing(tmp_path: P
     assert res.returncode == 2 and b"refusing this API key" in res.stderr, res.stderr
     assert not (base / "keys").exists()
     assert len(raw) < 8 or raw[:8] not in res.stderr + res.stdout  # no part of it said back
-    good = subprocess.run([sys.executable, str(agent_pyz), "key-place", str(base)], input=GOOD_KEY.encode() + b"\n",
-                          capture_output=True, check=False, timeout=60)
+    good = subprocess.run([sys.executable, str(agent_pyz), "key-place", str(base), "--env", "SERVER_KEY"],
+                          input=GOOD_KEY.encode() + b"\n", capture_output=True, check=False, timeout=60)
     assert good.returncode == 0, good.stderr
-    assert (base / "keys" / "api.env").read_text() == f"VLLM_API_KEY={GOOD_KEY}\n"
+    assert (base / "keys" / "api.key").read_text() == f"{GOOD_KEY}\n"
+    assert (base / "keys" / "SERVER_KEY.env").read_text() == f"SERVER_KEY={GOOD_KEY}\n"
     assert {oct(p.stat().st_mode & 0o777) for p in (base / "keys").iterdir()} == {"0o600"}
     assert oct((base / "keys").stat().st_mode & 0o777) == "0o700"
+
+
+def test_a_new_key_rewrites_every_environment_file_a_release_reads(tmp_path: Path, agent_pyz: Path) -> None:
+    """An engine names the variable its server reads the key from; an environment file written before (an older
+    release's ``api.env``, another engine's) gets the new key under its own names: none keeps the old one."""
+    import subprocess
+    import sys
+
+    keys = tmp_path / "board" / "keys"
+    keys.mkdir(parents=True, mode=0o700)
+    (keys / "api.env").write_text("# the key\nVLLM_API_KEY='old-key-old-key-old-key-old-key-old-key'\n")
+
+    def place(*env: str, key: str = GOOD_KEY) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([sys.executable, str(agent_pyz), "key-place", str(tmp_path / "board"),
+                               *[a for n in env for a in ("--env", n)]], input=key.encode(), capture_output=True,
+                              check=False, timeout=60)
+
+    assert place("LLAMA_API_KEY").returncode == 0
+    assert (keys / "api.env").read_text() == f"VLLM_API_KEY={GOOD_KEY}\n"
+    assert (keys / "LLAMA_API_KEY.env").read_text() == f"LLAMA_API_KEY={GOOD_KEY}\n"
+    other = GOOD_KEY[::-1]
+    assert place(key=other).returncode == 0  # a rotation names no variable: every file there follows
+    assert {p.name: p.read_text() for p in keys.iterdir()} == {
+        "api.key": f"{other}\n", "api.env": f"VLLM_API_KEY={other}\n", "LLAMA_API_KEY.env": f"LLAMA_API_KEY={other}\n"}
+    bad = place("NOT A NAME", key=GOOD_KEY)
+    assert bad.returncode == 2 and b"no environment variable's name" in bad.stderr, bad.stderr
+    assert (keys / "api.key").read_text() == f"{other}\n"  # refused before anything was written

@@ -36,7 +36,7 @@
     site-nginx BASE                                 the board's nginx, and servers an earlier rollout left
     python-has [--dist D]... [--module M]...        what the Python running this verb has (python_has.py)
     cuda-tree                                       the board's CUDA target tree as a tar on stdout (cuda_tree.py)
-    key-place BASE                                  the API key from stdin into BASE/keys, 0600 (key_place.py)
+    key-place BASE [--env NAME]…                    the API key from stdin into BASE/keys, 0600 (key_place.py)
 
 Every subcommand but watchdog, follow and cuda-tree prints one JSON object on stdout. Errors: one sentence on
 stderr, exit 2.
@@ -355,10 +355,12 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--dist", action="append", default=[], help="a distribution whose version to report")
     p.add_argument("--module", action="append", default=[], help="a module that must import")
     p.set_defaults(fn=lambda a: _emit(python_has.report(a.dist, a.module)) or 0)
-    p = sub.add_parser("key-place", help="the API key, read from stdin, into BASE/keys (api.key, api.env), 0600")
+    p = sub.add_parser("key-place", help="the API key, read from stdin, into BASE/keys (api.key, NAME.env), 0600")
     p.add_argument("base")
-    p.set_defaults(fn=lambda a: _emit(key_place.place(a.base, sys.stdin.buffer.read(key_place.MAX_KEY_BYTES + 1)))
-                   or 0)
+    p.add_argument("--env", action="append", default=[], metavar="NAME",
+                   help="also NAME.env (NAME=key): for a server that reads its key from that variable")
+    p.set_defaults(fn=lambda a: _emit(key_place.place(a.base, sys.stdin.buffer.read(key_place.MAX_KEY_BYTES + 1),
+                                                      a.env)) or 0)
     p = sub.add_parser("cuda-tree", help="the board's CUDA target tree (include/, lib/) as a tar on stdout")
     p.set_defaults(fn=lambda a: cuda_tree.stream())
     return ap

@@ -1,19 +1,24 @@
-"""`key-place BASE`: a board's API key, read from stdin (never an argument: a command line is visible to every user
-of the board), into ``BASE/keys/api.key`` (the key: llama-server's --api-key-file, the LiteRT-LM front, edgekit's
-checks) and ``BASE/keys/api.env`` (``VLLM_API_KEY=…``: vLLM's unit reads it as an EnvironmentFile), each 0600 in a
-0700 directory, each written beside the old one, fsynced and renamed over it: a server (re)started meanwhile reads
-the old key or the new one, never a part. Refused, before anything is written, when it is no key the board's servers
-would start with (keyfile.key_problem). Standard library only (Python 3.8).
+"""`key-place BASE [--env NAME]…`: a board's API key, read from stdin (never an argument: a command line is visible
+to every user of the board), into ``BASE/keys/api.key`` (the key: a server that takes a key file, edgekit's checks)
+and, for each ``--env NAME`` (a server that reads its key from an environment variable: the engine names it),
+``BASE/keys/NAME.env`` (``NAME=…``, which that server's unit reads as its environment file). Every other ``*.env``
+already there (a release made before keeps reading its own) is rewritten with the new key under its own names, so
+a rotation leaves no file with the old one. Each file 0600 in a 0700 directory, written beside the old one, fsynced
+and renamed over it: a server (re)started meanwhile reads the old key or the new one, never a part. Refused, before
+anything is written, when it is no key the board's servers would start with (keyfile.key_problem), or a name is no
+environment variable's. Standard library only (Python 3.8).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+import re
+from typing import Any, Sequence
 
 from .keyfile import MAX_KEY_BYTES, MIN_KEY_CHARS, key_problem
 
-KEY_NAME, ENV_NAME = "api.key", "api.env"
+KEY_NAME, ENV_SUFFIX = "api.key", ".env"
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
 class KeyRefused(ValueError):
@@ -32,7 +37,17 @@ def _write_private(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def place(base: str, raw: bytes) -> dict[str, Any]:
+def _names_in(path: str) -> list:
+    """The variable names an environment file of ours sets (``NAME=value`` lines)."""
+    with open(path) as f:
+        found = [line.split("=", 1)[0].strip() for line in f if "=" in line and not line.lstrip().startswith("#")]
+    return [n for n in found if ENV_NAME_RE.fullmatch(n)]
+
+
+def place(base: str, raw: bytes, env_names: Sequence[str] = ()) -> dict[str, Any]:
+    bad = [n for n in env_names if not ENV_NAME_RE.fullmatch(n)]
+    if bad:
+        raise KeyRefused(f"refusing to place the API key under {bad[0]!r}: that is no environment variable's name")
     if len(raw) > MAX_KEY_BYTES:
         raise KeyRefused("refusing this API key: what came on stdin is longer than any key")
     try:
@@ -46,8 +61,14 @@ def place(base: str, raw: bytes) -> dict[str, Any]:
     folder = os.path.join(base, "keys")
     os.makedirs(folder, mode=0o700, exist_ok=True)
     os.chmod(folder, 0o700)  # makedirs leaves an existing directory as it was
+    files = {KEY_NAME: key + "\n"}
+    for name in sorted(os.listdir(folder)):  # those a release made before reads, under their own names
+        if name.endswith(ENV_SUFFIX) and not name.startswith(".") and os.path.isfile(os.path.join(folder, name)):
+            files[name] = "".join(f"{n}={key}\n" for n in _names_in(os.path.join(folder, name)))
+    for n in env_names:
+        files[n + ENV_SUFFIX] = f"{n}={key}\n"
     placed = []
-    for name, text in ((KEY_NAME, key + "\n"), (ENV_NAME, f"VLLM_API_KEY={key}\n")):
+    for name, text in files.items():
         _write_private(os.path.join(folder, name), text)
         placed.append(os.path.join(folder, name))
     return {"placed": placed}

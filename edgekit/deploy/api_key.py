@@ -26,9 +26,15 @@ from edgekit.remote.runner import LocalRunner, SshRunner
 Runner = SshRunner | LocalRunner
 
 
-def install(runner: Runner, base: str, board: str) -> None:
-    """The workstation's key for ``board`` onto the board (made here the first time)."""
-    board_key.place(runner, base, key_for(runner, base, board))
+def key_envs(engine: str) -> list[str]:
+    """The environment variables an engine's server reads the key from (none: it takes the key file)."""
+    name = get_engine(engine).key_env
+    return [name] if name else []
+
+
+def install(runner: Runner, base: str, board: str, engine: str) -> None:
+    """The workstation's key for ``board`` onto the board (made here the first time), as ``engine`` reads it."""
+    board_key.place(runner, base, key_for(runner, base, board), key_envs(engine))
 
 
 def key_for(runner: Runner, base: str, board: str) -> str:
@@ -78,7 +84,7 @@ def rotate(runner: Runner, base: str, board: str, sudo: Sequence[str], timeout: 
                            "runtime.auth: key in its recipe and deploy.")
     old, new = api_keys.read_key(board), api_keys.new_key()
     api_keys.save_key(board, new, suffix=".new")  # kept until the board has it and answers to it
-    board_key.place(runner, base, new)
+    board_key.place(runner, base, new, key_envs(manifest.engine))
     t = time.monotonic()
     Service(runner, UNIT_NAME, sudo).restart()
     try:

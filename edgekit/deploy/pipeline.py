@@ -224,7 +224,7 @@ def deploy(name: str, board: Board, recipe: Recipe, options: DeployOptions, cons
         strategy = choose_strategy(options, facts, plan)
         keyed = done.key is not None and bool(plan.typed.api_key_file)
         if keyed:  # before its server starts: it reads the key as it starts
-            board_key.place(done.runner, facts.base, done.key)
+            board_key.place(done.runner, facts.base, done.key, api_key.key_envs(plan.typed.engine))
         t = time.monotonic()
         spec = act.ActivationSpec.of_plan(plan, options.keep or recipe.keep_releases, strategy,
                                           options.health_timeout_s)

@@ -91,6 +91,9 @@ class EngineBase:
     open_without_key: ClassVar[tuple[str, ...] | None] = ()
     # a GET its server answers only with the key: `board key rotate` checks the new key and the old one on it
     key_probe_path: ClassVar[str] = "/props"
+    # the environment variable its server reads the key from (its unit's environment file, <base>/keys/<NAME>.env,
+    # release/auth.py); None: it is given the key file's path (<base>/keys/api.key)
+    key_env: ClassVar[str | None] = None
     # what it makes of the recipe's models on the host (prepare.pipeline.FORMATS; none: the checkpoints as they are)
     model_formats: ClassVar[tuple[str, ...]] = ()
     # its own section of a recipe's runtime (``runtime.<settings_section>:``) and the model that validates it

@@ -178,7 +178,7 @@ def _keys_placed(fleet: Fleet, plans: dict[str, Any], names: list[str]) -> list[
         if plans[name].get("key_file"):
             target = fleet.targets[name]
             try:
-                api_key.install(target.runner, target.facts.base, name)
+                api_key.install(target.runner, target.facts.base, name, plans[name]["engine"])
             except EdgekitError as exc:
                 fleet.failed[name], fleet.phases[name] = str(exc), "key"
                 continue

@@ -9,8 +9,10 @@ from __future__ import annotations
 from edgekit.remote import board_key
 
 
-def auth_fields(auth: str, base: str) -> dict[str, str]:
-    """release.json's ``api_key_file`` and ``api_env_file`` for a server that asks for a key, else nothing."""
+def auth_fields(auth: str, base: str, key_env: str | None = None) -> dict[str, str]:
+    """release.json's ``api_key_file`` (and, for a server that reads its key from the variable ``key_env``,
+    ``api_env_file``: its unit's environment file) for a server that asks for a key, else nothing."""
     if auth != "key":
         return {}
-    return {"api_key_file": board_key.key_file(base), "api_env_file": board_key.env_file(base)}
+    env = {"api_env_file": board_key.env_file(base, key_env)} if key_env else {}
+    return {"api_key_file": board_key.key_file(base), **env}

@@ -107,7 +107,7 @@ def compose(ctx: ReleaseContext, python: str, version: str, models: dict[str, Pa
     has_drafter = any(rel.startswith("models/drafter/") for rel in models)
     ports = service_ports(ctx.board.service_port, recipe.runtime.port)
     environment = {**ENVIRONMENT, **recipe.runtime.env}
-    auth = auth_fields(recipe.runtime.auth, ctx.facts.base)  # vLLM reads VLLM_API_KEY from the unit's env file
+    auth = auth_fields(recipe.runtime.auth, ctx.facts.base, Vllm.key_env)  # its unit's environment file
 
     def argv_at(rdir: str, port: int) -> list[str]:
         prefix = docker_prefix(image, rdir, port, environment, auth.get("api_env_file")) if image else []
@@ -141,6 +141,7 @@ class Vllm(EngineBase):
     # /tokenize, /detokenize and /metrics stay open (vllm/entrypoints/serve/middleware/authenticate.py).
     open_without_key = None
     key_probe_path = "/v1/models"  # guarded (/v1), as a loopback server with a key is
+    key_env = "VLLM_API_KEY"  # vllm/envs.py: its server takes the key from this variable (or --api-key, in ps)
     color = "#2ca02c"
     settings_section, Settings = SECTION, VllmSettings
 
