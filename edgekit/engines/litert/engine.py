@@ -23,6 +23,7 @@ from edgekit.engines.capabilities import EngineBase, EngineOption
 from edgekit.engines.litert import bench as litert_bench
 from edgekit.engines.litert.front import BUNDLE, board_python, bundle_for, front_argv, python_of
 from edgekit.engines.litert.settings import SECTION, LitertSettings
+from edgekit.engines.litert.settings import of as own
 from edgekit.release.auth import auth_fields
 from edgekit.release.chat_template import served_path, template_files
 from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service_ports, service_units
@@ -41,7 +42,7 @@ def compose(ctx: ReleaseContext, python: str, bundle: dict[str, Any]) -> Release
     def argv_at(rdir: str, port: int) -> list[str]:
         # One compiled-model cache per port: the main and the candidate server may run side by side.
         return front_argv(python, rdir, f"{rdir}/{BUNDLE}", rt.host, port, cache_length, steps,
-                          rt.litert.accelerator, f"{rdir}/litert-cache-{port}", auth.get("api_key_file"),
+                          own(rt).accelerator, f"{rdir}/litert-cache-{port}", auth.get("api_key_file"),
                           served_path(rdir, rt.chat_template))
 
     describe = {
