@@ -11,7 +11,7 @@ from edgekit.build.targets import profile_target, resolve_target
 from edgekit.config import jetpack
 from edgekit.config.jetpack import DEFAULT_LINES, JETPACK_LINES, board_lines, line_for_l4t, line_for_version
 from edgekit.config.profiles import PROFILES, with_jetpack
-from edgekit.engines.vllm.container import default_image
+from edgekit.engines.vllm.container import IMAGES, default_image
 from edgekit.errors import EdgekitError
 from edgekit.remote.probe import jetpack_for, parse_l4t
 
@@ -66,10 +66,11 @@ def test_build_code_uses_each_lines_cuda_and_glibc():
 
 
 def test_vllm_images_per_line():
+    assert set(IMAGES) <= set(board_lines())  # the vLLM engine's table names lines this table has
     for line in board_lines().values():
-        assert {family for family, _ in line.vllm_images} <= set(line.families)
+        assert set(IMAGES.get(line.jetpack, {})) <= set(line.families)
         for family in line.families:
-            assert default_image(f"{family}-x", line.jetpack) == line.vllm_image(family)
+            assert default_image(f"{family}-x", line.jetpack) == IMAGES[line.jetpack][family]
     with pytest.raises(EdgekitError):
         default_image("orin-nano-8gb", "5.1")
 

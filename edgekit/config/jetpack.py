@@ -2,8 +2,8 @@
 
 Every module that needs a fact about a JetPack line reads it here: board profiles (a profile's line and
 what ``with_jetpack`` puts it on), the probe (L4T release → JetPack version), build targets (the newest
-glibc a binary may need), the simulated board's root (os-release, CUDA's version.json) and the vLLM
-container engine (the default image per board family).
+glibc a binary may need), and the simulated board's root (os-release, CUDA's version.json). What an
+engine runs on a line (vLLM's container image) is the engine's own table, keyed by the line's name.
 
 Orin runs JetPack 6 (R36, CUDA 12.6) or, since June 2026, JetPack 7.2 (R39, CUDA 13.2, SBSA packaging,
 a full reflash); Thor runs JetPack 7 (R38, CUDA 13.0) or 7.2. JetPack 5 (R35) is known to the probe and
@@ -35,7 +35,6 @@ class JetPackLine:
     l4t_release: str | None = None  # first line of /etc/nv_tegra_release on a current image
     cuda_version: str | None = None  # major.minor: what a CUDA build for the line is pinned to
     cuda_patch: str | None = None  # the full version the line installs (usr/local/cuda/version.json)
-    vllm_images: tuple[tuple[str, str], ...] = ()  # board family → default vLLM container image
 
     @property
     def cuda_major(self) -> int | None:
@@ -46,11 +45,6 @@ class JetPackLine:
         """The JetPack major version: "7" for both "7" and "7.2"."""
         return self.jetpack.split(".")[0]
 
-    def vllm_image(self, family: str) -> str | None:
-        return dict(self.vllm_images).get(family)
-
-
-_VLLM_UPSTREAM = "vllm/vllm-openai:latest"  # needs CUDA ≥ 13: fails on JetPack 6 (jetson-ai-lab#421)
 
 JETPACK_LINES: dict[str, JetPackLine] = {
     line.jetpack: line
@@ -66,7 +60,6 @@ JETPACK_LINES: dict[str, JetPackLine] = {
             families=("orin",),
             l4t_release="# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: aarch64",
             cuda_version="12.6", cuda_patch="12.6.68",  # JetPack 6.2
-            vllm_images=(("orin", "ghcr.io/nvidia-ai-iot/vllm:gemma4-jetson-orin"),),
         ),
         JetPackLine(
             jetpack="7", l4t_major=38, ubuntu="24.04.3 LTS", ubuntu_codename="noble", glibc=(2, 39), python="3.12",
@@ -74,7 +67,6 @@ JETPACK_LINES: dict[str, JetPackLine] = {
             families=("thor",),
             l4t_release="# R38 (release), REVISION: 2.0, GCID: 41844464, BOARD: generic, EABI: aarch64",
             cuda_version="13.0", cuda_patch="13.0.48",  # JetPack 7.0
-            vllm_images=(("thor", _VLLM_UPSTREAM),),
         ),
         JetPackLine(
             # SBSA CUDA 13 on Orin too (like Thor); R39's releases are not listed: the L4T major names the line.
@@ -82,7 +74,6 @@ JETPACK_LINES: dict[str, JetPackLine] = {
             families=("orin", "thor"),
             l4t_release="# R39 (release), REVISION: 0.0, GCID: 43652233, BOARD: generic, EABI: aarch64",
             cuda_version="13.2", cuda_patch="13.2.51",
-            vllm_images=(("orin", _VLLM_UPSTREAM), ("thor", _VLLM_UPSTREAM)),
         ),
     ]
 }

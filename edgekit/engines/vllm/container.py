@@ -26,13 +26,23 @@ ENVIRONMENT = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE"
 
 
 
+_UPSTREAM = "vllm/vllm-openai:latest"  # needs CUDA ≥ 13: fails on JetPack 6 (jetson-ai-lab#421)
+
+# JetPack line (config/jetpack.py's names) → board family → the default image.
+IMAGES: dict[str, dict[str, str]] = {
+    "6": {"orin": "ghcr.io/nvidia-ai-iot/vllm:gemma4-jetson-orin"},
+    "7": {"thor": _UPSTREAM},
+    "7.2": {"orin": _UPSTREAM, "thor": _UPSTREAM},
+}
+
+
 def default_image(profile: str, jetpack: str | None) -> str:
-    """The image for the profile's family on the board's JetPack (config/jetpack.py's vllm_images), looked up by
-    the JetPack major: any 7.x takes the image of a 7 line that has one for the family (JetPack 7.2 puts Orin on
-    SBSA CUDA 13 like Thor)."""
+    """The image for the profile's family on the board's JetPack (``IMAGES``), looked up by the JetPack major:
+    any 7.x takes the image of a 7 line that has one for the family (JetPack 7.2 puts Orin on SBSA CUDA 13 like
+    Thor)."""
     family = "thor" if profile.startswith("thor") else "orin"
     major = (jetpack or "").split(".")[0]
-    image = next((i for line in lines_of_major(major) if (i := line.vllm_image(family))), None)
+    image = next((i for line in lines_of_major(major) if (i := IMAGES.get(line.jetpack, {}).get(family))), None)
     if image is None:
         raise EdgekitError(f"edgekit knows no vLLM image for {profile} on JetPack {jetpack or '?'}; name one as "
                            "runtime.vllm.image in the recipe.")
