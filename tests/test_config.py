@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from cli_helpers import edgekit
 
-from edgekit.config.boardfile import Boards
 from edgekit.config.profiles import PROFILES, get_profile
 from edgekit.config.recipe_lookup import list_recipes
+from edgekit.engines.board_check import board_file
 from edgekit.engines.recipe_check import load_recipe
 from edgekit.errors import EdgekitError
 
@@ -169,21 +169,39 @@ groups:
         (BOARDS.replace("[orin-1]", "[thor-9]"), "names board 'thor-9'"),
         (BOARDS.replace("    user: nvidia\n", ""), r"field 'boards.orin-1.user': Field required"),
         (BOARDS + "  bad: [\n", "YAML syntax error"),
+        # an engine's own board settings are its section, checked by it
+        (BOARDS.replace("profile: orin", "profile: orin\n    vllm_python: /opt/v/bin/python"),
+         r"line 7: field 'boards\.orin-1\.vllm_python': a setting of engine vllm, which goes in its section: "
+         r"boards\.orin-1\.vllm\.python\.$"),
+        (BOARDS.replace("profile: orin", "profile: orin\n    litert: {python: 3}"),
+         r"line 7: field 'boards\.orin-1\.litert\.python': Input should be a valid string\.$"),
+        (BOARDS.replace("profile: orin", "profile: orin\n    vllm: {pyhton: /x}"),
+         r"line 7: field 'boards\.orin-1\.vllm\.pyhton': unknown field\.$"),
+        (BOARDS.replace("profile: orin", "profile: orin\n    tensorrt: {python: /x}"),
+         r"field 'boards\.orin-1\.tensorrt': unknown field \(an engine's own board settings go in its section: "),
+        (BOARDS.replace("profile: orin", "profile: orin\n    vllm: /x"), r"engine vllm's section, a mapping"),
     ],
 )
 def test_bad_board_files(tmp_path: Path, body: str, expected: str) -> None:
-    boards = Boards(write(tmp_path, "edgekit.yaml", body))
+    boards = board_file(write(tmp_path, "edgekit.yaml", body))
     with pytest.raises(EdgekitError, match=expected):
         boards.load()
 
 
 def test_board_file_resolves_and_round_trips(tmp_path: Path) -> None:
-    boards = Boards(write(tmp_path, "edgekit.yaml", BOARDS))
+    from edgekit.engines import get_engine
+
+    boards = board_file(write(tmp_path, "edgekit.yaml", BOARDS.replace(
+        "profile: orin", "profile: orin\n    vllm: {python: /opt/vllm/bin/python}")))
     board = boards.get("orin-1")
     assert (board.port, board.base, board.profile) == (22, "~/edgekit", "orin")
+    assert get_engine("vllm").board_settings(board).python == "/opt/vllm/bin/python"
+    assert get_engine("litert-lm").board_settings(board).python is None
+    boards.update(add={"orin-2": board})  # a section is written back as it was read
+    assert boards.get("orin-2").section("vllm") == {"python": "/opt/vllm/bin/python"}
     with pytest.raises(EdgekitError, match=r"No board named .nope..*orin-1"):
         boards.get("nope")
-    boards.update(remove=["orin-1"])
+    boards.update(remove=["orin-1", "orin-2"])
     assert boards.load().boards == {} and boards.load().groups == {"canary": []}
 
 

@@ -106,7 +106,7 @@ def test_a_board_without_vllm_gets_one_sentence(sim_session, env) -> None:
     (board,) = sim_session.boards(1, fresh=True)
     boards = Boards(Path(sim_session.env["EDGEKIT_CONFIG"]))
     entry = boards.load().boards[board.name]
-    boards.update(add={board.name: entry.model_copy(update={"vllm_python": sys.executable})})  # no vllm here
+    boards.update(add={board.name: entry.model_copy(update={"vllm": {"python": sys.executable}})})  # no vllm here
     res = edgekit("deploy", "--board", board.name, "--recipe", "sim-tiny-mtp-vllm", env=env)
     assert res.returncode == 2, res.stderr[-2000:]
     assert f"Board {board.name!r} has no vLLM: {sys.executable} cannot import it" in res.stderr
@@ -179,13 +179,14 @@ def test_container_image_table_digest_pin_and_docker_argv() -> None:
 def test_a_container_for_a_login_user_outside_the_docker_group_is_refused_before_anything_is_sent() -> None:
     """The unit runs `docker run` as the login user (docs/deploy.md, least privilege): without the docker group it
     could not start; one sentence before the image is even looked for."""
+    from edgekit.config.boardfile import Board
     from edgekit.config.recipes import Runtime
     from edgekit.engines.vllm.engine import Vllm
     from edgekit.errors import EdgekitError
 
     facts = SimpleNamespace(gpu_driver="/dev/nvgpu", service_user="robot", groups=["robot", "video"])
     runtime = Runtime(engine="vllm", vllm={"runner": "container"})
-    ctx = SimpleNamespace(name="orin-1", board=SimpleNamespace(vllm_python=None), facts=facts,
+    ctx = SimpleNamespace(name="orin-1", board=Board(host="h", user="robot", profile="orin-nx-16gb"), facts=facts,
                           recipe=SimpleNamespace(runtime=runtime), runner=None)
     with pytest.raises(EdgekitError, match=r"runs? as robot, who is not in the docker group.*Nothing was sent"):
         Vllm().release(ctx)  # type: ignore[arg-type]

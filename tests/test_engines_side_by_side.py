@@ -116,7 +116,7 @@ def test_bench_engines_names_the_missing_release_and_a_board_without_litert_lm_g
 
     boards = Boards(Path(sim_session.env["EDGEKIT_CONFIG"]))
     entry = boards.load().boards[board.name]
-    boards.update(add={board.name: entry.model_copy(update={"litert_python": "/usr/bin/python3"})})
+    boards.update(add={board.name: entry.model_copy(update={"litert": {"python": "/usr/bin/python3"}})})
     res = edgekit("deploy", "--board", board.name, "--recipe", RECIPES["litert-lm"], env=env)
     assert res.returncode == 2 and "/usr/bin/python3 cannot import litert_lm" in res.stderr, res.stderr[-2000:]
     assert "Traceback" not in res.stderr

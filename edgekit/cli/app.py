@@ -30,9 +30,9 @@ class App:
         return board_file_path(self.config)
 
     def boards(self) -> Boards:
-        from edgekit.config.boardfile import Boards
+        from edgekit.engines.board_check import board_file
 
-        return Boards(self.board_file)
+        return board_file(self.board_file)  # its engine sections checked by their engines
 
     def board(self, name: str) -> Board:
         return self.boards().get(name)

@@ -99,6 +99,14 @@ def verify(app: App, board_name: str, repair: bool) -> None:
         sys.exit(1)
 
 
+def group_needs() -> list[tuple[str, str]]:
+    """The groups every engine's server may need of a board, with their notes (EngineBase.board_groups)."""
+    from edgekit.config.engine_table import engine_names
+    from edgekit.engines import get_engine
+
+    return [need for name in engine_names() for need in get_engine(name).board_groups]
+
+
 @board.command()
 @board_option
 @click.option("--apply", "do_apply", is_flag=True,
@@ -110,7 +118,7 @@ def setup(app: App, board_name: str, do_apply: bool) -> None:
     entry = app.board(board_name)
     with runner_for(entry, board_name) as runner:
         facts = probe_board(runner, entry.base)
-        plan = board_setup.plan(board_name, facts)
+        plan = board_setup.plan(board_name, facts, group_needs())
         disabled: list[str] = []
         if do_apply:
             disabled = board_setup.apply(runner, facts, plan)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,10 @@ _HOST_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012345678
 
 
 class Board(PrintableModel):
-    model_config = ConfigDict(extra="forbid")
+    """A board; what one engine needs of it (the Python it serves with …) is that engine's section,
+    ``<section>: {…}`` (``vllm``, ``litert``), which the engine validates (edgekit.engines.board_check)."""
+
+    model_config = ConfigDict(extra="allow")  # the engines' sections
 
     host: str
     port: int = Field(22, ge=1, le=65535)
@@ -37,8 +41,6 @@ class Board(PrintableModel):
     service_port: int | None = Field(None, ge=1, le=65535)  # overrides the recipe's port on this board
     sim: bool = False  # a simulated board made by `edgekit sim up`
     local: bool = False  # the machine edgekit runs on (nightly CI on the board itself)
-    vllm_python: str | None = None  # a Python on the board that imports vllm (engine: vllm); None → python3
-    litert_python: str | None = None  # a Python on the board that imports litert_lm (engine: litert-lm); None → python3
     # A link that carries no byte for this long is given up and the push resumed on a new connection.
     stall_s: int = Field(60, ge=3, le=3600)
     # Boards of one site reach each other cheaply: a fleet rollout sends each blob once per site (edgekit.fleet.sites)
@@ -84,6 +86,11 @@ class Board(PrintableModel):
             raise ValueError(f"base {v!r} must not contain quotes or backslashes (systemd cannot run from there)")
         return v.rstrip("/") or "/"
 
+    def section(self, key: str) -> dict[str, Any]:
+        """An engine's own section of this board as written; {} when it has none."""
+        value = (self.model_extra or {}).get(key)
+        return dict(value) if isinstance(value, dict) else {}
+
     def key_path(self) -> Path | None:
         return Path(self.key).expanduser() if self.key else None
 
@@ -127,18 +134,22 @@ def board_file_path(explicit: str | None) -> Path:
 
 
 class Boards:
-    """The board file at a path: read it, resolve names, write it back atomically."""
+    """The board file at a path: read it, resolve names, write it back atomically. ``check``: what a layer above
+    checks of a file just loaded (the engines, their sections: edgekit.engines.board_check)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, check: Callable[[BoardFile, Path], None] | None = None) -> None:
+        self.path, self.check = path, check
 
     def load(self) -> BoardFile:
         if not self.path.exists():
             return BoardFile()
         try:
-            return load_model(BoardFile, self.path, "board file")
+            data = load_model(BoardFile, self.path, "board file")
         except UnprintableValue as exc:
             raise exc.within(f"board file {self.path}") from None
+        if self.check is not None:
+            self.check(data, self.path)
+        return data
 
     def get(self, name: str) -> Board:
         data = self.load()

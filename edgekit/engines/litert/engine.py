@@ -6,7 +6,7 @@ units that run ``<python> agent/litert_server.py --model … [--speculative --dr
 when the bundle is exported (the drafter's verify step), so it is the recipe's ``draft_n_max`` at convert
 time. Health and acceptance are llama-server's: the front answers `/health` and `/completion` with
 `timings.draft_n` / `draft_n_accepted` (from LiteRT-LM's streamed verify passes). The board's LiteRT-LM
-is the board file's `litert_python` (sim boards: the LiteRT venv `.ci/install` makes), else `python3`.
+is the board file's `litert.python` (sim boards: the LiteRT venv `.ci/install` makes), else `python3`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from edgekit.engines.base import EngineRelease, ReleaseContext
 from edgekit.engines.capabilities import EngineBase, EngineOption
 from edgekit.engines.litert import bench as litert_bench
 from edgekit.engines.litert.front import BUNDLE, board_python, bundle_for, front_argv, python_of
-from edgekit.engines.litert.settings import SECTION, LitertSettings
+from edgekit.engines.litert.settings import SECTION, LitertBoardSettings, LitertSettings
 from edgekit.engines.litert.settings import of as own
 from edgekit.release.auth import auth_fields
 from edgekit.release.chat_template import served_path, template_files
@@ -69,12 +69,12 @@ class Litert(EngineBase):
     health_api = "llama"  # the front speaks llama-server's /completion with `timings`
     model_formats = ("litertlm",)
     color = "#d62728"
-    settings_section, Settings = SECTION, LitertSettings
+    settings_section, Settings, BoardSettings = SECTION, LitertSettings, LitertBoardSettings
     tunes_by_export = True  # the drafter's verify step is fixed in the bundle: one bundle per draft length
     benches_model = True  # `bench --backend litert-lm`: the recipe's bundle without a release
     bench_options = (  # for `bench --backend litert-lm`
         EngineOption("python", "--litert-python", "The board's Python with litert_lm (default: the board file's "
-                     "litert_python, else python3; a simulated board: this machine's).", metavar="PATH"),
+                     "litert.python, else python3; a simulated board: this machine's).", metavar="PATH"),
         EngineOption("accelerator", "--litert-accelerator", "LiteRT-LM's backend on the board (gpu: its GPU "
                      "delegate, where the board's build has one).", choices=("cpu", "gpu"), default="cpu"),
     )

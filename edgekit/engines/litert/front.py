@@ -8,6 +8,7 @@ from typing import Any
 
 from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe
+from edgekit.engines.litert.settings import SECTION, LitertBoardSettings
 from edgekit.errors import EdgekitError
 from edgekit.remote import agent_call
 from edgekit.remote.runner import LocalRunner, SshRunner
@@ -33,7 +34,7 @@ def bundle_for(recipe: Recipe, store: Store | None = None,
 
 
 def board_python(runner: Runner, base: str, board_name: str, python: str,
-                 flag: str = "`litert_python` in the board file") -> str:
+                 flag: str = "`litert.python` in the board file") -> str:
     """``python`` if it can import ``litert_lm`` on the board (the agent's `python-has`, run by that Python), else
     one clear sentence."""
     res = agent_call.run(runner, base, "python-has", "--module", "litert_lm", timeout=120, python=python)
@@ -51,7 +52,8 @@ def board_python(runner: Runner, base: str, board_name: str, python: str,
 
 
 def python_of(board: Board) -> str:
-    return board.litert_python or "python3"
+    """The board's Python with LiteRT-LM: the board file's `litert.python`, else python3."""
+    return LitertBoardSettings.model_validate(board.section(SECTION)).python or "python3"
 
 
 def front_argv(python: str, rdir: str, bundle: str, host: str, port: int, cache_length: int,

@@ -24,6 +24,15 @@ class LitertSettings(PrintableModel):
     accelerator: Literal["cpu", "gpu"] = "cpu"  # LiteRT-LM's backend (gpu: its GPU delegate, where it has one)
 
 
+
+class LitertBoardSettings(PrintableModel):
+    """What LiteRT-LM needs of a board: the board file's ``boards.<name>.litert:`` section."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    python: str | None = None  # a Python on the board that imports litert_lm; None → python3
+
+
 def of(runtime: Runtime | Mapping[str, Any]) -> LitertSettings:
     """Its settings of a recipe's runtime or of a release.json's."""
     return read_section(LitertSettings, SECTION, runtime)

@@ -69,7 +69,7 @@ def resolve(runner: Runner, board_name: str, ref: str) -> str:
     """The digest-pinned reference of ``ref`` as the board holds it, or one clear sentence why not."""
     if not runner.run(["docker", "version", "--format", "{{.Server.Version}}"], check=False, timeout=60).ok:
         raise EdgekitError(f"Board {board_name!r} has no working docker, which runtime.vllm.runner container "
-                           "needs (install docker and the NVIDIA container runtime, or set vllm_python in the "
+                           "needs (install docker and the NVIDIA container runtime, or set vllm.python in the "
                            "board file).")
     res = runner.run(["docker", "image", "inspect", "--format", "{{json .RepoDigests}}", ref], check=False,
                      timeout=60)

@@ -5,7 +5,7 @@ convert/text_only.py) and models/drafter/ (the assistant, aligned to the target 
 asks), the agent, and the units that run `python -m vllm.entrypoints.openai.api_server` with
 `--speculative-config {"method": "mtp", "model": <drafter>, "num_speculative_tokens": N}`; vLLM's
 `gemma4_mtp` runs the assistants' ordered-embedding head, which llama.cpp drops. The board's vLLM
-is a Python that imports it: the board file's `vllm_python` (sim boards: the venv `.ci/install`
+is a Python that imports it: the board file's `vllm.python` (sim boards: the venv `.ci/install`
 makes), else `python3`; or, on a Jetson, NVIDIA's vLLM container pinned by digest
 (container.py). Acceptance comes from `/metrics` (`vllm:spec_decode_num_draft_tokens` and
 `_num_accepted_tokens`), read before and after the health completion.
@@ -32,7 +32,7 @@ from edgekit.engines.vllm.container import (
     version_in,
     wants_container,
 )
-from edgekit.engines.vllm.settings import SECTION, VllmSettings
+from edgekit.engines.vllm.settings import SECTION, VllmBoardSettings, VllmSettings
 from edgekit.engines.vllm.settings import of as own
 from edgekit.errors import EdgekitError
 from edgekit.release.auth import auth_fields
@@ -60,7 +60,7 @@ def board_vllm(runner: Runner, base: str, board_name: str, python: str) -> str:
     if not res.ok or not version:
         why = "" if res.ok else f" ({'no such program' if res.exit_code == 127 else agent_call.why(res)})"
         raise EdgekitError(f"Board {board_name!r} has no vLLM: {python} cannot import it{why}; install vLLM there "
-                           "(Jetson: NVIDIA's vLLM container or wheel) and name its Python as `vllm_python` in the "
+                           "(Jetson: NVIDIA's vLLM container or wheel) and name its Python as `vllm.python` in the "
                            "board file.")
     return str(version)
 
@@ -96,8 +96,8 @@ def server_argv(python: str, rdir: str, recipe: Recipe, port: int, has_drafter: 
 
 
 def board_python(board: Board) -> str:
-    """The board's Python with vLLM: the board file's `vllm_python`, else python3."""
-    return board.vllm_python or "python3"
+    """The board's Python with vLLM: the board file's `vllm.python`, else python3."""
+    return VllmBoardSettings.model_validate(board.section(SECTION)).python or "python3"
 
 
 def compose(ctx: ReleaseContext, python: str, version: str, models: dict[str, Path],
@@ -143,7 +143,11 @@ class Vllm(EngineBase):
     key_probe_path = "/v1/models"  # guarded (/v1), as a loopback server with a key is
     key_env = "VLLM_API_KEY"  # vllm/envs.py: its server takes the key from this variable (or --api-key, in ps)
     color = "#2ca02c"
-    settings_section, Settings = SECTION, VllmSettings
+    settings_section, Settings, BoardSettings = SECTION, VllmSettings, VllmBoardSettings
+    board_groups = (("docker", "for vLLM's container, {user} needs the docker group (sudo usermod -aG docker {user}); "
+                     "that group is root-equivalent (docker runs any container as root for its members): where that "
+                     "is too much, run Docker rootless for that user (dockerd-rootless-setuptool.sh install) or "
+                     "serve vLLM from the board's python (vllm.python in the board file) instead"),)
 
     def bench_configs(self, manifest: dict[str, Any], release_dir: str, board: Board, port: int,
                       parallel: int | None, slot_ctx: int | None, options: Mapping[str, Any]) -> list[ServerConfig]:
@@ -163,7 +167,7 @@ class Vllm(EngineBase):
 
         v = own(ctx.recipe.runtime)
         image = None
-        if wants_container(v.runner, bool(ctx.board.vllm_python), ctx.facts):
+        if wants_container(v.runner, bool(self.board_settings(ctx.board).python), ctx.facts):
             user = ctx.facts.service_user
             if user and "docker" not in ctx.facts.groups:  # the unit runs `docker run` as the login user
                 raise EdgekitError(f"Board {ctx.name!r}: vLLM's container would run as {user}, who is not in the "

@@ -31,9 +31,9 @@ class VllmSettings(PrintableModel):
     enforce_eager: bool = False  # no CUDA graphs / torch.compile: starts faster, decodes slower
     text_only: bool = True  # serve the text model alone (Gemma4ForCausalLM): no vision/audio processors
     extra_args: list[str] = Field(default_factory=list)
-    # Where vLLM runs: "python" (the board file's vllm_python, else python3), "container" (docker with the
+    # Where vLLM runs: "python" (the board file's vllm.python, else python3), "container" (docker with the
     # NVIDIA runtime, the image below or the board's JetPack line in config/jetpack.py, pinned to the digest
-    # the board holds), "auto": container on a board with a GPU driver and no vllm_python, else python.
+    # the board holds), "auto": container on a board with a GPU driver and no vllm.python, else python.
     runner: Literal["auto", "python", "container"] = "auto"
     image: str | None = None  # e.g. ghcr.io/nvidia-ai-iot/vllm:gemma4-jetson-orin, or repo@sha256:<digest>
 
@@ -43,6 +43,15 @@ class VllmSettings(PrintableModel):
         if v is not None and not re.fullmatch(r"[a-z0-9][a-z0-9._/:-]*(@sha256:[0-9a-f]{64})?", v):
             raise ValueError(f"{v!r} is not a container image reference (repo[:tag] or repo@sha256:<64 hex>)")
         return v
+
+
+
+class VllmBoardSettings(PrintableModel):
+    """What vLLM needs of a board: the board file's ``boards.<name>.vllm:`` section."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    python: str | None = None  # a Python on the board that imports vllm; None → python3
 
 
 def of(runtime: Runtime | Mapping[str, Any]) -> VllmSettings:
