@@ -49,7 +49,7 @@ def server_argv(runtime: dict[str, Any], port: int, parallel: int | None = None,
     batch = batch_size or own.batch_size
     return ["--model", MODEL, "--host", str(runtime.get("host") or "127.0.0.1"), "--port", str(port),
             "--ctx-size", str(ctx or runtime["ctx_size"]), "--parallel", str(parallel or runtime["parallel"]),
-            "--threads", str(own.threads), "--batch-size", str(batch), "--n-gpu-layers", "0", "--no-webui",
+            "--threads", str(own.threads), "--batch-size", str(batch), "--n-gpu-layers", "0", "--no-webui", "--metrics",
             *runtime.get("extra_args", [])]
 
 
@@ -75,7 +75,10 @@ def has_chat_template(gguf: Path) -> bool:
 
 class Plain(EngineBase):
     name = NAME
-    health_api = "llama"  # llama-server's /completion with `timings`
+    # its health dialect: the OpenAI API (/v1/completions, /v1/chat/completions), its drafts from the counters
+    # llama-server keeps in /metrics (tools/server/server-task.cpp at the pin), not llama.cpp's `timings`
+    health_api = "openai"
+    draft_counters = ("llamacpp:spec_decode_num_draft_tokens", "llamacpp:spec_decode_num_accepted_tokens")
     color = "#9467bd"
     settings_section, Settings = NAME, PlainSettings
     key_env = "LLAMA_API_KEY"
@@ -114,6 +117,7 @@ class Plain(EngineBase):
             "server_args": server_argv(rt, ports[0]), "port": ports[0], "candidate_port": ports[1],
             "drafter": False, "spec_type": "none", "gpu": "none", "media": [], "chat": has_chat_template(model),
             "build": {"key": built.artifact.key, "target": "host"}, "runtime": rt, **auth,
+            "draft_counters": list(self.draft_counters),
         }
 
         def render(rid: str) -> dict[str, str]:

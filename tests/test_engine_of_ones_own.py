@@ -1,8 +1,9 @@
 """A fourth engine is one module and one line. ``plain`` (tests/engine_for_tests.py: built on
 EngineBase from scratch, llama-server from the host build serving the tiny recipe's target alone, with argv and a
-release layout of its own), registered with ``EDGEKIT_ENGINES`` and nothing in edgekit edited, goes through
-deploy, status, a second deploy and rollback, `bench --engines` (alone, then side by side with llama.cpp) and a
-fleet rollout on a simulated board. A real model on a real server throughout."""
+release layout of its own, its own recipe section, bench option, health dialect and counters, and key variable),
+registered with ``EDGEKIT_ENGINES`` and nothing in edgekit edited (nor naming it), goes through deploy, status, a
+second deploy and rollback, `bench --engines` (alone, then side by side with llama.cpp), a fleet rollout and a key
+rotation on a simulated board. A real model on a real server throughout."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import json
 import os
 import re
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -53,6 +55,9 @@ def env(sim_session) -> dict[str, str]:
 
 def test_an_engine_of_ones_own_deploys_rolls_back_benches_and_rolls_out(sim_session, env, tmp_path: Path,
                                                                          monkeypatch) -> None:
+    from engine_for_tests import Plain
+
+    from edgekit.agent.health import read_counters
     from edgekit.deploy.health import check
     from edgekit.release.manifest import ReleaseManifest
     from edgekit.release.units import render_unit
@@ -83,6 +88,10 @@ def test_an_engine_of_ones_own_deploys_rolls_back_benches_and_rolls_out(sim_sess
     # ports are this machine's).
     own = check(LocalRunner(board.name), str(board.base), ReleaseManifest.of(manifest).serve, timeout=60, n_predict=8)
     assert own.ok and own.tokens > 0 and own.text and own.method == "chat completion", own
+    # Its dialect is the OpenAI API's, its drafts the counters it names: llama-server keeps them in /metrics.
+    assert manifest["draft_counters"] == list(Plain.draft_counters)
+    with urllib.request.urlopen(f"http://127.0.0.1:{manifest['port']}/metrics", timeout=30) as resp:
+        assert set(read_counters(resp.read().decode(), manifest["draft_counters"])) == {"draft", "accepted"}
 
     st = ok_json(edgekit("--json", "status", "--board", board.name, env=env))
     assert st["engine"] == "plain" and st["current"] == st["serving"] == first and st["service_active"]
@@ -175,7 +184,6 @@ def test_its_key_reaches_its_server_through_the_variable_it_names(sim_session, e
     unit's environment file, and no argument names the key or a key file; the health check, the server's refusal
     without the key and a rotation all go through it."""
     import urllib.error
-    import urllib.request
 
     from edgekit.release.units import render_unit
 

@@ -15,11 +15,11 @@ import pytest
 import yaml
 from cli_helpers import edgekit, ok_json
 
-from edgekit.agent.health import SPEC_COUNTER
+from edgekit.agent.health import read_counters
 from edgekit.bench import results
 from edgekit.config.boardfile import Boards
 from edgekit.convert.text_only import text_only
-from edgekit.engines.vllm.engine import server_argv
+from edgekit.engines.vllm.engine import Vllm, server_argv
 from edgekit.models.safetensors import SafetensorsFile
 from edgekit.store import Store
 
@@ -144,14 +144,14 @@ def test_vllm_argv_and_metrics_parsing() -> None:
     text = ('vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 12.0\n'
             'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 7.0\n'
             "vllm:spec_decode_num_drafts_total 4.0\n")
-    assert dict(SPEC_COUNTER.findall(text)) == {"draft": "12.0", "accepted": "7.0"}
+    assert read_counters(text, Vllm.draft_counters) == {"draft": 12.0, "accepted": 7.0}
 
 
 # ------------------------------------------------------------------ vLLM in a container (Jetson)
 
 def test_container_image_table_digest_pin_and_docker_argv() -> None:
-    from edgekit.config.recipes import VllmSettings
     from edgekit.engines.vllm.container import default_image, docker_prefix, pinned, wants_container
+    from edgekit.engines.vllm.settings import VllmSettings
     from edgekit.errors import EdgekitError
 
     assert default_image("orin-agx-64gb", "6.2") == "ghcr.io/nvidia-ai-iot/vllm:gemma4-jetson-orin"

@@ -1,14 +1,15 @@
 """`health`: is a release's server healthy? edgekit's one health check, run on the board.
 
     health --port P [--drafter] [--timeout S] [--n-predict N] [--prompt TEXT] [--unit UNIT]
-           [--api llama|openai] [--model NAME] [--gpu none|required|optional] [--log FILE]
-           [--chat] [--media image,audio]
+           [--api llama|openai] [--model NAME] [--draft-counters D,A] [--gpu none|required|optional]
+           [--log FILE] [--chat] [--media image,audio]
 
 GET /health until it answers 200 (failing fast once ``--unit`` is no longer active), then one greedy
 completion in the server's dialect must show tokens, and drafts with ``--drafter``:
 ``--api llama`` (llama-server, and LiteRT-LM behind the agent's front) reads ``/completion``'s `timings`;
-``--api openai`` (vLLM) asks ``/v1/completions`` for ``--model`` and reads the draft counters of
-``/metrics`` before and after. ``--chat``: the prompt goes through the model's chat template
+``--api openai`` (vLLM's dialect) asks ``/v1/completions`` for ``--model`` and reads the draft counters its
+engine names (``--draft-counters DRAFTED,ACCEPTED``: the release's ``draft_counters``) from ``/metrics`` before and
+after. ``--chat``: the prompt goes through the model's chat template
 (``/v1/chat/completions``). ``--gpu required|optional``: the server log ``--log`` must show ggml-cuda
 finding a device (required: else the check fails; optional: the fallback is reported). ``--media``: an
 image (a 64×64 gradient PNG) and a second of audio (a 440 Hz tone, 16 kHz WAV) are each sent as OpenAI
@@ -30,13 +31,10 @@ import re
 import socket
 import subprocess
 import time
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Sequence, Tuple
 
 HEALTH_PROMPT = "The three primary colours are"
 MEDIA_PROMPT = {"image": "What is in this picture?", "audio": "What do you hear?"}
-# vLLM's draft counters in /metrics (also read by the agent's load).
-SPEC_COUNTER = re.compile(r"^vllm:spec_decode_num_(draft|accepted)_tokens(?:_total)?(?:\{[^}]*\})?\s+(\S+)$",
-                          re.MULTILINE)
 # ggml-cuda's first words at start-up (the last start's line wins: the log is appended to).
 CUDA_INIT = re.compile(r"ggml_cuda_init: (found (\d+) CUDA devices?|failed to initialize CUDA: [^\n]*)")
 
@@ -229,12 +227,25 @@ def server_of(args: argparse.Namespace) -> Server:
     return Server(args.port, args.api_key_file)
 
 
-def spec_counters(server: Server) -> dict[str, float]:
-    status, body = server.request("GET", "/metrics", None, 30)
+def read_counters(text: str, names: Sequence[str]) -> dict[str, float]:
+    """``{"draft": …, "accepted": …}`` from a Prometheus text of /metrics: the counters ``names`` (drafted,
+    accepted: the engine names them), each summed over its labels, with or without the ``_total`` suffix."""
+    if len(names) != 2:
+        return {}
+    alternatives = "|".join(re.escape(n) for n in names)
+    pattern = re.compile("^(" + alternatives + r")(?:_total)?(?:\{[^}]*\})?\s+(\S+)$", re.MULTILINE)
     out: dict[str, float] = {}
-    for kind, value in SPEC_COUNTER.findall(body.decode("utf-8", "replace") if status == 200 else ""):
+    for name, value in pattern.findall(text):
+        kind = "draft" if name == names[0] else "accepted"
         out[kind] = out.get(kind, 0.0) + float(value)
     return out
+
+
+def spec_counters(server: Server, names: Sequence[str]) -> dict[str, float]:
+    if len(names) != 2:
+        return {}  # the engine names no counters: its drafts are not counted
+    status, body = server.request("GET", "/metrics", None, 30)
+    return read_counters(body.decode("utf-8", "replace") if status == 200 else "", names)
 
 
 Outcome = Tuple[int, bytes, Dict[str, Any]]  # HTTP status, body, the Health's measured fields
@@ -257,12 +268,13 @@ def openai_completion(server: Server, args: argparse.Namespace) -> Outcome:
     """vLLM's /v1/completions (``--chat``: /v1/chat/completions); tok/s over the whole request (vLLM reports no
     decode timing per request) and drafts from /metrics read just before and after."""
     path, payload = openai_request(args.model, args.prompt, args.n_predict, args.chat)
-    before, t0 = spec_counters(server), time.monotonic()
+    counters = getattr(args, "draft_counters", None) or []
+    before, t0 = spec_counters(server, counters), time.monotonic()
     status, data, body = server.json("POST", path, payload, args.timeout)
     seconds = time.monotonic() - t0
     if status != 200:
         return status, body, {}
-    after = spec_counters(server)
+    after = spec_counters(server, counters)
     tokens = int((data.get("usage") or {}).get("completion_tokens") or 0)
     drafted = int(after.get("draft", 0) - before.get("draft", 0))
     return status, body, {"tokens": tokens, "tokens_per_second": round(tokens / seconds, 2) if seconds else None,
@@ -395,10 +407,11 @@ def _check(args: argparse.Namespace) -> dict[str, Any]:
     return dict(out, ok=True, reason="healthy")
 
 
-def command_args(port: int, *, unit: str, log: str, **check: Any) -> list[str]:
-    """This program's arguments for one check: what edgekit's host side and the fleet's roles both send."""
+def command_args(port: int, *, unit: str, log: str, draft_counters: Sequence[str] = (), **check: Any) -> list[str]:
+    """This program's arguments for one check: what edgekit's host side and the fleet's roles both send.
+    ``draft_counters`` goes to this verb alone: a release's activation program reads its release's own."""
     argv = ["--port", str(port)]
-    for flag, value in (("--unit", unit), ("--log", log)):
+    for flag, value in (("--unit", unit), ("--log", log), ("--draft-counters", ",".join(draft_counters))):
         if value:
             argv += [flag, value]
     return argv + check_options(**check)
@@ -435,6 +448,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--unit", default="", help="the systemd unit serving it: fail fast once it stops")
     p.add_argument("--log", default="", help="the server's log (for --gpu)")
+    p.add_argument("--draft-counters", type=lambda s: [n for n in s.split(",") if n], default=[],
+                   help="--api openai: the /metrics counters of drafted and accepted tokens, comma-separated")
     add_check_arguments(p)
 
 

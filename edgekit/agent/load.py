@@ -1,12 +1,13 @@
 """`load`: a closed-loop load against llama-server (or vLLM's OpenAI server), run on the board itself.
 
     load --port P --prompts FILE --concurrency C --requests N --n-gen G [--context-length L]
-         [--warmup K] [--offset O] [--ignore-eos] [--raw] [--out FILE] [--api openai --model NAME]
+         [--warmup K] [--offset O] [--ignore-eos] [--raw] [--out FILE]
+         [--api openai --model NAME [--draft-counters DRAFTED,ACCEPTED]]
 
 ``--api openai`` speaks vLLM's dialect: ``/tokenize``, ``/detokenize``, the chat template through
-``/tokenize`` with messages, streaming ``/v1/completions`` with the usage chunk; vLLM reports no
-draft counts per request, so the run's come from ``/metrics`` (``vllm:spec_decode_num_draft_tokens``,
-``_num_accepted_tokens``) read just before and just after the measured requests.
+``/tokenize`` with messages, streaming ``/v1/completions`` with the usage chunk; such a server reports no
+draft counts per request, so the run's come from the ``/metrics`` counters its engine names
+(``--draft-counters``, the release's ``draft_counters``) read just before and just after the measured requests.
 
 C worker threads send N streaming ``/completion`` requests (``"stream": true``) from the prompt
 set, category after category, so every run covers every category. Per request: TTFT (first
@@ -35,9 +36,9 @@ import signal
 import socket
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-from .health import SPEC_COUNTER, read_key
+from .health import read_counters, read_key
 
 _FINAL = re.compile(rb'"stop":\s*true|"error"')  # the last chunk (or an error): only these are parsed
 
@@ -106,9 +107,10 @@ class OpenAIServer(Server):
 
     api = "openai"
 
-    def __init__(self, host: str, port: int, timeout: float, model: str, key_file: str = "") -> None:
+    def __init__(self, host: str, port: int, timeout: float, model: str, key_file: str = "",
+                 counters: Sequence[str] = ()) -> None:
         super().__init__(host, port, timeout, key_file)
-        self.model = model
+        self.model, self.counters = model, counters
 
     def tokenize(self, text: str, special: bool) -> list[int]:
         status, data = self.call("POST", "/tokenize", {"model": self.model, "prompt": text,
@@ -147,10 +149,8 @@ class OpenAIServer(Server):
             raise LoadError(f"vLLM on port {self.port} does not answer /metrics ({exc})") from None
         finally:
             conn.close()
-        out = {"draft_n": 0, "draft_n_accepted": 0}
-        for name, value in SPEC_COUNTER.findall(text):
-            out["draft_n" if name == "draft" else "draft_n_accepted"] += int(float(value))
-        return out
+        got = read_counters(text, self.counters)
+        return {"draft_n": int(got.get("draft", 0)), "draft_n_accepted": int(got.get("accepted", 0))}
 
 
 
@@ -379,7 +379,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     if args.api == "openai" and not args.model:
         raise LoadError("--api openai needs --model (the name the server serves the model under)")
     try:
-        server = (OpenAIServer(args.host, args.port, args.timeout, args.model, args.api_key_file)
+        server = (OpenAIServer(args.host, args.port, args.timeout, args.model, args.api_key_file, args.draft_counters)
                   if args.api == "openai" else Server(args.host, args.port, args.timeout, args.api_key_file))
     except OSError as exc:
         raise LoadError(f"cannot read the API key file {args.api_key_file}: {exc.strerror}") from None
@@ -463,5 +463,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--api", choices=("llama", "openai"), default="llama",
                    help="the server's dialect: llama-server's, or vLLM's OpenAI API")
     p.add_argument("--model", default=None, help="--api openai: the served model name")
+    p.add_argument("--draft-counters", type=lambda s: [n for n in s.split(",") if n], default=[],
+                   help="--api openai: the /metrics counters of drafted and accepted tokens, comma-separated")
     p.add_argument("--api-key-file", default="", help="the file holding the server's API key (runtime.auth: key)")
     p.set_defaults(fn=cmd_load)

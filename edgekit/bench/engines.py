@@ -28,6 +28,7 @@ def configs(rel: BoardRelease, board: Board, port: int, parallel: int | None, sl
     for c in out:
         c.env = {**c.env, **served.server_env}  # the server measured as it is served (a recipe's runtime.env)
         c.key_file, c.env_file = served.api_key_file or "", served.api_env_file or ""  # and with its key
+        c.draft_counters = list(served.draft_counters or get_engine(rel.engine).draft_counters or ())
         c.release_dir = rel.dir
         c.settings["engine"] = rel.engine
         c.media = list(rel.manifest.get("media") or [])  # the release serves an mmproj (llama.cpp)

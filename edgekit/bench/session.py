@@ -400,7 +400,7 @@ class Session:
         out_file = f"{self.work}/{name}.json"
         argv = workloads.load_argv(PYTHON, self.agent, self.bench_port, self.prompts, point, n_requests, n_gen,
                                    warmup, rep, ignore_eos, out_file, label, cfg.api, cfg.model,
-                                   self.opts.raw_prompts, cfg.key_file)
+                                   self.opts.raw_prompts, cfg.key_file, cfg.draft_counters)
         job = self._job(name, argv, "the load")
         rc = job.wait(self.opts.run_timeout_s, collect=out_file)
         raw = job.collected.strip()

@@ -34,12 +34,15 @@ def requests_per_run(concurrency: int, categories: int, rounds: int = 1) -> int:
 
 def load_argv(python: str, agent: str, port: int, prompts: str, point: Point, requests: int, n_gen: int,
               warmup: int, offset: int, ignore_eos: bool, out: str, label: str, api: str = "llama",
-              model: str = "", raw: bool = False, key_file: str = "") -> list[str]:
+              model: str = "", raw: bool = False, key_file: str = "", draft_counters: Sequence[str] = ()
+              ) -> list[str]:
     argv = [python, agent, "load", "--port", str(port), "--prompts", prompts, "--concurrency",
             str(point.concurrency), "--requests", str(requests), "--n-gen", str(n_gen), "--warmup", str(warmup),
             "--offset", str(offset), "--out", out, "--label", label]
     if api != "llama":
         argv += ["--api", api, "--model", model]
+    if draft_counters:
+        argv += ["--draft-counters", ",".join(draft_counters)]
     if point.context_length:
         argv += ["--context-length", str(point.context_length)]
     if ignore_eos:

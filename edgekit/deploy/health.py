@@ -48,6 +48,14 @@ def check_settings(spec: ServeSpec, timeout: float, n_predict: int = 24) -> dict
             "media": list(spec.media), "key_file": spec.key_file}
 
 
+def draft_counters(spec: ServeSpec) -> tuple[str, ...]:
+    """The /metrics counters of the release's drafts: as it records them, else as its engine names them (a release
+    made before engines named theirs)."""
+    from edgekit.engines import get_engine
+
+    return spec.draft_counters or tuple(get_engine(spec.engine).draft_counters or ())
+
+
 def check(runner: SshRunner | LocalRunner, base: str, spec: ServeSpec, timeout: float = 120.0, unit: str = "",
           n_predict: int = 24, log_file: str = "") -> Health:
     """edgekit's health check, the agent's `health` verb on the board whose base is ``base`` (absolute;
@@ -55,7 +63,8 @@ def check(runner: SshRunner | LocalRunner, base: str, spec: ServeSpec, timeout: 
     completion through ``spec.engine``'s API shows tokens (and drafts, when ``spec.drafter``), a CUDA build's
     server log (``log_file``) shows whether it used the GPU, as ``spec.gpu`` demands, and a release with an
     mmproj answers each of ``spec.media`` too. ``unit``: the unit serving it, so a server that died fails fast."""
-    args = board_health.command_args(spec.port, unit=unit, log=log_file, **check_settings(spec, timeout, n_predict))
+    args = board_health.command_args(spec.port, unit=unit, log=log_file, draft_counters=draft_counters(spec),
+                                     **check_settings(spec, timeout, n_predict))
     # Its own timeouts end it; this one only guards against a board that stops answering altogether.
     res = agent_call.run(runner, base, "health", *args, timeout=timeout * (2 + len(spec.media)) + 60)
     got = agent_call.answer(res)

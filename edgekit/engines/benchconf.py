@@ -30,6 +30,7 @@ class ServerConfig:
     media: list[str] = field(default_factory=list)  # kinds its mmproj takes ("image", "audio"): probed too
     key_file: str = ""  # runtime.auth: key — the board's key file, which the load reads (the server's own args
     env_file: str = ""  # name it, or its unit reads the environment file of it: vLLM)
+    draft_counters: list[str] = field(default_factory=list)  # api openai: the /metrics counters the load reads
 
     def to_json(self) -> dict[str, Any]:
         exe = {"server_command": self.exe} if self.exe else {}

@@ -74,6 +74,9 @@ class EngineBase:
     name: ClassVar[str]
     # the HTTP dialect its server's health completion speaks: "llama" | "openai" (see base.Engine)
     health_api: ClassVar[str]
+    # dialect "openai": the /metrics counters of drafted and accepted tokens its server keeps (its completions
+    # carry no draft counts); its releases record them (release.json's draft_counters) for the board's checks
+    draft_counters: ClassVar[tuple[str, str] | None] = None
     color: ClassVar[str] = "#7f7f7f"  # its line in the bench's plots when several engines are measured
     # the p-min values `tune` sweeps when none are given (None: the server's own default); one None: it has none
     tune_p_mins: ClassVar[tuple[float | None, ...]] = (None,)

@@ -37,6 +37,7 @@ class Serve:
     chat: bool = False
     media: str = ""  # "image,audio": what its mmproj takes
     key_file: str = ""  # the board's API key file (runtime.auth: key): the check sends the key
+    draft_counters: str = ""  # "drafted,accepted": the /metrics counters its engine names (dialect openai)
 
     @classmethod
     def of_manifest(cls, m: Mapping[str, Any]) -> Serve:
@@ -45,12 +46,14 @@ class Serve:
         # manifest's lists are lazy there. The defaults are ReleaseManifest's (tests/test_release_manifest.py).
         return cls(int(m.get("port") or 8080), bool(m.get("drafter")), str(m.get("engine") or "llama.cpp"),
                    str(m.get("recipe") or ""), str(m.get("gpu") or "none"), bool(m.get("chat")),
-                   ",".join(str(x) for x in m.get("media") or []), str(m.get("api_key_file") or ""))
+                   ",".join(str(x) for x in m.get("media") or []), str(m.get("api_key_file") or ""),
+                   ",".join(str(x) for x in m.get("draft_counters") or []))
 
     @classmethod
     def of_plan(cls, plan: Mapping[str, Any], port: int) -> Serve:
         return cls(int(port), bool(plan["drafter"]), str(plan["engine"]), str(plan["model"]), str(plan["gpu"]),
-                   bool(plan["chat"]), str(plan["media"]), str(plan.get("key_file") or ""))
+                   bool(plan["chat"]), str(plan["media"]), str(plan.get("key_file") or ""),
+                   str(plan.get("draft_counters") or ""))
 
 
 class Board:
@@ -91,7 +94,9 @@ class Board:
         """edgekit's health check (edgekit/agent/health.py, as deploy runs it): prints the Health as JSON, exits 0.
         In the dialect of the release's engine, with its GPU policy read from the unit's own log; through its chat
         template and with an image and a second of audio where it serves an mmproj."""
-        args = command_args(serve.port, unit=unit, log=self.log(unit), **self._check_settings(serve))
+        counters = serve.draft_counters or self.health_settings.get("counters", {}).get(serve.engine, "")
+        args = command_args(serve.port, unit=unit, log=self.log(unit), draft_counters=counters.split(",") if counters
+                            else (), **self._check_settings(serve))
         return q([*self.agent, "health", *args])
 
     def check_current(self, serve: Serve) -> str:

@@ -46,6 +46,7 @@ class BoardPlan:
             "keep": self.keep, "files": files, "blobs": [b.sha256 for b in self.plan.blobs],
             "engine": m.engine, "model": m.recipe, "gpu": m.gpu, "chat": m.chat, "media": ",".join(m.media),
             "key_file": m.api_key_file or "",  # a path on the board; the key itself is placed before the playbook
+            "draft_counters": ",".join(m.draft_counters),
         }
 
 
@@ -83,7 +84,9 @@ def fleet_vars(health_timeout: float) -> dict[str, Any]:
         "units": {"main": UNIT_NAME, "candidate": CANDIDATE_UNIT, "watchdog": WATCHDOG_UNIT,
                   "legacy": list(LEGACY_UNITS), "stale": list(LEGACY_CANDIDATE_UNITS)},
         "health": {"timeout": health_timeout, "n_predict": HEALTH_N_PREDICT, "prompt": HEALTH_PROMPT,
-                   "apis": {name: get_engine(name).health_api for name in ENGINES}},
+                   "apis": {name: get_engine(name).health_api for name in ENGINES},
+                   # each engine's draft counters (a release made before it recorded its own)
+                   "counters": {name: ",".join(get_engine(name).draft_counters or ()) for name in ENGINES}},
     }
 
 

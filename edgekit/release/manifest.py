@@ -37,6 +37,7 @@ class ServeSpec(BaseModel):
     media: tuple[str, ...] = ()
     chat: bool = False
     key_file: str = ""  # the board's API key file, when the server asks for a key (runtime.auth: key)
+    draft_counters: tuple[str, ...] = ()  # the /metrics counters its engine names (dialect openai)
 
     def on_port(self, port: int) -> ServeSpec:
         return self.model_copy(update={"port": port})
@@ -61,6 +62,8 @@ class ReleaseManifest(BaseModel):
     # runtime.auth: key — where the board keeps the key and vLLM's environment file of it (paths, never the key)
     api_key_file: str | None = None
     api_env_file: str | None = None
+    # dialect openai: the /metrics counters of drafted and accepted tokens (older releases: their engine's)
+    draft_counters: list[str] = Field(default_factory=list)
 
     @property
     def served_host(self) -> str | None:
@@ -93,4 +96,5 @@ class ReleaseManifest(BaseModel):
     @property
     def serve(self) -> ServeSpec:
         return ServeSpec(port=self.port, drafter=self.drafter, engine=self.engine, model=self.recipe, gpu=self.gpu,
-                         media=tuple(self.media), chat=self.chat, key_file=self.api_key_file or "")
+                         media=tuple(self.media), chat=self.chat, key_file=self.api_key_file or "",
+                         draft_counters=tuple(self.draft_counters))

@@ -121,6 +121,7 @@ def compose(ctx: ReleaseContext, python: str, version: str, models: dict[str, Pa
         "drafter": has_drafter, "spec_type": "mtp" if has_drafter else "none",
         "chat": chat,  # the target has a chat template: health goes through /v1/chat/completions
         "runtime": recipe.runtime.model_dump(mode="json"), "guards": [], "gpu": "none",
+        "draft_counters": list(Vllm.draft_counters or ()),
         "container": {"image": image} if image else None, **auth, **run_as_fields(ctx.facts.service_user),
     }
 
@@ -137,6 +138,7 @@ def compose(ctx: ReleaseContext, python: str, version: str, models: dict[str, Pa
 class Vllm(EngineBase):
     name = "vllm"
     health_api = "openai"  # /v1/completions; drafts from /metrics
+    draft_counters = ("vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens")
     # VLLM_API_KEY guards /v1, /v2, /inference and /cohere only: /invocations (SageMaker's, which generates),
     # /tokenize, /detokenize and /metrics stay open (vllm/entrypoints/serve/middleware/authenticate.py).
     open_without_key = None
