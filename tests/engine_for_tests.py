@@ -12,10 +12,12 @@ what this module declares. Simulated (x86_64) boards only.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,8 +29,13 @@ from edgekit.engines.capabilities import EngineOption
 from edgekit.errors import EdgekitError
 from edgekit.release.auth import auth_fields
 from edgekit.release.plan import agent_files, plan_release, service_ports, service_units
+from edgekit.store import Store
+
+if TYPE_CHECKING:
+    from edgekit.prepare.pipeline import ConvertJob
 
 NAME = "plain"
+FORMAT = "plain-q8"  # its own artifact format: the target's GGUF at Q8_0, made by its own converter step
 MODEL = "models/model.gguf"
 SERVER = "bin/llama-server"
 
@@ -53,18 +60,40 @@ def server_argv(runtime: dict[str, Any], port: int, parallel: int | None = None,
             *runtime.get("extra_args", [])]
 
 
+def requantized(job: ConvertJob) -> None:
+    """Its own format, ``plain-q8``: the target's GGUF (made by the built-in step before this one) requantized to
+    Q8_0 by the host build's llama-quantize, kept in the store by what it was made from."""
+    from edgekit.build import host_build_for_tests
+
+    target = next((m for m in job.result.models if m.role == "target"), None)
+    if target is None:
+        raise EdgekitError(f"Engine {NAME} needs a target it can convert to GGUF; recipe {job.recipe.name} has none.")
+    built = host_build_for_tests()
+    key = Store.key({"format": FORMAT, "source": target.artifact.key, "llama": built.artifact.key})
+    art = None if job.force else job.store.get(FORMAT, key)
+    cached = art is not None
+    if art is None:
+        job.say(f"target: llama-quantize → {FORMAT}")
+        work = job.store.staging_dir()
+        subprocess.run([str(built.bin_dir / "llama-quantize"), "--allow-requantize", str(target.file),
+                        str(work / "model.gguf"), "Q8_0"], check=True, capture_output=True, timeout=600,
+                       env={**os.environ, "LD_LIBRARY_PATH": str(built.bin_dir)})
+        art = job.store.put(FORMAT, key, work, {"source": target.artifact.key, "type": "Q8_0"})
+    path = art.file("model.gguf")
+    job.result.formats.setdefault(FORMAT, []).append(
+        {"role": "target", "file": str(path), "key": key, "cached": cached, "size": path.stat().st_size})
+
+
 def target_gguf(recipe: Recipe, src: str | None, say: Any) -> Path:
-    """The recipe's target as GGUF, from the store (converted once, by whichever deploy came first)."""
+    """The recipe's target in its own format, from the store (made once, by whichever deploy came first)."""
     if recipe.drafter is not None or recipe.runtime.spec_type != "none":
         raise EdgekitError(f"Engine {NAME} serves the target alone; recipe {recipe.name} asks for speculative "
                            "decoding.")
     from edgekit.prepare.pipeline import convert_recipe
 
-    result = convert_recipe(recipe, src=src, say=lambda m: say(f"convert: {m}"))
-    found = [m.file for m in result.models if m.role == "target"]
-    if not found:
-        raise EdgekitError(f"Engine {NAME} needs a target it can convert to GGUF; recipe {recipe.name} has none.")
-    return Path(found[0])
+    result = convert_recipe(recipe, src=src, say=lambda m: say(f"convert: {m}"), formats=Plain.model_formats,
+                            converters=Plain.converters)
+    return Path(result.formats[FORMAT][0]["file"])
 
 
 def has_chat_template(gguf: Path) -> bool:
@@ -81,6 +110,8 @@ class Plain(EngineBase):
     draft_counters = ("llamacpp:spec_decode_num_draft_tokens", "llamacpp:spec_decode_num_accepted_tokens")
     color = "#9467bd"
     settings_section, Settings = NAME, PlainSettings
+    model_formats = ("gguf", FORMAT)  # the built-in GGUF step first: its own step requantizes that GGUF
+    converters: ClassVar[dict[str, Any]] = {FORMAT: requantized}
     key_env = "LLAMA_API_KEY"
     open_without_key = ("/models", "/v1/models")  # llama-server's public endpoints
     bench_options = (EngineOption("batch_size", "--plain-batch-size", "The bench's servers with this --batch-size "

@@ -56,8 +56,10 @@ def env(sim_session) -> dict[str, str]:
 def test_an_engine_of_ones_own_deploys_rolls_back_benches_and_rolls_out(sim_session, env, tmp_path: Path,
                                                                          monkeypatch) -> None:
     from engine_for_tests import Plain
+    from gguf import LlamaFileType
 
     from edgekit.agent.health import read_counters
+    from edgekit.convert.gguf_io import GGUFFile
     from edgekit.deploy.health import check
     from edgekit.release.manifest import ReleaseManifest
     from edgekit.release.units import render_unit
@@ -79,6 +81,14 @@ def test_an_engine_of_ones_own_deploys_rolls_back_benches_and_rolls_out(sim_sess
     assert not any(a.startswith("--spec") for a in manifest["server_args"])
     assert (rdir / "bin" / "llama-server").is_file() and (rdir / "lib" / "libllama-server-impl.so").is_file()
     assert (rdir / "models" / "model.gguf").stat().st_size > 0 and not (rdir / "models" / "drafter.gguf").exists()
+    # its model is its own format, made by its own converter step: the target's GGUF requantized to Q8_0
+    assert GGUFFile(rdir / "models" / "model.gguf").get("general.file_type") == LlamaFileType.MOSTLY_Q8_0
+    made = ok_json(edgekit("--json", "convert", "--recipe", recipe(tmp_path), env=env))
+    (own_format,) = made["formats"]["plain-q8"]
+    served = (rdir / "models" / "model.gguf").read_bytes()
+    assert own_format["cached"] and Path(own_format["file"]).read_bytes() == served
+    target_f32 = next(m for m in made["models"] if m["role"] == "target")
+    assert target_f32["quant"] == "F32" and own_format["size"] < target_f32["size"] / 3
     assert not (rdir / "lib" / "libllama-bench-impl.so").exists()
     unit = render_unit(json.loads((rdir / "units.json").read_text())["edgekit-serve.service"]).splitlines()
     exec_start = next(x for x in unit if x.startswith("ExecStart="))

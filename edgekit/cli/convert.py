@@ -22,12 +22,17 @@ _SRC_HELP = "llama.cpp tree or tarball for the converter (default: the pinned ll
 @json_option
 @click.pass_obj
 def convert(app: App, recipe: str, src: str | None, llama_bin: str | None, force: bool) -> None:
-    """Convert a recipe's target and drafter to GGUF (validated first; unchanged inputs are skipped)."""
+    """Convert a recipe's target and drafter to GGUF (validated first; unchanged inputs are skipped), and to every
+    other format its convert section lists or its engine serves (LiteRT-LM's .litertlm, an engine's own)."""
+    from edgekit.engines import get_engine
     from edgekit.engines.recipe_check import load_recipe
-    from edgekit.prepare.pipeline import convert_recipe
+    from edgekit.prepare.pipeline import convert_recipe, recipe_formats
 
     r = load_recipe(recipe)
-    result = convert_recipe(r, src=src, bin_dir=llama_bin, force=force, say=app.info)
+    engine = get_engine(r.runtime.engine)
+    formats = [*recipe_formats(r), *(f for f in engine.model_formats if f in engine.converters)]
+    result = convert_recipe(r, src=src, bin_dir=llama_bin, force=force, say=app.info, formats=formats,
+                            converters=engine.converters)
     data = result.to_dict()
 
     def human() -> None:
@@ -42,6 +47,10 @@ def convert(app: App, recipe: str, src: str | None, llama_bin: str | None, force
             table.add_row(m["role"], m["quant"], m["arch"], str(m["tensors"]), _mb(m["size"]), status, m["file"])
         for lt in data["litert"]:
             table.add_row(lt["role"], "litertlm", "", "", "", "cached" if lt["cached"] else "exported", lt["file"])
+        for fmt, entries in (data.get("formats") or {}).items():
+            for e in entries:
+                table.add_row(e.get("role", ""), fmt, "", "", _mb(e.get("size")), "cached" if e.get("cached")
+                              else "made", e.get("file", ""))
         app.out.print(table)
         for m in data["models"]:
             if (m.get("head") or {}).get("note"):

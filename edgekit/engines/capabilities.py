@@ -97,8 +97,11 @@ class EngineBase:
     # the environment variable its server reads the key from (its unit's environment file, <base>/keys/<NAME>.env,
     # release/auth.py); None: it is given the key file's path (<base>/keys/api.key)
     key_env: ClassVar[str | None] = None
-    # what it makes of the recipe's models on the host (prepare.pipeline.FORMATS; none: the checkpoints as they are)
+    # what it makes of the recipe's models on the host (none: the checkpoints as they are): the built-in formats
+    # (prepare.pipeline.FORMATS) and its own, each made by its converter step (format → prepare.pipeline.Converter),
+    # in this order, so a step of its own can take what a built-in one made
     model_formats: ClassVar[tuple[str, ...]] = ()
+    converters: ClassVar[Mapping[str, Callable[..., None]]] = {}
     # its own section of a recipe's runtime (``runtime.<settings_section>:``) and the model that validates it
     # (edgekit.engines.recipe_check); None: it has no settings of its own
     settings_section: ClassVar[str | None] = None

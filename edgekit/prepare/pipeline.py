@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,10 +34,30 @@ class ConvertResult:
     models: list[Converted] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)
     litert: list[dict[str, Any]] = field(default_factory=list)
+    # what an engine's own converter made (EngineBase.converters): format → its entries (role, file, key …)
+    formats: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"recipe": self.recipe, "models": [m.to_dict() for m in self.models], "skipped": self.skipped,
-                "litert": self.litert}
+                "litert": self.litert, **({"formats": self.formats} if self.formats else {})}
+
+
+@dataclass
+class ConvertJob:
+    """What a converter step gets: the recipe's models, resolved and validated (``ready``), where to put what it
+    makes (``store``), and the result it adds to (which holds what the steps before it made)."""
+
+    recipe: Recipe
+    ready: list[tuple[ModelInput, ModelInfo, ModelSource]]
+    store: Store
+    result: ConvertResult
+    force: bool = False
+    say: Callable[[str], None] = lambda _m: None
+    src: str | None = None  # llama.cpp's source (the GGUF converter)
+    bin_dir: str | None = None  # llama.cpp's tools
+
+
+Converter = Callable[[ConvertJob], None]
 
 
 def _sources(recipe: Recipe) -> list[tuple[str, ModelSource]]:
@@ -77,9 +97,6 @@ def prepare_inputs(recipe: Recipe, say: Callable[[str], None] = lambda _m: None,
     return ready, skipped
 
 
-FORMATS = ("gguf", "litertlm")  # the GGUFs (with the mmproj) for llama.cpp; the .litertlm bundle for LiteRT-LM
-
-
 def recipe_formats(recipe: Recipe) -> tuple[str, ...]:
     """The formats the recipe's ``convert`` section lists: what ``edgekit convert`` makes."""
     return tuple(f for f, on in zip(FORMATS, (recipe.convert.gguf, recipe.convert.litert), strict=True) if on)
@@ -88,23 +105,32 @@ def recipe_formats(recipe: Recipe) -> tuple[str, ...]:
 def convert_recipe(recipe: Recipe, store: Store | None = None, src: str | None = None,
                    bin_dir: str | None = None, force: bool = False,
                    say: Callable[[str], None] = lambda _m: None,
-                   formats: Collection[str] | None = None) -> ConvertResult:
-    """The recipe's models in ``formats`` (some of ``FORMATS``), or, by default, every format its ``convert``
-    section lists. An engine asks for what it serves (llama.cpp the GGUFs, LiteRT-LM the bundle), whatever
-    else the recipe lists; the recipe's flags do not veto a format asked for by name."""
-    wanted = recipe_formats(recipe) if formats is None else tuple(formats)
-    if unknown := sorted(set(wanted) - set(FORMATS)):
-        raise ValueError(f"Unknown conversion format(s) {unknown}; known: {list(FORMATS)}.")
+                   formats: Collection[str] | None = None,
+                   converters: Mapping[str, Converter] | None = None) -> ConvertResult:
+    """The recipe's models in ``formats`` (some of ``FORMATS``, or of an engine's own ``converters``), made in
+    that order, or, by default, every format its ``convert`` section lists. An engine asks for what it serves
+    (llama.cpp the GGUFs, LiteRT-LM the bundle), whatever else the recipe lists; the recipe's flags do not veto
+    a format asked for by name."""
+    known = {**CONVERTERS, **(converters or {})}
+    wanted = recipe_formats(recipe) if formats is None else tuple(dict.fromkeys(formats))
+    if unknown := sorted(set(wanted) - set(known)):
+        raise ValueError(f"Unknown conversion format(s) {unknown}; known: {list(known)}.")
     check_needs(recipe, wanted)  # what makes them is installed, before anything is fetched or generated
     store = store or Store()
     result = ConvertResult(recipe.name)
     ready, result.skipped = prepare_inputs(recipe, say, store)
-    if "litertlm" in wanted:
-        _convert_litert(recipe, ready, store, force, say, result)
-    if "gguf" not in wanted:
-        return result
+    job = ConvertJob(recipe, ready, store, result, force, say, src, bin_dir)
+    for fmt in wanted:
+        known[fmt](job)
+    return result
+
+
+def _convert_gguf(job: ConvertJob) -> None:
+    """The GGUFs llama.cpp serves: each model at its ``quant`` (the exact Q4_0 repack of QAT weights with
+    ``q4_0-exact``), and the target's vision/audio projector (``convert.mmproj``)."""
+    recipe, ready, store, force, say, result = job.recipe, job.ready, job.store, job.force, job.say, job.result
     need_tools = any(s.quant in QUANTIZE_TYPES for _, _, s in ready)
-    llama: LlamaCpp = find_llamacpp(src, bin_dir, need_tools=need_tools)
+    llama: LlamaCpp = find_llamacpp(job.src, job.bin_dir, need_tools=need_tools)
     for model, info, source in ready:
         if source.quant == "as-is":
             raise EdgekitError(f"The {model.role} has quant 'as-is', which only fits a package source.")
@@ -116,7 +142,6 @@ def convert_recipe(recipe: Recipe, store: Store | None = None, src: str | None =
         if model.role == "target" and wants_mmproj(recipe, info):
             say("target: vision/audio projector → mmproj GGUF")
             result.models.append(convert_mmproj(model, info, llama, store, force))
-    return result
 
 
 def wants_mmproj(recipe: Recipe, info: ModelInfo) -> bool:
@@ -129,10 +154,11 @@ def wants_mmproj(recipe: Recipe, info: ModelInfo) -> bool:
     return True
 
 
-def _convert_litert(recipe: Recipe, ready: list[tuple[ModelInput, ModelInfo, ModelSource]], store: Store,
-                    force: bool, say: Callable[[str], None], result: ConvertResult) -> None:
+def _convert_litert(job: ConvertJob) -> None:
+    """The ``.litertlm`` bundle LiteRT-LM serves: the target with an MTP drafter in its own section."""
     from edgekit.convert.litert import convert_litert
 
+    recipe, ready, store, force, say, result = job.recipe, job.ready, job.store, job.force, job.say, job.result
     spec = recipe.convert
     target = next(((m, i) for m, i, _ in ready if m.role == "target"), None)
     if target is None:
@@ -161,6 +187,12 @@ def _convert_litert(recipe: Recipe, ready: list[tuple[ModelInput, ModelInfo, Mod
                           "draft_steps": art.manifest.get("draft_steps"),
                           "cache_length": art.manifest.get("cache_length"),
                           "chat_template": target[1].chat_template})
+
+
+# The built-in formats: the GGUFs (with the mmproj) for llama.cpp; the .litertlm bundle for LiteRT-LM. An engine
+# serving a format of its own brings its converter (EngineBase.converters), handed to convert_recipe.
+CONVERTERS: dict[str, Converter] = {"gguf": _convert_gguf, "litertlm": _convert_litert}
+FORMATS = tuple(CONVERTERS)
 
 
 def repack_any(src: Path, out: Path, ref: Path | None = None, fallback: str = "Q8_0",
