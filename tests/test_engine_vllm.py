@@ -203,3 +203,28 @@ def test_a_container_recipe_on_a_board_without_docker_gets_one_sentence(sim_sess
             or f"Board {board.name!r} does not hold the vLLM image edgekit.invalid/none:0" in res.stderr), res.stderr
     assert "Traceback" not in res.stderr
     assert not (board.base / "releases").exists()
+
+
+def test_a_release_s_draft_counters_are_its_own_else_its_engine_s(tmp_path: Path, monkeypatch) -> None:
+    """The board's activation program reads the counters a release recorded; for a release made before its engine
+    named them, the host's (``$EDGEKIT_DRAFT_COUNTERS``, which an older program ignores, where an option would be
+    refused); the host takes them from the release, else from its engine's class."""
+    import argparse
+
+    from edgekit.agent.activate import DRAFT_COUNTERS_ENV, _draft_counters
+    from edgekit.deploy.activate import counters_env
+    from edgekit.release.manifest import ReleaseManifest
+
+    rel = tmp_path / "releases"
+    (rel / "new").mkdir(parents=True)
+    (rel / "old").mkdir()
+    (rel / "new" / "release.json").write_text(json.dumps({"draft_counters": ["a:drafted", "a:accepted"]}))
+    (rel / "old" / "release.json").write_text(json.dumps({"engine": "vllm"}))
+    monkeypatch.setenv(DRAFT_COUNTERS_ENV, "vllm:d,vllm:a")
+    of = lambda rid: _draft_counters(argparse.Namespace(base=str(tmp_path), release=rid))  # noqa: E731
+    assert of("new") == ["a:drafted", "a:accepted"] and of("old") == ["vllm:d", "vllm:a"]
+    monkeypatch.delenv(DRAFT_COUNTERS_ENV)
+    assert of("old") == []
+    old = ReleaseManifest.of({"release": "old", "recipe": "r", "engine": "vllm", "drafter": True})
+    assert counters_env(old.serve) == ["env", f"{DRAFT_COUNTERS_ENV}={','.join(Vllm.draft_counters)}"]
+    assert counters_env(ReleaseManifest.of({"release": "l", "recipe": "r"}).serve) == []  # llama.cpp: timings

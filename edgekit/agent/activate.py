@@ -96,14 +96,21 @@ def _check(args: argparse.Namespace, port: int, unit: str, log: str) -> dict[str
     return health.check(ns)
 
 
+# The host names the counters of a release that predates its engine naming them (an option would be refused by the
+# activation program of such a release, which the host may run too): read only where release.json has none.
+DRAFT_COUNTERS_ENV = "EDGEKIT_DRAFT_COUNTERS"
+
+
 def _draft_counters(args: argparse.Namespace) -> list:
-    """The /metrics counters the release's engine names (release.json's ``draft_counters``; none: its completion
-    carries the draft counts itself)."""
+    """The /metrics counters of drafted and accepted tokens the release's engine names: release.json's
+    ``draft_counters``, else ``$EDGEKIT_DRAFT_COUNTERS`` (none: its completion carries the draft counts itself)."""
     try:
         with open(os.path.join(args.base, "releases", args.release, "release.json")) as fh:
-            found = json.load(fh).get("draft_counters") or []
+            found = json.load(fh).get("draft_counters")
     except (OSError, ValueError):
-        return []
+        found = None
+    if found is None:
+        found = [n for n in os.environ.get(DRAFT_COUNTERS_ENV, "").split(",") if n]
     return [str(n) for n in found][:2]
 
 

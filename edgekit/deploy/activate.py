@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from edgekit.agent import health as board_health
+from edgekit.agent.activate import DRAFT_COUNTERS_ENV
 from edgekit.agent.units import UNITS_FILE
 from edgekit.deploy import health as health_mod
 from edgekit.deploy.service import Service, log_tail
@@ -99,6 +100,13 @@ def active_unit(runner: Runner, sudo: Sequence[str]) -> str | None:
     return next((unit for unit in (UNIT_NAME, *LEGACY_UNITS) if Service(runner, unit, sudo).is_active()), None)
 
 
+def counters_env(serve: ServeSpec) -> list[str]:
+    """``env EDGEKIT_DRAFT_COUNTERS=…`` before a board's program, for a release whose release.json predates its
+    engine naming its draft counters (the program reads the release's own first)."""
+    names = health_mod.draft_counters(serve)
+    return ["env", f"{DRAFT_COUNTERS_ENV}={','.join(names)}"] if names else []
+
+
 def unit_options() -> list[str]:
     """The watchdog's unit; the service's older names, for the board's program to stop and remove as it starts the
     service, and an older edgekit's candidate, removed before one starts."""
@@ -168,7 +176,8 @@ def activate(runner: Runner, base: str, spec: ActivationSpec, sudo: Sequence[str
             return Activation(release_id, False, lay.current, recorded, spec.strategy)
     on_step(f"creating release {release_id}")
     releases.create(runner, base, release_id, spec.file_shas)
-    argv = [*activation_program(base, release_id), "activate", "--base", base, "--release", release_id,
+    argv = [*counters_env(spec.serve), *activation_program(base, release_id), "activate", "--base", base,
+            "--release", release_id,
             "--port", str(port), "--unit", UNIT_NAME, "--log", paths.log, "--candidate-unit", CANDIDATE_UNIT,
             "--candidate-log", paths.candidate_log(), "--candidate-port", str(spec.candidate_port),
             "--strategy", spec.strategy, "--keep", str(spec.keep), "--check-first", *unit_options(),
@@ -221,7 +230,8 @@ def rollback(runner: Runner, base: str, sudo: Sequence[str], to: str | None = No
         raise EdgekitError(f"Board {runner.name!r}: neither release {lay.current} nor {target} carries edgekit's "
                            "activation program (both predate it); deploy once with this edgekit, then roll back.")
     paths = BoardPaths(base)
-    argv = [*prog, "rollback", "--base", base, "--release", target, "--port", str(manifest.port),
+    argv = [*counters_env(manifest.serve), *prog, "rollback", "--base", base, "--release", target,
+            "--port", str(manifest.port),
             "--unit", UNIT_NAME, "--log", paths.log, *unit_options(), *check_options(manifest.serve, timeout)]
     steps = _run_program(runner, argv, timeout * 2 + 120, lambda _m: None)
     h = Health.of_dict(steps.get("main") or {"ok": False, "reason": "no check"})  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from edgekit.agent.activate import DRAFT_COUNTERS_ENV
 from edgekit.agent.health import check_options, command_args
 from edgekit.release.units import CANDIDATE_LOG_NAME, LOG_NAME, activation_program, unit_install_argv
 
@@ -94,7 +95,7 @@ class Board:
         """edgekit's health check (edgekit/agent/health.py, as deploy runs it): prints the Health as JSON, exits 0.
         In the dialect of the release's engine, with its GPU policy read from the unit's own log; through its chat
         template and with an image and a second of audio where it serves an mmproj."""
-        counters = serve.draft_counters or self.health_settings.get("counters", {}).get(serve.engine, "")
+        counters = self._counters(serve)
         args = command_args(serve.port, unit=unit, log=self.log(unit), draft_counters=counters.split(",") if counters
                             else (), **self._check_settings(serve))
         return q([*self.agent, "health", *args])
@@ -113,7 +114,7 @@ class Board:
         puts ``previous`` back. Stdout: ``begin STEP`` and ``STEP HEALTH-JSON`` lines (see ``activation``), then
         ``result {…}``."""
         main, cand = self.units["main"], self.units["candidate"]
-        argv = [*activation_program(self.base, release), "activate", "--base", self.base,
+        argv = [*self._counters_env(serve), *activation_program(self.base, release), "activate", "--base", self.base,
                 "--release", release, "--port", str(serve.port), "--unit", main, "--log", self.log(main),
                 "--candidate-unit", cand, "--candidate-log", self.log(cand),
                 "--candidate-port", str(candidate.port if candidate else 0),
@@ -126,9 +127,19 @@ class Board:
         """edgekit's rollback by the board's program (the one release ``via`` carries): ``release`` restarted in
         place and checked, `current` switched only when it is healthy, else the release it had put back."""
         main = self.units["main"]
-        return q([*activation_program(self.base, via), "rollback", "--base", self.base, "--release", release,
+        return q([*self._counters_env(serve), *activation_program(self.base, via), "rollback", "--base", self.base,
+                  "--release", release,
                   "--port", str(serve.port), "--unit", main, "--log", self.log(main), *self._unit_options(),
                   *check_options(**self._check_settings(serve))])
+
+    def _counters(self, serve: Serve) -> str:
+        """"drafted,accepted": the release's own draft counters, else its engine's (a release made before)."""
+        return serve.draft_counters or str(self.health_settings.get("counters", {}).get(serve.engine, ""))
+
+    def _counters_env(self, serve: Serve) -> list[str]:
+        """What a board's program reads where the release's release.json names no counters (agent/activate.py)."""
+        counters = self._counters(serve)
+        return ["env", f"{DRAFT_COUNTERS_ENV}={counters}"] if counters else []
 
     def _unit_options(self) -> list[str]:
         """The watchdog's unit; the service's older names (release.units.LEGACY_UNITS): the program removes them as
