@@ -228,3 +228,14 @@ def test_a_release_s_draft_counters_are_its_own_else_its_engine_s(tmp_path: Path
     old = ReleaseManifest.of({"release": "old", "recipe": "r", "engine": "vllm", "drafter": True})
     assert counters_env(old.serve) == ["env", f"{DRAFT_COUNTERS_ENV}={','.join(Vllm.draft_counters)}"]
     assert counters_env(ReleaseManifest.of({"release": "l", "recipe": "r"}).serve) == []  # llama.cpp: timings
+
+
+def test_board_setup_names_the_group_vllm_s_container_needs() -> None:
+    """The groups an engine's server needs are the engine's (``board_groups``); `board setup` names each one the
+    login user lacks, with the engine's note."""
+    from edgekit.cli.board import group_needs
+    from edgekit.remote.board_setup import group_notes
+
+    notes = group_notes("robot", SimpleNamespace(gpu_driver="", groups=["robot"]), group_needs())  # type: ignore
+    assert len(notes) == 1 and "sudo usermod -aG docker robot" in notes[0] and "vllm.python" in notes[0], notes
+    assert group_notes("robot", SimpleNamespace(gpu_driver="", groups=["docker"]), group_needs()) == []  # type: ignore
