@@ -110,6 +110,7 @@ class Plain(EngineBase):
     draft_counters = ("llamacpp:spec_decode_num_draft_tokens", "llamacpp:spec_decode_num_accepted_tokens")
     color = "#9467bd"
     settings_section, Settings = NAME, PlainSettings
+    spec_types = ("none",)  # the target alone
     model_formats = ("gguf", FORMAT)  # the built-in GGUF step first: its own step requantizes that GGUF
     converters: ClassVar[dict[str, Any]] = {FORMAT: requantized}
     key_env = "LLAMA_API_KEY"

@@ -180,6 +180,8 @@ def test_its_own_recipe_section_is_validated_by_it_and_edgekit_never_names_it(tm
         load_recipe(recipe(tmp_path, batch_size=256))
     with pytest.raises(EdgekitError, match=r"'runtime\.threads': a setting of engine plain.*runtime\.plain\.threads"):
         load_recipe(recipe(tmp_path, threads=2))  # llama.cpp has one too: the served engine's is named
+    with pytest.raises(EdgekitError, match=r"field 'runtime\.spec_type': engine plain serves none, not 'ngram-simple'"):
+        load_recipe(recipe(tmp_path, spec_type="ngram-simple"))  # llama.cpp's kind: not this engine's
 
     # Registered by the environment alone: no file of the installed package names it or its module.
     named = re.compile(r"engine_for_tests|PlainSettings|[\"']plain[\"']|runtime\.plain\b")

@@ -18,10 +18,6 @@ from edgekit.config.synthetic import SYNTHETIC_MODELS
 from edgekit.config.yamlfile import load_model
 from edgekit.resources import chat_templates_dir
 
-SPEC_TYPES = (
-    "none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
-    "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
-)  # llama.cpp --spec-type values at the pinned ref
 SYNTHETIC = SYNTHETIC_MODELS
 QUANTS = ("q4_0-exact", "F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0", "as-is")
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -126,7 +122,9 @@ class Runtime(PrintableModel):
     engine: str = "llama.cpp"  # a name of edgekit.config.engine_table
 
     ctx_size: int = Field(4096, ge=64)
-    spec_type: Literal[SPEC_TYPES] = "none"  # type: ignore[valid-type]
+    # how the server drafts: "none", "draft-mtp" (the recipe's drafter, an MTP assistant), or another kind the
+    # engine serves (its spec_types: llama.cpp's --spec-type values); "draft-…" kinds take the recipe's drafter
+    spec_type: str = Field("none", pattern=r"^[a-z][a-z0-9-]{0,31}$")
     # on: serve the drafter the recipe names; off: the target alone (the drafter is not even converted); auto:
     # `edgekit deploy` measures both on the board after health and serves the drafter only where it wins
     # (edgekit.bench.spec_auto), by at least spec_min_gain× for the recipe's bench.objective.

@@ -74,6 +74,8 @@ class EngineBase:
     name: ClassVar[str]
     # the HTTP dialect its server's health completion speaks: "llama" | "openai" (see base.Engine)
     health_api: ClassVar[str]
+    # the runtime.spec_type values it serves (checked as a recipe is loaded, edgekit.engines.recipe_check)
+    spec_types: ClassVar[tuple[str, ...]] = ("none", "draft-mtp")
     # dialect "openai": the /metrics counters of drafted and accepted tokens its server keeps (its completions
     # carry no draft counts); its releases record them (release.json's draft_counters) for the board's checks
     draft_counters: ClassVar[tuple[str, str] | None] = None

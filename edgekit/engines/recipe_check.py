@@ -64,6 +64,9 @@ def check_recipe(recipe: Recipe) -> Recipe:
         checked[key] = _validated(recipe, engine, key, value)
     if served.settings_section is not None and served.settings_section not in checked:
         checked[served.settings_section] = _validated(recipe, served, served.settings_section, {})
+    if recipe.runtime.spec_type not in served.spec_types:
+        raise _refusal(recipe, ("spec_type",), f"engine {served.name} serves {', '.join(served.spec_types)}, not "
+                                               f"{recipe.runtime.spec_type!r}")
     return recipe.model_copy(update={"runtime": recipe.runtime.model_copy(update=checked)})
 
 

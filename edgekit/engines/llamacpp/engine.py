@@ -23,7 +23,7 @@ from edgekit.engines.base import EngineRelease, ReleaseContext
 from edgekit.engines.capabilities import EngineBase, FleetBoard, FleetReleases
 from edgekit.engines.llamacpp.args import server_args
 from edgekit.engines.llamacpp.quirks import Applied, apply_guards
-from edgekit.engines.llamacpp.settings import SECTION, LlamaCppSettings
+from edgekit.engines.llamacpp.settings import SECTION, SPEC_TYPES, LlamaCppSettings
 from edgekit.errors import EdgekitError
 from edgekit.paths import cache_dir
 from edgekit.release.auth import auth_fields
@@ -224,6 +224,7 @@ class LlamaCpp(EngineBase):
     tune_p_mins = (None, 0.5, 0.8)  # llama-server's --spec-draft-p-min: its default, and two thresholds
     target_gguf = "models/target.gguf"  # llama-bench and the GGUF roofline
     settings_section, Settings = SECTION, LlamaCppSettings
+    spec_types = SPEC_TYPES
 
     def bench_configs(self, manifest: dict[str, Any], release_dir: str, board: Board, port: int,
                       parallel: int | None, slot_ctx: int | None, options: Mapping[str, Any]) -> list[ServerConfig]:

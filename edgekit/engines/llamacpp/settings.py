@@ -14,6 +14,10 @@ if TYPE_CHECKING:
     from edgekit.config.recipes import Runtime
 
 SECTION = "llama_cpp"
+SPEC_TYPES = (
+    "none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
+    "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
+)  # llama-server's --spec-type values at the pinned ref
 
 
 class LlamaCppSettings(PrintableModel):
