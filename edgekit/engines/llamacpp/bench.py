@@ -9,6 +9,7 @@ for the highest concurrency. Tune changes only the speculative values.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from edgekit.engines.benchconf import ServerConfig
@@ -136,8 +137,7 @@ def tune_point(drafter: ServerConfig, n: int, p_min: float | None) -> ServerConf
     if int(get(args, "draft_n_min") or 0) > n:
         args = put(args, "draft_n_min", n)
     settings = {**drafter.settings, **describe(args), "draft_n_max": n, "draft_p_min": p_min}
-    return ServerConfig(drafter.name, args, True, settings, drafter.exe, drafter.env, drafter.api, drafter.model,
-                        drafter.release_dir)
+    return replace(drafter, args=args, settings=settings)  # its key, counters and media kept
 
 
 def llama_bench_argv(release_dir: str, runtime: dict[str, Any], pp: int, tg: int, reps: int) -> list[str]:

@@ -10,6 +10,7 @@ the GGUF roofline are llama.cpp's, so they are left out.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from edgekit.engines.benchconf import ServerConfig
@@ -74,5 +75,4 @@ def tune_point(drafter: ServerConfig, n: int, p_min: float | None) -> ServerConf
     i = args.index(SPEC)
     args[i + 1] = json.dumps({**json.loads(args[i + 1]), "num_speculative_tokens": n}, separators=(",", ":"))
     settings = {**drafter.settings, "draft_n_max": n, "draft_p_min": p_min}
-    return ServerConfig(drafter.name, args, True, settings, drafter.exe, drafter.env, drafter.api, drafter.model,
-                        drafter.release_dir)
+    return replace(drafter, args=args, settings=settings)  # its key, counters and media kept
