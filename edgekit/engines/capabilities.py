@@ -144,6 +144,14 @@ class EngineBase:
                 f"{self.name} cannot serve on {host} with a key: its key guards only some of the paths that "
                 "serve the model; serve it on the board's loopback (127.0.0.1) and reach it through SSH.")
 
+    def served_runtime(self, runtime: Runtime) -> dict[str, Any]:
+        """The runtime as a release records it (release.json's ``runtime``, part of its id): its own section
+        completed with its defaults, whether or not the recipe was loaded through edgekit.engines.recipe_check."""
+        out = runtime.model_dump(mode="json")
+        if self.Settings is not None and self.settings_section is not None:
+            out[self.settings_section] = self.settings(runtime).model_dump(mode="json")
+        return out
+
     def board_settings(self, board: Board) -> Any:
         """Its section of a board of the board file, validated, defaults filled."""
         if self.BoardSettings is None or self.settings_section is None:

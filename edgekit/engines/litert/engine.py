@@ -49,7 +49,7 @@ def compose(ctx: ReleaseContext, python: str, bundle: dict[str, Any]) -> Release
         "engine": "litert-lm", "recipe": recipe.name, "port": ports[0], "candidate_port": ports[1],
         "sources": recipe.sources,
         "server_args": argv_at("$RELEASE", ports[0])[1:], "drafter": bool(steps),
-        "spec_type": "litert-mtp" if steps else "none", "runtime": rt.model_dump(mode="json"), "guards": [],
+        "spec_type": "litert-mtp" if steps else "none", "runtime": Litert().served_runtime(rt), "guards": [],
         "gpu": "none", "litert": {k: bundle.get(k) for k in ("key", "model_types", "draft_steps", "cache_length")},
         "chat": bool(bundle.get("chat_template")),  # the front renders the bundle's template (health uses it)
         **auth, **run_as_fields(ctx.facts.service_user),

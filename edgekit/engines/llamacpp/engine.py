@@ -202,7 +202,7 @@ def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: s
         "sources": recipe.sources,
         "candidate_port": ports[1],
         "drafter": has_drafter, "spec_type": rt.spec_type, "build": {"key": build_key, "target": target},
-        "runtime": rt.model_dump(mode="json"), "guards": [g.to_dict() for g in guards], "gpu": gpu,
+        "runtime": LlamaCpp().served_runtime(rt), "guards": [g.to_dict() for g in guards], "gpu": gpu,
         "media": media_kinds(models) if mmproj else [],
         "chat": gguf_has_chat_template(models["models/target.gguf"]), **auth, **run_as_fields(user),
     }

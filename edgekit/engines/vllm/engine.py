@@ -120,7 +120,7 @@ def compose(ctx: ReleaseContext, python: str, version: str, models: dict[str, Pa
         "server_command": served[:1], "server_args": served[1:],
         "drafter": has_drafter, "spec_type": "mtp" if has_drafter else "none",
         "chat": chat,  # the target has a chat template: health goes through /v1/chat/completions
-        "runtime": recipe.runtime.model_dump(mode="json"), "guards": [], "gpu": "none",
+        "runtime": Vllm().served_runtime(recipe.runtime), "guards": [], "gpu": "none",
         "draft_counters": list(Vllm.draft_counters or ()),
         "container": {"image": image} if image else None, **auth, **run_as_fields(ctx.facts.service_user),
     }
