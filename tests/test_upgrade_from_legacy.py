@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from build_helpers import sdist_or_skip
 from cli_helpers import edgekit
 from test_deploy import complete, deploy, recipe_variant, status
@@ -42,9 +43,28 @@ def _legacy_tree(tmp: Path) -> Path:
     return tree
 
 
+def _legacy_board_file(tree: Path, board: str) -> Path:
+    """The board as the previous edgekit's board file had it: no engine sections (it had none, and refuses
+    unknown keys)."""
+    data = yaml.safe_load(Path(os.environ["EDGEKIT_CONFIG"]).read_text())
+    entry = {k: v for k, v in data["boards"][board].items() if not isinstance(v, dict)}
+    path = tree.parent / "legacy-edgekit.yaml"
+    path.write_text(yaml.safe_dump({"boards": {board: entry}}))
+    return path
+
+
+def _legacy_recipe(path: Path) -> Path:
+    """A recipe as the previous edgekit read it: llama.cpp's settings at the top of runtime, not in a section."""
+    data = yaml.safe_load(path.read_text())
+    data["runtime"].update(data["runtime"].pop("llama_cpp", {}))
+    out = path.with_name(f"legacy-{path.name}")
+    out.write_text(yaml.safe_dump(data))
+    return out
+
+
 def _legacy_deploy(tree: Path, board: str, recipe: str) -> dict:
     # Run from outside the checkout: `python -m` puts the working directory first on sys.path.
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = {**os.environ, "PYTHONPATH": str(tree), "EDGEKIT_CONFIG": str(_legacy_board_file(tree, board))}
     res = edgekit("--json", "deploy", "--board", board, "--recipe", recipe, env=env, timeout=900, cwd=tree)
     assert res.returncode == 0, res.stderr[-2000:]
     return json.loads(res.stdout)
@@ -99,7 +119,7 @@ def _answers(host: str, port: int) -> bool:
 def test_a_board_the_previous_edgekit_left_open_to_the_network_is_moved_to_loopback(boards, tmp_path: Path) -> None:
     (board,) = boards(1, fresh=True)
     open_recipe = recipe_variant(tmp_path, "sim-tiny-mtp", "sim-tiny-mtp-open", host="0.0.0.0")
-    old = _legacy_deploy(_legacy_tree(tmp_path), board.name, str(open_recipe))
+    old = _legacy_deploy(_legacy_tree(tmp_path), board.name, str(_legacy_recipe(open_recipe)))
     assert old["health"]["ok"] and _answers("127.0.0.2", board.service_port)  # anyone on the network, no key
 
     # Today's edgekit refuses that recipe in one sentence, before anything is sent: the board is as it was.
