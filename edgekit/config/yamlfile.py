@@ -52,20 +52,23 @@ def read_yaml(path: Path, what: str) -> tuple[Any, yaml.Node | None]:
     return data, node
 
 
+def first_problem(exc: ValidationError) -> tuple[tuple[Any, ...], str]:
+    """Where (the field's path) and what (in a sentence's words) of a validation's first problem."""
+    err = exc.errors()[0]
+    loc = tuple(p for p in err["loc"] if not isinstance(p, str) or not p.startswith("function-"))
+    return loc, "unknown field" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+
+
 def validate(model: type[M], data: Any, path: Path, node: yaml.Node | None, what: str) -> M:
     if not isinstance(data, dict):
         raise EdgekitError(f"{path}: the {what} must be a YAML mapping at the top level.")
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = tuple(p for p in err["loc"] if not isinstance(p, str) or not p.startswith("function-"))
+        loc, msg = first_problem(exc)
         field = ".".join(str(p) for p in loc) or "(top level)"
         line = _line_of(node, loc)
         where = f" line {line}" if line else ""
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field"
         more = f" (and {len(exc.errors()) - 1} more problem(s))" if len(exc.errors()) > 1 else ""
         raise EdgekitError(f"{path}{where}: field '{field}': {msg}{more}.".replace("..", ".")) from None
 

@@ -9,13 +9,17 @@ the sections (``vllm_python``) is refused naming its place (``vllm.python``).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from edgekit.config.boardfile import BoardFile, Boards
-from edgekit.config.yamlfile import where_in
+from edgekit.config.yamlfile import first_problem, where_in
 from edgekit.engines.recipe_check import sections
 from edgekit.errors import EdgekitError
+
+if TYPE_CHECKING:
+    from edgekit.engines.capabilities import EngineBase
 
 
 def _refusal(path: Path, loc: tuple[str | int, ...], msg: str) -> EdgekitError:
@@ -31,20 +35,23 @@ def check_board_file(data: BoardFile, path: Path) -> None:
         for key, value in (board.model_extra or {}).items():
             engine = owners.get(key)
             if engine is None:
-                moved = next(((s, key[len(s) + 1:]) for s in owners if key.startswith(f"{s}_")
-                              and key[len(s) + 1:] in owners[s].BoardSettings.model_fields), None)  # type: ignore[union-attr]
-                raise _refusal(path, (name, key), f"a setting of engine {owners[moved[0]].name}, which goes in its "
-                                                  f"section: boards.{name}.{moved[0]}.{moved[1]}" if moved else
-                               "unknown field (an engine's own board settings go in its section: "
-                               f"{', '.join(owners) or 'none'})")
+                raise _refusal(path, (name, key), _stray(name, key, owners))
             if not isinstance(value, dict):
                 raise _refusal(path, (name, key), f"engine {engine.name}'s section, a mapping of its settings")
             try:
                 engine.BoardSettings.model_validate(value)  # type: ignore[union-attr]
             except ValidationError as exc:
-                err = exc.errors()[0]
-                msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-                raise _refusal(path, (name, key, *err["loc"]), msg) from None
+                loc, msg = first_problem(exc)
+                raise _refusal(path, (name, key, *loc), msg) from None
+
+
+def _stray(board: str, key: str, owners: dict[str, EngineBase]) -> str:
+    """Why ``key`` is no board setting: a key written before the sections (``vllm_python``) names its place."""
+    for section, engine in owners.items():
+        field = key.removeprefix(f"{section}_")
+        if field != key and engine.BoardSettings is not None and field in engine.BoardSettings.model_fields:
+            return f"a setting of engine {engine.name}, which goes in its section: boards.{board}.{section}.{field}"
+    return f"unknown field (an engine's own board settings go in its section: {', '.join(owners) or 'none'})"
 
 
 def board_file(path: Path) -> Boards:

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from edgekit.config.engine_table import engine_names
 from edgekit.config.recipes import Recipe
 from edgekit.config.recipes import load_recipe as load_recipe_file
-from edgekit.config.yamlfile import where_in
+from edgekit.config.yamlfile import first_problem, where_in
 from edgekit.engines import get_engine
 from edgekit.errors import EdgekitError
 
@@ -75,9 +75,8 @@ def _validated(recipe: Recipe, engine: EngineBase, key: str, value: dict) -> dic
     try:
         return engine.Settings.model_validate(value).model_dump(mode="json")
     except ValidationError as exc:
-        err = exc.errors()[0]
-        msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-        raise _refusal(recipe, (key, *err["loc"]), msg) from None
+        loc, msg = first_problem(exc)
+        raise _refusal(recipe, (key, *loc), msg) from None
 
 
 def load_recipe(name_or_path: str) -> Recipe:
