@@ -31,6 +31,10 @@ HELP_2026 = """
 --no-webui                              disable the Web UI
 --metrics                               enable prometheus compatible metrics endpoint
 -fa,   --flash-attn [on|off|auto]       set Flash Attention use
+-ctk,  --cache-type-k TYPE              KV cache data type for K
+-ctv,  --cache-type-v TYPE              KV cache data type for V
+-ctkd, --spec-draft-type-k TYPE         KV cache data type for K for the draft model
+-ctvd, --spec-draft-type-v TYPE         KV cache data type for V for the draft model
 """
 HELP_OLD = HELP_2026.replace("--spec-draft-n-max", "--draft-max").replace("-md,   --spec-draft-model",
                                                                             "-md,   --model-draft")
@@ -172,3 +176,33 @@ def test_exec_opens_the_log_and_reads_the_key_file_as_its_own_user_then_becomes_
     missing = subprocess.run([sys.executable, "-B", str(agent), "exec", "--log", str(log), "--", "/nonexistent"],
                              check=False)
     assert missing.returncode == 127 and "cannot run /nonexistent" in log.read_text()
+
+
+def test_kv_cache_types_are_llama_cpp_settings_passed_counted_and_checked_against_the_guards() -> None:
+    from pydantic import ValidationError
+
+    from edgekit.engines.llamacpp.quirks import apply_guards
+    from edgekit.engines.llamacpp.settings import LlamaCppSettings
+
+    q8 = Runtime(spec_type="draft-mtp", llama_cpp={"cache_type_k": "q8_0", "cache_type_v": "q8_0"})
+    args = server_args(q8, HELP_2026, "t.gguf", "d.gguf", 8080)
+    assert [args[args.index(f) + 1] for f in ("-ctk", "-ctv", "-ctkd", "-ctvd")] == ["q8_0"] * 4
+    assert "-ctkd" not in server_args(q8, HELP_2026, "t.gguf", None, 8080)  # no drafter: no drafter's cache
+    assert not {"-ctk", "-ctv"} & set(server_args(Runtime(), HELP_2026, "t.gguf", None, 8080))  # f16: as before
+    # bytes per value: f16 2, q8_0 34/32, q4_0 18/32 (ggml's blocks of 32)
+    one_k = 1 << 20
+    assert LlamaCppSettings().kv_bytes(one_k, one_k) == 4 * one_k
+    assert LlamaCppSettings(cache_type_k="q8_0", cache_type_v="q8_0").kv_bytes(one_k, one_k) == 34 * one_k // 16
+    assert LlamaCppSettings(cache_type_k="q4_0", cache_type_v="f16").kv_bytes(one_k, one_k) == (18 + 64) * one_k // 32
+    with pytest.raises(ValidationError, match=r"quantized V cache \(cache_type_v: q4_0\) needs flash attention"):
+        LlamaCppSettings(cache_type_v="q4_0", flash_attn="off")
+    # On Orin, drafting with MTP on the GPU turns flash attention off (llama.cpp#24457): a quantized V cache is
+    # refused in one sentence; a quantized K cache is served.
+    gpu = {"n_gpu_layers": 99, "cache_type_v": "q8_0"}
+    with pytest.raises(EdgekitError, match=r"Guard llama\.cpp#24457 .* conflicts with runtime\.llama_cpp: a "
+                                           r"quantized V cache \(cache_type_v: q8_0\) needs flash attention"):
+        apply_guards(Runtime(spec_type="draft-mtp", llama_cpp=gpu), "orin", "0c1e570", has_drafter=True)
+    k_only = Runtime(spec_type="draft-mtp", llama_cpp={"n_gpu_layers": 99, "cache_type_k": "q8_0"})
+    rt, _ = apply_guards(k_only, "orin", "0c1e570", has_drafter=True)
+    args = server_args(rt, HELP_2026, "t.gguf", "d.gguf", 8080)
+    assert args[args.index("-fa") + 1] == "off" and args[args.index("-ctk") + 1] == "q8_0" and "-ctv" not in args

@@ -35,6 +35,10 @@ FLAG_SPELLINGS: dict[str, tuple[str, ...]] = {
     "no_slots": ("--no-slots",),
     "api_key_file": ("--api-key-file",),
     "flash_attn": ("-fa", "--flash-attn"),
+    "cache_type_k": ("-ctk", "--cache-type-k"),
+    "cache_type_v": ("-ctv", "--cache-type-v"),
+    "cache_type_k_draft": ("-ctkd", "--spec-draft-type-k", "--cache-type-k-draft"),
+    "cache_type_v_draft": ("-ctvd", "--spec-draft-type-v", "--cache-type-v-draft"),
     "mmproj": ("-mm", "--mmproj"),
     "jinja": ("--jinja",),
     "chat_template_file": ("--chat-template-file",),
@@ -106,6 +110,11 @@ def server_args(
         args += [f("mmproj"), mmproj]
     if own.flash_attn != "auto":
         args += [f("flash_attn"), own.flash_attn]
+    for kind in ("k", "v"):  # f16, llama-server's default, passes no flag (a release made before stays the same)
+        cache_type = getattr(own, f"cache_type_{kind}")
+        if cache_type != "f16":
+            args += [f(f"cache_type_{kind}"), cache_type]
+            args += [f(f"cache_type_{kind}_draft"), cache_type] if drafter is not None else []
     if (no_webui := f("no_webui", False)) is not None:
         args.append(no_webui)  # a board serves an API, not a chat page
     if (metrics := f("metrics", False)) is not None:

@@ -139,8 +139,8 @@ def fit_mmproj(recipe: Recipe, models: dict[str, Path], mem_total_mb: int | None
     return {rel: path for rel, path in models.items() if rel != "models/mmproj.gguf"}
 
 
-def gguf_kv_bytes_per_token(gguf: Path) -> int:
-    """One token's F16 K and V over the GGUF's layers, from its metadata (0 where it does not say);
+def gguf_kv_per_token(gguf: Path) -> tuple[int, int]:
+    """One token's K and V values over the GGUF's layers, from its metadata ((0, 0) where it does not say);
     remembered per file (size, mtime) like the chat template."""
     from edgekit.build.memo import remember
 
@@ -152,14 +152,16 @@ def gguf_kv_bytes_per_token(gguf: Path) -> int:
         layers, heads = f.get(f"{arch}.block_count"), f.get(f"{arch}.attention.head_count_kv")
         embd, q_heads = f.get(f"{arch}.embedding_length"), f.get(f"{arch}.attention.head_count")
         if not layers or not heads:
-            return "0"
+            return "0,0"
         per_layer = list(heads) if isinstance(heads, (list, tuple)) else [heads] * int(layers)
         q = max(list(q_heads) if isinstance(q_heads, (list, tuple)) else [q_heads or 1])
         k = f.get(f"{arch}.attention.key_length") or (int(embd or 0) // int(q or 1))
         v = f.get(f"{arch}.attention.value_length") or k
-        return str(sum(int(h) for h in per_layer) * (int(k) + int(v)) * 2)
+        kv_heads = sum(int(h) for h in per_layer)
+        return f"{kv_heads * int(k)},{kv_heads * int(v)}"
 
-    return int(remember("kv-bytes-per-token", gguf, read))
+    k_values, v_values = remember("kv-values-per-token", gguf, read).split(",")
+    return int(k_values), int(v_values)
 
 
 def gguf_has_chat_template(gguf: Path) -> bool:
@@ -257,10 +259,12 @@ class LlamaCpp(EngineBase):
         return _fleet_releases(recipe, targets, src, cuda, console)
 
     def kv_cache_bytes(self, plan: ReleasePlan, recipe: Recipe) -> int:
-        """F16 K and V of every layer of the target and the drafter at runtime.ctx_size (llama-server's -c, shared
-        by its slots): an upper bound where sliding-window or shared-KV layers hold fewer tokens."""
-        per_token = sum(gguf_kv_bytes_per_token(b.path) for rel, b in plan.files.items()
-                        if rel in ("models/target.gguf", "models/drafter.gguf"))
+        """K and V of every layer of the target and the drafter at runtime.ctx_size (llama-server's -c, shared
+        by its slots), at the recipe's cache types (runtime.llama_cpp.cache_type_k/_v): an upper bound where
+        sliding-window or shared-KV layers hold fewer tokens."""
+        values = [gguf_kv_per_token(b.path) for rel, b in plan.files.items()
+                  if rel in ("models/target.gguf", "models/drafter.gguf")]
+        per_token = self.settings(recipe.runtime).kv_bytes(sum(k for k, _ in values), sum(v for _, v in values))
         return per_token * recipe.runtime.ctx_size
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:

@@ -12,9 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
 from edgekit.config.profiles import get_profile
 from edgekit.config.recipes import Runtime
 from edgekit.engines.llamacpp.settings import changed, of
+from edgekit.errors import EdgekitError
 
 
 @dataclass(frozen=True)
@@ -82,4 +85,15 @@ def apply_guards(runtime: Runtime, profile: str, llama_ref: str, has_drafter: bo
         applied.append(Applied(g.id, g.action, g.why, overridden))
         if not overridden:
             runtime = g.fix(runtime)
+            _check_fixed(runtime, g)
     return runtime, applied
+
+
+def _check_fixed(runtime: Runtime, guard: Guard) -> None:
+    """A guard's fix may take what another setting needs (flash attention off: a quantized V cache needs it)."""
+    try:
+        of(runtime)
+    except ValidationError as exc:
+        raise EdgekitError(f"Guard {guard.id} ({guard.action}: {guard.why}) conflicts with runtime.llama_cpp: "
+                           f"{exc.errors()[0]['msg'].removeprefix('Value error, ')}; change that setting (a quantized "
+                           "K cache needs no flash attention), or name the guard in allow_quirks.") from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from edgekit.config.printable import PrintableModel
 from edgekit.engines.capabilities import read_section
@@ -20,6 +20,14 @@ SPEC_TYPES = (
 )  # llama-server's --spec-type values at the pinned ref
 
 
+# llama-server's KV cache types at the pin (common/arg.cpp: kv_cache_types) and their bytes per element (ggml's
+# block sizes: q8_0 keeps 32 values in 34 bytes, q4_0 in 18 …)
+KV_BYTES: dict[str, float] = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32,
+                              "q4_1": 20 / 32, "iq4_nl": 18 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32}
+KV_TYPES = tuple(KV_BYTES)
+UNQUANTIZED = ("f32", "f16", "bf16")
+
+
 class LlamaCppSettings(PrintableModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -29,6 +37,21 @@ class LlamaCppSettings(PrintableModel):
     slots: bool = False  # llama-server's /slots (each slot's prompt and settings): off unless asked for
     flash_attn: Literal["auto", "on", "off"] = "auto"  # -fa; "auto" passes no flag
     allow_quirks: list[str] = Field(default_factory=list)  # guards (edgekit.engines.llamacpp.quirks) not to apply
+    # the KV cache's types (-ctk / -ctv, the drafter's too): q8_0 halves it against f16, q4_0 quarters it; a
+    # quantized V cache needs flash attention (llama.cpp refuses it with -fa off)
+    cache_type_k: Literal[KV_TYPES] = "f16"  # type: ignore[valid-type]
+    cache_type_v: Literal[KV_TYPES] = "f16"  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _v_needs_fa(self) -> LlamaCppSettings:
+        if self.cache_type_v not in UNQUANTIZED and self.flash_attn == "off":
+            raise ValueError(f"a quantized V cache (cache_type_v: {self.cache_type_v}) needs flash attention, and "
+                             "flash_attn is off: llama.cpp refuses that pair")
+        return self
+
+    def kv_bytes(self, k_elements: int, v_elements: int) -> int:
+        """Bytes of a KV cache holding ``k_elements`` K and ``v_elements`` V values at these types."""
+        return int(k_elements * KV_BYTES[self.cache_type_k] + v_elements * KV_BYTES[self.cache_type_v])
 
     @field_validator("flash_attn", mode="before")
     @classmethod
