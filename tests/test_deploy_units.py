@@ -206,3 +206,19 @@ def test_kv_cache_types_are_llama_cpp_settings_passed_counted_and_checked_agains
     rt, _ = apply_guards(k_only, "orin", "0c1e570", has_drafter=True)
     args = server_args(rt, HELP_2026, "t.gguf", "d.gguf", 8080)
     assert args[args.index("-fa") + 1] == "off" and args[args.index("-ctk") + 1] == "q8_0" and "-ctv" not in args
+
+
+def test_tune_puts_a_kv_cache_type_on_the_drafter_its_drafts_and_the_baseline() -> None:
+    from edgekit.engines.benchconf import ServerConfig
+    from edgekit.engines.llamacpp.bench import get, with_kv_cache
+
+    drafter = ServerConfig("drafter", ["-m", "t.gguf", "-md", "d.gguf", "--spec-type", "draft-mtp"], True, {})
+    out = with_kv_cache(drafter, "q8_0")
+    assert [get(out.args, f) for f in ("cache_type_k", "cache_type_v", "cache_type_k_draft", "cache_type_v_draft")] \
+        == ["q8_0"] * 4 and (out.settings["cache_type_k"], out.settings["cache_type_v"]) == ("q8_0", "q8_0")
+    base = with_kv_cache(ServerConfig("baseline", ["-m", "t.gguf"], False, {}), "q4_0")
+    assert get(base.args, "cache_type_v") == "q4_0" and get(base.args, "cache_type_k_draft") is None
+    # flash attention off (the Orin guard): a quantized type goes to K alone
+    off = with_kv_cache(ServerConfig("drafter", [*drafter.args, "-fa", "off"], True, {}), "q8_0")
+    assert (get(off.args, "cache_type_k"), get(off.args, "cache_type_v")) == ("q8_0", "f16")
+    assert off.settings["cache_type_v"] == "f16"

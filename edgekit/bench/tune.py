@@ -40,6 +40,7 @@ class Grid:
     draft_n: list[int]
     p_min: list[float | None] | None  # None in the list: the server's default; None: the engine's grid
     parallel: list[int] | None = None  # None: as deployed
+    kv_types: list[str] | None = None  # the KV cache types to try (the engine's kv_cache_types); None: as deployed
 
 
 @dataclass
@@ -73,22 +74,29 @@ def configs(rel: BoardRelease, board: Board, port: int, grid: Grid, deployed_par
             slot_ctx: int) -> list[tuple[ServerConfig, list[Point]]]:
     """Every grid point in the release's engine's spelling, and the baseline beside them, per slot count."""
     out = []
+    engine = get_engine(rel.engine)
+    if grid.kv_types and (bad := [k for k in grid.kv_types if k not in engine.kv_cache_types]):
+        raise EdgekitError(f"{engine.name} has no KV cache type {bad[0]!r} to tune"
+                           + (f" (it has {', '.join(engine.kv_cache_types)})." if engine.kv_cache_types else "."))
     for slots in grid.parallel or [deployed_parallel]:
-        suffix = f"-s{slots}" if grid.parallel else ""
-        pair = engines.configs(rel, board, port, slots, slot_ctx)
-        drafter = next((c for c in pair if c.speculative), None)
-        if drafter is None:
-            raise EdgekitError(f"Release {rel.id} has no speculative decoding to tune.")
-        for n in grid.draft_n:
-            for p in grid.p_min or [None]:
-                cfg = engines.tune_point(rel, drafter, n, p)
-                cfg.name = f"n{n}-{_pname(p)}{suffix}"
-                cfg.settings["parallel"] = slots
-                out.append(cfg)
-        base = next(c for c in pair if not c.speculative)
-        base.name = f"baseline{suffix}"
-        base.settings["parallel"] = slots
-        out.append(base)
+        for kv in grid.kv_types or [None]:
+            suffix = (f"-s{slots}" if grid.parallel else "") + (f"-kv{kv}" if kv else "")
+            pair = engines.configs(rel, board, port, slots, slot_ctx)
+            if kv is not None:  # the drafter and the baseline beside it, both at that cache
+                pair = [engine.tune_kv_cache(c, kv) for c in pair]
+            drafter = next((c for c in pair if c.speculative), None)
+            if drafter is None:
+                raise EdgekitError(f"Release {rel.id} has no speculative decoding to tune.")
+            for n in grid.draft_n:
+                for p in grid.p_min or [None]:
+                    cfg = engines.tune_point(rel, drafter, n, p)
+                    cfg.name = f"n{n}-{_pname(p)}{suffix}"
+                    cfg.settings["parallel"] = slots
+                    out.append(cfg)
+            base = next(c for c in pair if not c.speculative)
+            base.name = f"baseline{suffix}"
+            base.settings["parallel"] = slots
+            out.append(base)
     return [(c, [Point(int(c.settings["parallel"]), None)]) for c in out]
 
 
@@ -120,6 +128,7 @@ def _row(cfg: ServerConfig, runs: list[Run]) -> dict[str, Any]:
     acc = sum(r.metrics.get("draft_n_accepted") or 0 for r in mine) / drafted if drafted else None
     return {"name": cfg.name, "speculative": cfg.speculative, "draft_n_max": cfg.settings.get("draft_n_max"),
             "draft_p_min": cfg.settings.get("draft_p_min"), "parallel": cfg.settings.get("parallel"),
+            "cache_type_k": cfg.settings.get("cache_type_k"), "cache_type_v": cfg.settings.get("cache_type_v"),
             "tokens_per_second": tps.to_json() if tps else None,
             "joules_per_token": jpt.to_json() if jpt else None, "acceptance": acc, "repetitions": len(mine),
             "_tps": tps, "_jpt": jpt}
@@ -168,6 +177,8 @@ def measure(name: str, board: Board, recipe: Recipe, grid: Grid, opts: TuneOptio
         if grid.p_min is None:  # the engine's p-min grid (where it has one); a smoke test leaves the default
             grid.p_min = [None] if opts.quick else list(engine.tune_p_mins)
         if engine.tunes_by_export:
+            if grid.kv_types:
+                raise EdgekitError(f"{engine.name} has no KV cache types to tune.")
             matrix = export_configs(sess, board, recipe, grid, say)
         else:
             matrix = configs(sess.release_for(sess.engine), board, sess.bench_port, grid, recipe.runtime.parallel,
@@ -188,7 +199,8 @@ def measure(name: str, board: Board, recipe: Recipe, grid: Grid, opts: TuneOptio
     best, tied = choose(rows, opts.objective)
     for r in rows:
         r["tied"] = r["name"] in tied
-    ref = next((r for r in rows if not r["speculative"] and r["parallel"] == best["parallel"]), None)
+    ref = next((r for r in rows if not r["speculative"] and r["parallel"] == best["parallel"]
+                and r["cache_type_k"] == best["cache_type_k"] and r["cache_type_v"] == best["cache_type_v"]), None)
     min_gain = recipe.runtime.spec_min_gain if opts.min_gain is None else opts.min_gain
     gain = _gain(best, ref, opts.objective)
     message = ""
@@ -205,12 +217,18 @@ def measure(name: str, board: Board, recipe: Recipe, grid: Grid, opts: TuneOptio
         tuned = recipe.target_alone(decision)
         tuned = tuned.model_copy(update={"runtime": tuned.runtime.model_copy(update={
             "parallel": best["parallel"] or recipe.runtime.parallel})})
+        if best["cache_type_k"] is not None:
+            tuned = tuned.model_copy(update={"runtime": get_engine(sess.engine).runtime_with_kv_cache(
+                tuned.runtime, best["cache_type_k"], best["cache_type_v"])})
         runtime = tuned.runtime
     else:
         runtime = recipe.runtime.model_copy(update={
             "draft_n_max": best["draft_n_max"], "draft_p_min": best["draft_p_min"],
             "draft_n_min": min(recipe.runtime.draft_n_min, best["draft_n_max"]),
             "parallel": best["parallel"] or recipe.runtime.parallel})
+        if best["cache_type_k"] is not None:  # tuned over KV cache types: the chosen one is served
+            runtime = get_engine(sess.engine).runtime_with_kv_cache(runtime, best["cache_type_k"],
+                                                                    best["cache_type_v"])
         tuned = recipe.model_copy(update={"runtime": runtime, "drafter": _measured_drafter(recipe)})
     clean = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
     best_clean = next(r for r in clean if r["name"] == best["name"])

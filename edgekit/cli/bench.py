@@ -226,6 +226,9 @@ def _modes(app: App, board_name: str, board: Any, recipe: Any, opts: Any, power_
                    "and vLLM, which has no p-min: default).")
 @click.option("--parallel", "parallel", default=None,
               help="Server slots to try, e.g. 1,2,4 (each measured at that many concurrent requests).")
+@click.option("--kv-types", "kv_types", default=None, metavar="T1,T2,…",
+              help="KV cache types to try, e.g. f16,q8_0 (llama.cpp's -ctk/-ctv; the drafter's too; where flash "
+                   "attention is off, a quantized type goes to K alone).")
 @click.option("--context-length", type=click.IntRange(1, 1 << 20), help="Prompt length (default: recipe's first).")
 @click.option("--min-gain", type=click.FloatRange(0, 10, min_open=True), metavar="X",
               help="Deploy a drafted setting only if it beats the target alone by more than X× (default: the "
@@ -242,7 +245,8 @@ def _modes(app: App, board_name: str, board: Any, recipe: Any, opts: Any, power_
 @json_option
 @click.pass_obj
 def tune(app: App, board_name: str, recipe_name: str, objective: str | None, draft_n: str, p_min: str | None,
-         parallel: str | None, context_length: int | None, min_gain: float | None, power_modes: str | None,
+         parallel: str | None, kv_types: str | None, context_length: int | None, min_gain: float | None,
+         power_modes: str | None,
          lock_clocks: bool, no_deploy: bool, src: str | None, out_dir: Path | None, **kw: Any) -> None:
     """Sweep draft length and p-min (and slots) on a board, pick the best, deploy it as a new release.
 
@@ -260,7 +264,8 @@ def tune(app: App, board_name: str, recipe_name: str, objective: str | None, dra
         draft_n = "1,3"
     grid = tune_mod.Grid(draft_n=_ints(draft_n) or [recipe.runtime.draft_n_max],
                          p_min=_p_mins(p_min),
-                         parallel=_ints(parallel))
+                         parallel=_ints(parallel),
+                         kv_types=[k.strip() for k in kv_types.split(",") if k.strip()] if kv_types else None)
     opts = tune_mod.TuneOptions(objective=objective, quick=kw["quick"], n_gen=kw["n_gen"],
                                 repetitions=kw["repetitions"], warmup=kw["warmup"],
                                 cooldown_temp_c=_cooldown(kw["cooldown"]), context_length=context_length,
@@ -278,13 +283,16 @@ def tune(app: App, board_name: str, recipe_name: str, objective: str | None, dra
     def human() -> None:
         unit = "tok/s" if objective == "speed" else "J/token"
         table = Table(title=f"tune {recipe.name} on {board_name} (objective: {objective})")
-        for col in ("setting", "draft_n_max", "p_min", "slots", "tok/s", "J/token", "acceptance", ""):
+        kv = any(row.get("cache_type_k") for row in result["table"])
+        for col in ("setting", "draft_n_max", "p_min", "slots", *(["KV cache"] if kv else []), "tok/s", "J/token",
+                    "acceptance", ""):
             table.add_column(col)
         for row in result["table"]:
             p = row.get("draft_p_min")
             table.add_row(row["name"], str(row.get("draft_n_max") or "–"),
                           "default" if p is None and row["speculative"] else str(p if p is not None else "–"),
-                          str(row["parallel"]), tune_mod.fmt(row["tokens_per_second"], 1),
+                          str(row["parallel"]), *([f"{row['cache_type_k']}/{row['cache_type_v']}"] if kv else []),
+                          tune_mod.fmt(row["tokens_per_second"], 1),
                           tune_mod.fmt(row["joules_per_token"], 4),
                           "–" if row["acceptance"] is None else f"{row['acceptance']:.0%}",
                           "best" if row["name"] == result["best"]["name"] else ("tie" if row.get("tied") else ""))

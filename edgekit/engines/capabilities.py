@@ -175,6 +175,17 @@ class EngineBase:
         raise EdgekitError(f"{self.name}'s draft length is fixed when its model is exported: tune sweeps it "
                            "with one model per length (tune_drafters), not by server flags.")
 
+    # the KV cache types `tune --kv-types` may sweep (none: it cannot)
+    kv_cache_types: ClassVar[tuple[str, ...]] = ()
+
+    def tune_kv_cache(self, cfg: ServerConfig, kind: str) -> ServerConfig:
+        """``cfg`` with its KV cache at ``kind`` (one of ``kv_cache_types``), in this engine's spelling."""
+        raise EdgekitError(f"{self.name} has no KV cache types to tune.")
+
+    def runtime_with_kv_cache(self, runtime: Runtime, k: str, v: str) -> Runtime:
+        """The recipe's runtime serving with the KV cache tune chose (K and V types)."""
+        raise EdgekitError(f"{self.name} has no KV cache types to tune.")
+
     def tune_drafters(self, site: BenchSite, manifest: dict[str, Any], recipe: Recipe, draft_n: list[int],
                       p_mins: list[float | None] | None, parallel: list[int] | None) -> list[ServerConfig]:
         """``tunes_by_export``: one drafter configuration per draft length, each with its own exported model."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from edgekit.engines.benchconf import ServerConfig
 from edgekit.engines.llamacpp.args import FLAG_SPELLINGS
+from edgekit.engines.llamacpp.settings import UNQUANTIZED
 from edgekit.engines.llamacpp.settings import of as settings_of
 
 # Flags that take no value (everything else in FLAG_SPELLINGS takes one).
@@ -138,6 +139,21 @@ def tune_point(drafter: ServerConfig, n: int, p_min: float | None) -> ServerConf
         args = put(args, "draft_n_min", n)
     settings = {**drafter.settings, **describe(args), "draft_n_max": n, "draft_p_min": p_min}
     return replace(drafter, args=args, settings=settings)  # its key, counters and media kept
+
+
+def with_kv_cache(cfg: ServerConfig, kind: str) -> ServerConfig:
+    """``cfg`` with its KV cache (the drafter's too) at ``kind``; where flash attention is off (an Orin guard), a
+    quantized ``kind`` goes to K alone: llama.cpp refuses a quantized V cache without it."""
+    args = list(cfg.args)
+    k = kind
+    v = kind if kind in UNQUANTIZED or get(args, "flash_attn") != "off" else "f16"
+    for logical, value in (("cache_type_k", k), ("cache_type_v", v)):
+        args = put(args, logical, value)
+        if cfg.speculative and get(args, "draft_model") is not None:
+            args = put(args, f"{logical}_draft", value)
+    settings = {**cfg.settings, "cache_type_k": k, "cache_type_v": v}
+    return ServerConfig(cfg.name, args, cfg.speculative, settings, cfg.exe, cfg.env, cfg.api, cfg.model,
+                        cfg.release_dir)
 
 
 def llama_bench_argv(release_dir: str, runtime: dict[str, Any], pp: int, tg: int, reps: int) -> list[str]:

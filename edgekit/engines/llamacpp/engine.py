@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 from edgekit.build import BuildResult
 from edgekit.build.source import LLAMA_CPP_SHORT
 from edgekit.config.boardfile import Board
-from edgekit.config.recipes import Recipe
+from edgekit.config.recipes import Recipe, Runtime
 from edgekit.engines.base import EngineRelease, ReleaseContext
 from edgekit.engines.capabilities import EngineBase, FleetBoard, FleetReleases
 from edgekit.engines.llamacpp.args import server_args
 from edgekit.engines.llamacpp.quirks import Applied, apply_guards
-from edgekit.engines.llamacpp.settings import SECTION, SPEC_TYPES, LlamaCppSettings
+from edgekit.engines.llamacpp.settings import KV_TYPES, SECTION, SPEC_TYPES, LlamaCppSettings, changed
 from edgekit.errors import EdgekitError
 from edgekit.paths import cache_dir
 from edgekit.release.auth import auth_fields
@@ -227,6 +227,7 @@ class LlamaCpp(EngineBase):
     target_gguf = "models/target.gguf"  # llama-bench and the GGUF roofline
     settings_section, Settings = SECTION, LlamaCppSettings
     spec_types = SPEC_TYPES
+    kv_cache_types = KV_TYPES
 
     def bench_configs(self, manifest: dict[str, Any], release_dir: str, board: Board, port: int,
                       parallel: int | None, slot_ctx: int | None, options: Mapping[str, Any]) -> list[ServerConfig]:
@@ -238,6 +239,14 @@ class LlamaCpp(EngineBase):
         from edgekit.engines.llamacpp import bench as llamacpp_bench
 
         return llamacpp_bench.tune_point(drafter, n, p_min)
+
+    def tune_kv_cache(self, cfg: ServerConfig, kind: str) -> ServerConfig:
+        from edgekit.engines.llamacpp import bench as llamacpp_bench
+
+        return llamacpp_bench.with_kv_cache(cfg, kind)
+
+    def runtime_with_kv_cache(self, runtime: Runtime, k: str, v: str) -> Runtime:
+        return changed(runtime, cache_type_k=k, cache_type_v=v)
 
     def target_bench_argv(self, release_dir: str, runtime: dict[str, Any], pp: int, tg: int,
                           reps: int) -> list[str]:
