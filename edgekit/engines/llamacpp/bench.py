@@ -8,6 +8,8 @@ for the highest concurrency. Tune changes only the speculative values.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 from dataclasses import replace
 from typing import Any
@@ -152,8 +154,7 @@ def with_kv_cache(cfg: ServerConfig, kind: str) -> ServerConfig:
         if cfg.speculative and get(args, "draft_model") is not None:
             args = put(args, f"{logical}_draft", value)
     settings = {**cfg.settings, "cache_type_k": k, "cache_type_v": v}
-    return ServerConfig(cfg.name, args, cfg.speculative, settings, cfg.exe, cfg.env, cfg.api, cfg.model,
-                        cfg.release_dir)
+    return replace(cfg, args=args, settings=settings)
 
 
 def llama_bench_argv(release_dir: str, runtime: dict[str, Any], pp: int, tg: int, reps: int) -> list[str]:
