@@ -8,8 +8,6 @@ for the highest concurrency. Tune changes only the speculative values.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import json
 from dataclasses import replace
 from typing import Any
