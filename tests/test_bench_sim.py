@@ -297,6 +297,32 @@ def test_tune_shows_its_table_and_deploys_the_best_as_a_new_release(agx: SimBoar
     assert (tmp_path / "tune" / f"{RECIPE}.tuned.yaml").exists()
 
 
+def test_tune_sweeps_the_kv_cache_type_and_serves_the_one_it_chose(agx: SimBoard, env: dict[str, str],
+                                                                    tmp_path: Path) -> None:
+    """``--kv-types f16,q8_0``: the drafter and the baseline at each KV cache type (the drafter's cache too); the
+    chosen type goes into the new release's llama.cpp section and its server's -ctk/-ctv."""
+    res = edgekit("tune", "--board", agx.name, "--recipe", RECIPE, "--quick", "--draft-n", "2", "--kv-types",
+                  "f16,q8_0", "--min-gain", "0.05", "--out", str(tmp_path / "tune"), env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    result = json.loads((tmp_path / "tune" / "tune.json").read_text())
+    rows = {r["name"]: r for r in result["table"]}
+    assert list(rows) == ["n2-pdef-kvf16", "baseline-kvf16", "n2-pdef-kvq8_0", "baseline-kvq8_0"]
+    assert all(r["tokens_per_second"]["mean"] > 0 for r in rows.values())
+    assert rows["n2-pdef-kvq8_0"]["cache_type_k"] == rows["n2-pdef-kvq8_0"]["cache_type_v"] == "q8_0"
+    assert rows["n2-pdef-kvq8_0"]["acceptance"] and rows["n2-pdef-kvf16"]["acceptance"]  # both drafted
+    best = result["best"]
+    manifest = json.loads((agx.base / "releases" / result["deployed"]["release"] / "release.json").read_text())
+    assert manifest["runtime"]["llama_cpp"]["cache_type_k"] == best["cache_type_k"]
+    args = manifest["server_args"]
+    if best["cache_type_k"] == "f16":
+        assert "-ctk" not in args
+    else:
+        assert args[args.index("-ctk") + 1] == best["cache_type_k"]
+    res = edgekit("tune", "--board", agx.name, "--recipe", RECIPE, "--quick", "--kv-types", "q3_k", "--no-deploy",
+                  env=env)
+    assert res.returncode == 2 and "llama.cpp has no KV cache type 'q3_k' to tune" in res.stderr, res.stderr
+
+
 # ------------------------------------------------------------------------- LiteRT-LM backend
 
 def _litert_available() -> bool:
