@@ -350,3 +350,14 @@ def test_engines_report_says_when_engines_serve_different_models() -> None:
     text = "\n".join(report._engines(doc))
     assert "llama.cpp: `tiny-gemma4-e2b-tuned` + `tiny-gemma4-e2b-assistant (aligned)`" in text
     assert "vllm: recipe `old`" in text and "not the engine alone" in text
+
+
+def test_plots_draw_an_interval_only_from_three_repetitions_and_never_below_zero() -> None:
+    two = stats.estimate([3.0, 30.0]).to_json()  # t = 12.7 at one degree of freedom: ±171 around 16.5
+    assert two["ci95"] > two["mean"]
+    assert plots.error_bars([two]) == [[0.0], [0.0]]
+    three = stats.estimate([1.0, 2.0, 30.0]).to_json()  # its interval reaches below zero: clipped there
+    below, above = plots.error_bars([three])
+    assert below == [pytest.approx(three["mean"])] and above == [pytest.approx(three["ci95"])]
+    tight = stats.estimate([10.0, 10.5, 11.0]).to_json()
+    assert plots.error_bars([tight]) == [[pytest.approx(tight["ci95"])], [pytest.approx(tight["ci95"])]]

@@ -1,9 +1,9 @@
 """PNG plots of a results document (matplotlib, Agg: no display needed).
 
-    tps_vs_concurrency.png      tok/s vs concurrency, with and without the drafter (CI95 bars)
+    tps_vs_concurrency.png      tok/s vs concurrency, with and without the drafter (each repetition; CI95 from 3)
     acceptance_by_category.png  drafted tokens accepted, per prompt category
     power_trace.png             total power over the bench, phases shaded, idle baseline drawn
-    joules_per_token.png        J/token per point and configuration (CI95 bars)
+    joules_per_token.png        J/token per point and configuration (each repetition; CI95 from 3)
     drafter_wins.png            the drafter's ratio per prompt category and load point: where it wins, loses
 """
 
@@ -58,6 +58,30 @@ def _empty(ax: Any, text: str) -> None:
     ax.set_yticks([])
 
 
+# From two repetitions a Student-t interval is ±12.7 standard deviations (t at one degree of freedom): a bar that
+# long says nothing, and reaches below zero. The repetitions themselves are drawn; an interval only from three.
+MIN_REPETITIONS_FOR_CI = 3
+
+
+def error_bars(estimates: list[dict[str, Any]]) -> list[list[float]]:
+    """[below, above] for ``ax.errorbar``/``ax.bar``: each estimate's CI95 where it has three or more repetitions
+    (none otherwise), the lower arm clipped at zero (tok/s and J/token are never negative)."""
+    below, above = [], []
+    for e in estimates:
+        ci = e.get("ci95") if (e.get("n") or 0) >= MIN_REPETITIONS_FOR_CI else None
+        below.append(min(ci, max(e["mean"], 0.0)) if ci else 0.0)
+        above.append(ci or 0.0)
+    return [below, above]
+
+
+def _repetitions(ax: Any, xs: list[float], estimates: list[dict[str, Any]], color: str) -> None:
+    """Each repetition's own value, as a small dot beside its mean."""
+    px = [x for x, e in zip(xs, estimates, strict=True) for _ in e.get("values") or []]
+    py = [v for e in estimates for v in e.get("values") or []]
+    if px:
+        ax.scatter(px, py, s=9, color=color, alpha=0.55, linewidths=0, zorder=3)
+
+
 def _configs(summary: list[dict[str, Any]]) -> list[str]:
     seen: list[str] = []
     for p in summary:
@@ -79,11 +103,12 @@ def tps_vs_concurrency(doc: dict[str, Any], path: Path) -> None:
             if not pts:
                 continue
             xs = [p["concurrency"] for p in pts]
-            ys = [p["tokens_per_second"]["mean"] for p in pts]
-            err = [p["tokens_per_second"]["ci95"] or 0.0 for p in pts]
+            ests = [p["tokens_per_second"] for p in pts]
+            ys = [e["mean"] for e in ests]
             label = cfg + (f", ctx {ctx}" if len(ctxs) > 1 else "")
-            ax.errorbar(xs, ys, yerr=err, marker=_marker(cfg), capsize=4, linestyle=styles[j % len(styles)],
-                        color=_color(cfg, k), label=label)
+            ax.errorbar(xs, ys, yerr=error_bars(ests), marker=_marker(cfg), capsize=4,
+                        linestyle=styles[j % len(styles)], color=_color(cfg, k), label=label)
+            _repetitions(ax, xs, ests, _color(cfg, k))
     ax.set_xscale("log", base=2)
     concs = sorted({p["concurrency"] for p in summary})
     ax.set_xticks(concs)
@@ -221,16 +246,16 @@ def joules_per_token(doc: dict[str, Any], path: Path) -> None:
         pts = sorted({(p["context_length"] or 0, p["concurrency"]) for p in summary})
         width = 0.8 / len(cfgs)
         for k, cfg in enumerate(cfgs):
-            xs, ys, err = [], [], []
+            xs, ests = [], []
             for i, (ctx, c) in enumerate(pts):
                 p = next((q for q in summary if q["config"] == cfg and q["concurrency"] == c
                           and (q["context_length"] or 0) == ctx), None)
                 if p:
                     xs.append(i + k * width)
-                    ys.append(p["joules_per_token"]["mean"])
-                    err.append(p["joules_per_token"]["ci95"] or 0.0)
-            ax.bar(xs, ys, width, yerr=err, capsize=3, color=_color(cfg, k), label=cfg,
-                   hatch="//" if _marker(cfg) == "s" else None)
+                    ests.append(p["joules_per_token"])
+            ax.bar(xs, [e["mean"] for e in ests], width, yerr=error_bars(ests), capsize=3, color=_color(cfg, k),
+                   label=cfg, hatch="//" if _marker(cfg) == "s" else None)
+            _repetitions(ax, xs, ests, "#333333")
         ax.set_xticks([i + width * (len(cfgs) - 1) / 2 for i in range(len(pts))])
         ax.set_xticklabels([f"c={c}\nctx={ctx or '-'}" for ctx, c in pts])
         ax.set_ylabel("J / generated token")
