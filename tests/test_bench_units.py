@@ -361,3 +361,21 @@ def test_plots_draw_an_interval_only_from_three_repetitions_and_never_below_zero
     assert below == [pytest.approx(three["mean"])] and above == [pytest.approx(three["ci95"])]
     tight = stats.estimate([10.0, 10.5, 11.0]).to_json()
     assert plots.error_bars([tight]) == [[pytest.approx(tight["ci95"])], [pytest.approx(tight["ci95"])]]
+
+
+def test_the_categories_the_drafter_loses_on_are_the_ones_to_send_with_drafting_off() -> None:
+    def row(cat: str, c: int, mean: float, values: list[float]) -> dict:
+        e = stats.estimate(values)
+        return {"category": cat, "concurrency": c, "context_length": None, "speedup": e.to_json(),
+                "verdict": results._verdict(e), "_mean": mean}
+
+    rows = [row("all", 1, 1.1, [1.05, 1.1, 1.15]), row("code", 1, 1.5, [1.45, 1.5, 1.55]),
+            row("json", 1, 0.8, [0.78, 0.8, 0.82]), row("json", 2, 0.7, [0.68, 0.7, 0.72]),
+            row("prose", 1, 1.0, [0.8, 1.0, 1.2]), row("all", 2, 0.8, [0.7, 0.8, 0.9])]
+    off = results.drafting_off(rows)
+    assert off == [{"category": "json", "loses_at": [{"concurrency": 1, "context_length": None},
+                                                      {"concurrency": 2, "context_length": None}]}]
+    text = "\n".join(report._drafting_off({"request": {"speculative.n_max": 0}, "categories": off}))
+    assert '`{"speculative.n_max": 0}`' in text and "- json (the drafter loses at c=1, c=2)" in text
+    assert "No prompt category loses" in "\n".join(report._drafting_off({"request": {"x": 0}, "categories": []}))
+    assert report._drafting_off(None) == []  # an engine that cannot turn drafting off per request: no advice

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from edgekit.cli import cli
 from edgekit.config.recipes import Recipe, load_recipe
+from edgekit.convert.gguf_io import GGUFFile
 from edgekit.prepare.pipeline import ConvertResult, convert_recipe
 from edgekit.sim.procs import free_port
 from edgekit.store import Store
@@ -67,7 +68,8 @@ def test_sim_recipe_converts_checks_and_stores(f32_pair: ConvertResult, deploy_s
     models = {m.role: m.to_dict() for m in f32_pair.models}
     assert models["target"]["arch"] == "gemma4" and models["drafter"]["arch"] == "gemma4-assistant"
     # The published E2B structure: text GGUF without the towers (convert.mmproj: off in this recipe).
-    assert models["target"]["tensors"] == 176 and models["drafter"]["tensors"] == 49
+    # The drafter keeps its ordered head's centroids and token ordering (edgekit's llama.cpp patch 0002).
+    assert models["target"]["tensors"] == 176 and models["drafter"]["tensors"] == 51
     assert [m.role for m in f32_pair.models] == ["target", "drafter"]
     manifest = f32_pair.models[0].artifact.manifest
     assert manifest["converter"]["commit"].startswith("0c1e570")
@@ -122,7 +124,7 @@ def e2b_exact_pair(store: Store) -> ConvertResult:
     return convert_recipe(recipe, store, src=str(sdist_or_skip()))
 
 
-def test_published_structure_repacks_exactly_and_says_the_ordered_head_is_dropped(
+def test_published_structure_repacks_exactly_and_keeps_the_ordered_head(
         e2b_exact_pair: ConvertResult) -> None:
     by_role = {m.role: m for m in e2b_exact_pair.models}
     target, drafter, mmproj = by_role["target"], by_role["drafter"], by_role["mmproj"]
@@ -135,10 +137,15 @@ def test_published_structure_repacks_exactly_and_says_the_ordered_head_is_droppe
     # k/v projections, which nothing reads (on the grid here, so they repack exactly too).
     assert target.artifact.manifest["gguf"]["arch"] == "gemma4" and "head" not in target.artifact.manifest
     head = drafter.artifact.manifest["head"]
-    assert head["checkpoint"] == "ordered" and head["gguf"] == "dense"
-    assert head["dropped"] == ["masked_embedding.centroids.weight", "masked_embedding.token_ordering"]
-    assert (head["tokens_scored"], head["gguf_tokens_scored"]) == (128, 512)
-    assert "drops masked_embedding" in head["note"] and drafter.to_dict()["head"] == head
+    assert head["checkpoint"] == "ordered" and head["gguf"] == "ordered" and head["dropped"] == []
+    assert (head["tokens_scored"], head["gguf_tokens_scored"]) == (128, 128)
+    assert head["note"] is None and drafter.to_dict()["head"] == head
+    gguf = GGUFFile(drafter.file)  # the head's tensors and sizes, as llama.cpp's loader reads them
+    tensors = {t.name: t for t in gguf.tensors}
+    assert tensors["masked_embd_ordering"].type.name == "F32"  # token ids below 2^24 are exact in f32
+    keys = ("gemma4-assistant.masked_embd.centroid_count", "gemma4-assistant.masked_embd.centroid_top_k")
+    assert tuple(gguf.get(k) for k in keys) == (head["num_centroids"], head["top_k"])
+    assert "masked_embd_centroids.weight" in tensors
 
 
 @contextmanager
@@ -175,9 +182,9 @@ def _server(bin_dir: Path, target: Path, drafter: Path | None, log: Path) -> Ite
             proc.wait()
 
 
-def _complete(url: str) -> dict:
+def _complete(url: str, **extra: object) -> dict:
     body = json.dumps({"prompt": PROMPT, "n_predict": 48, "temperature": 0.0, "top_k": 1, "seed": 1,
-                       "ignore_eos": True, "cache_prompt": False}).encode()
+                       "ignore_eos": True, "cache_prompt": False, **extra}).encode()
     req = urllib.request.Request(f"{url}/completion", data=body, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as r:
         return json.loads(r.read())
@@ -191,8 +198,18 @@ def test_mtp_drafter_keeps_greedy_text_and_drafts(pair: str, request: pytest.Fix
         plain = _complete(url)
     with _server(llama_bin, files["target"], files["drafter"], tmp_path / "mtp.log") as url:
         spec = _complete(url)
+        # edgekit's patch 0001: a request turns drafting off (0), or shortens it, for itself alone
+        off = _complete(url, **{"speculative.n_max": 0})
+        one = _complete(url, **{"speculative.n_max": 1})
+        again = _complete(url)
     assert plain["tokens_predicted"] == spec["tokens_predicted"] == 48
     assert spec["content"] == plain["content"] and plain["content"]
     assert spec["timings"]["draft_n"] > 0
     assert spec["timings"]["draft_n_accepted"] <= spec["timings"]["draft_n"]
     assert "draft" not in plain["timings"] or not plain["timings"].get("draft_n")
+    assert off["content"] == one["content"] == plain["content"]
+    assert not off["timings"].get("draft_n"), off["timings"]
+    # one token per step at most (48 steps at most), and fewer than the server's three-token drafts make
+    assert 0 < one["timings"]["draft_n"] <= 48, one["timings"]
+    assert one["timings"]["draft_n"] < spec["timings"]["draft_n"], (one["timings"], spec["timings"])
+    assert again["timings"]["draft_n"] == spec["timings"]["draft_n"]  # the next request drafts as the server says

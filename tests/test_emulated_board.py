@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -19,6 +20,7 @@ from build_helpers import sdist_or_skip
 from cli_helpers import edgekit
 
 from edgekit.bench import results
+from edgekit.build import patches
 from edgekit.build.elf import read_header
 from edgekit.config.boardfile import Boards
 from edgekit.sim import boards as sim
@@ -50,6 +52,14 @@ def server_process(board: SimBoard) -> psutil.Process:
     raise AssertionError(f"no llama-server runs on {board.name}")
 
 
+def completion(url: str, **extra: object) -> dict:
+    body = json.dumps({"prompt": "The quick brown fox", "n_predict": 16, "temperature": 0.0, "top_k": 1,
+                       "cache_prompt": False, **extra}).encode()
+    req = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as resp:
+        return json.loads(resp.read())
+
+
 def variant(tmp: Path, name: str, **runtime: object) -> Path:
     data = yaml.safe_load((REPO / "edgekit" / "data" / "recipes" / "sim-tiny-mtp.yaml").read_text())
     data["name"] = name
@@ -74,6 +84,14 @@ def test_an_emulated_orin_runs_the_aarch64_release_end_to_end(sim_session, env, 
     proc = server_process(board)
     assert os.path.basename(proc.exe()).startswith("qemu-aarch64"), proc.exe()
     assert str(release / "bin" / "llama-server") in " ".join(proc.cmdline())
+    # edgekit's llama.cpp patches are in the aarch64 build: the probe names them, and the served server takes a
+    # request's speculative.n_max (patch 0001: 0 drafts nothing for that request; the next drafts again)
+    probe = ok_json(edgekit("--json", "board", "probe", "--board", board.name, env=env, timeout=120))
+    assert probe["llama_patches"] == [f"{p.name}\tapplied" for p in patches.series()]
+    url = f"http://127.0.0.1:{board.service_port}/completion"
+    drafted, off, again = (completion(url, **extra) for extra in ({}, {"speculative.n_max": 0}, {}))
+    assert drafted["timings"]["draft_n"] > 0 and not off["timings"].get("draft_n") and again["timings"]["draft_n"] > 0
+    assert drafted["content"] == off["content"] == again["content"]
 
     out = tmp_path / "bench"
     doc = ok_json(edgekit("--json", "bench", "--board", board.name, "--recipe", "sim-tiny-mtp", "--quick",

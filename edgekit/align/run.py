@@ -103,9 +103,9 @@ def _prepare(job: AlignJob, pair: Any, prompts: Any, say: Callable[[str], None])
 
 
 def _measure(job: AlignJob, pair: Any, drafter: Any, data: _Data) -> dict[str, Any]:
-    """Replayed greedy rounds on held-out continuations with each head an engine runs (the dense head:
-    llama.cpp; the ordered head, if the drafter has one: vLLM, LiteRT-LM), and transformers' assisted
-    generation (its own head, the ordered one where present) or None."""
+    """Replayed greedy rounds on held-out continuations with each head an engine may run (the dense head; the
+    ordered head, if the drafter has one: llama.cpp with edgekit's patch 0002, vLLM, LiteRT-LM), and
+    transformers' assisted generation (its own head, the ordered one where present) or None."""
     from edgekit.align.assisted import assisted_acceptance
     from edgekit.align.unroll import has_ordered_head
 
@@ -135,10 +135,11 @@ def _manifest(job: AlignJob, facts: dict[str, Any], pair: Any, data: _Data, qat:
         "settings": facts["settings"],
         "qat": {"mode": spec.qat, "tensors_on_grid": len(qat[0]), "exact_q4_0_after": len(qat[1])},
         "heldout": {"method": "greedy rounds replayed along the target's held-out continuations",
-                    "head": "dense (llama.cpp)", "before": measured["before"]["replay"],
+                    "head": "dense (the full tied head: llama.cpp for a drafter without ordered embeddings)",
+                    "before": measured["before"]["replay"],
                     "after": measured["after"]["replay"]},
         **({"heldout_ordered": {"method": "the same, with the drafter's ordered (centroid-masked) head",
-                                "head": "ordered (vLLM, LiteRT-LM)",
+                                "head": "ordered (llama.cpp with edgekit's patch 0002, vLLM, LiteRT-LM)",
                                 "before": measured["before"]["replay_ordered"],
                                 "after": measured["after"]["replay_ordered"]}}
            if "replay_ordered" in measured["after"] else {}),

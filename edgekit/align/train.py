@@ -81,7 +81,8 @@ def evaluate(pair: Any, drafter: Any, teacher: Teacher, k: int, head: str = "den
 
 
 def _loss(drafter: Any, pair: Any, batch: Any, k: int, pad: int) -> Any:
-    """KL on the dense head (what llama.cpp runs), plus, for an ordered head, the centroids' KL."""
+    """KL on the dense head (the ordered head's logits are the same on the tokens it scores), plus, for an
+    ordered head, the centroids' KL (which tokens it scores)."""
     states = unroll_states(drafter, pair.embed, batch, k, pad)
     loss = kl_loss([drafter.lm_head(s) for s in states], batch)
     if has_ordered_head(drafter):

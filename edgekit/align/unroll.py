@@ -51,8 +51,9 @@ def has_ordered_head(drafter: Any) -> bool:
 def head_logits(drafter: Any, last: Any, head: str) -> Any:
     """The drafter's logits from its last hidden state, as an engine computes them.
 
-    ``dense``: the full tied head, what llama.cpp runs (its converter drops the ordered embeddings);
-    ``ordered``: transformers' centroid-masked head, what vLLM and edgekit's LiteRT-LM bundle run.
+    ``dense``: the full tied head (what llama.cpp runs for a GGUF without the ordered embeddings);
+    ``ordered``: transformers' centroid-masked head, what llama.cpp (edgekit's patch 0002), vLLM and edgekit's
+    LiteRT-LM bundle run.
     """
     if head == "ordered" and has_ordered_head(drafter):
         return drafter.masked_embedding(last, drafter.lm_head.weight)

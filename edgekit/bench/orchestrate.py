@@ -202,7 +202,7 @@ def build_document(sess: Session, plan: Plan, configs: list[ServerConfig], runs:
         "llama_bench": llama_bench,
         "runs": run_docs,
         "summary": {"points": summary, "speedups": ups, "headline": head,
-                    **({"engines": table} if table is not None else {"drafter_map": results.drafter_map(measured)})},
+                    **({"engines": table} if table is not None else _drafter_map(measured, names))},
         "roofline": (roofline.roofline(gguf, profile.mem_bandwidth_gbs, decode(base_pt), decode(spec_pt))
                      if gguf is not None else None),  # the GGUF's bytes: llama.cpp's backend only
         "phases": [p.to_json() for p in sess.phases],
@@ -217,6 +217,14 @@ def build_document(sess: Session, plan: Plan, configs: list[ServerConfig], runs:
                                   "repetition, greedy /v1/chat/completions on the warm server after its text runs",
                         "probes": sess.media_runs, "summary": results.summarize_media(sess.media_runs)}
     return doc
+
+
+def _drafter_map(measured: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    """Where the drafter wins; where the engine can serve a request without drafting, the categories to send so."""
+    rows = results.drafter_map(measured)
+    off = get_engine(names[0]).draft_off_request if names else None
+    return {"drafter_map": rows,
+            **({"drafting_off": {"request": off, "categories": results.drafting_off(rows)}} if off else {})}
 
 
 def _llama_ref(llama_bench: list[dict[str, Any]], sess: Session) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from edgekit.engines import find_engine
@@ -97,6 +98,22 @@ def _drafter_map(rows: list[dict[str, Any]]) -> list[str]:
                     [[cat, *(text(cell.get((cat, c, x))) for c, x in points)] for cat in cats])]
 
 
+def _drafting_off(off: dict[str, Any] | None) -> list[str]:
+    """The categories a client sends without drafting, and the request that does it."""
+    if not off:
+        return []
+    body = json.dumps(off["request"])
+    if not off["categories"]:
+        return ["", f"No prompt category loses with the drafter: no request needs `{body}`."]
+
+    def where(points: list[dict[str, Any]]) -> str:
+        return ", ".join(f"c={p['concurrency']}" + (f" ctx={p['context_length']}" if p["context_length"] else "")
+                         for p in points)
+
+    return ["", f"Send these with drafting off (`{body}` in the request's body; the other requests keep it):", "",
+            *(f"- {c['category']} (the drafter loses at {where(c['loses_at'])})" for c in off["categories"])]
+
+
 def render(doc: dict[str, Any]) -> str:
     b, rel, s, pw = doc["board"], doc["release"], doc["summary"], doc["power"]
     st = doc["settings"]
@@ -123,6 +140,7 @@ def render(doc: dict[str, Any]) -> str:
                           str(u["concurrency"]), str(u["context_length"] or "–"), _e(u["speedup"], 2, "×"),
                           _e(u["energy_ratio"], 2, "×")] for u in s["speedups"]])
     lines += _drafter_map(s.get("drafter_map") or [])
+    lines += _drafting_off(s.get("drafting_off"))
     lines += ["## Throughput, latency, acceptance, energy", ""]
     lines += _table(
         ["config", "conc.", "ctx", "prompt tok", "tok/s", "decode tok/s per request", "TTFT p50 s",

@@ -153,6 +153,17 @@ def drafter_map(runs: list[dict[str, Any]], spec: str = "drafter", base: str = "
     return out
 
 
+def drafting_off(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """From a drafter map: the prompt categories the drafter loses on, with the load points where it does (a
+    client sends those requests with drafting off, where its engine takes that per request)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["category"] != "all" and r["verdict"] == "loses":
+            out.setdefault(r["category"], []).append({"concurrency": r["concurrency"],
+                                                      "context_length": r["context_length"]})
+    return [{"category": cat, "loses_at": points} for cat, points in sorted(out.items())]
+
+
 def engine_speedups(runs: list[dict[str, Any]], engines: list[str]) -> list[dict[str, Any]]:
     """Each engine's drafter ÷ its own baseline (configs ``<engine>/drafter`` and ``<engine>/baseline``)."""
     return [{**u, "engine": e} for e in engines for u in speedups(runs, f"{e}/drafter", f"{e}/baseline")]

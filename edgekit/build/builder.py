@@ -18,7 +18,8 @@ from typing import Any
 from rich.console import Console
 
 from edgekit.build.cuda import CUDA_RUNTIME_LIBS, choose_cuda
-from edgekit.build.package import LOG, TARBALL, collect, make_tarball, tree_digest, unpacked
+from edgekit.build.package import LOG, TARBALL, collect, make_tarball, tree_digest, unpacked, write_patch_list
+from edgekit.build.patches import report as patch_report
 from edgekit.build.plan import BuildPlan, make_plan
 from edgekit.build.progress import BuildProgress, StepFailed, run_step
 from edgekit.build.source import (
@@ -169,6 +170,7 @@ def base_manifest(plan: BuildPlan) -> dict[str, Any]:
         "ref": {"commit": LLAMA_CPP_COMMIT, "short": LLAMA_CPP_SHORT, "date": LLAMA_CPP_DATE,
                 "build_number": LLAMA_BUILD_NUMBER},
         "source": plan.source.to_dict() if plan.source else None,
+        "patches": patch_report(plan.source.patches if plan.source else {}),
         "target": plan.target.to_dict(),
         "where": plan.where,
         "cmake": {"configure": plan.configure, "build": plan.build, "toolchain": plan.toolchain},
@@ -246,6 +248,7 @@ def _build_here(plan: BuildPlan, options: BuildOptions, staging: Path, console: 
         shipped = collect(plan.build_dir / "bin", plan.binaries, _extra_libs(plan, options), files_dir)
         lib_path = [plan.cuda.lib_dir] if plan.cuda and not options.bundle_cuda_libs else []
         checked = verify(files_dir, plan.target, run=options.run_check, lib_path=lib_path)
+        write_patch_list(files_dir, plan.source.patches if plan.source else {})
         contents = make_tarball(files_dir, staging / TARBALL)
     finally:
         shutil.rmtree(files_dir, ignore_errors=True)

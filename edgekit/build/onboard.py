@@ -10,6 +10,7 @@ result with ``exit_code``, ``stdout``, ``stderr``) and file moves to ``put``/``g
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import shlex
 import shutil
 import tarfile
@@ -20,7 +21,7 @@ from typing import Any, Protocol
 from rich.console import Console
 
 from edgekit.build.cuda import CudaToolkit
-from edgekit.build.package import LOG, TARBALL, collect, make_tarball, tree_digest
+from edgekit.build.package import LOG, TARBALL, collect, make_tarball, tree_digest, write_patch_list
 from edgekit.build.plan import BuildPlan, make_plan
 from edgekit.build.source import LLAMA_CPP_SHORT
 from edgekit.build.untar import extract_all
@@ -110,8 +111,9 @@ def board_plan(plan: BuildPlan, runner: BoardRunner | None, base: str = "~/edgek
 
 
 def _source_tag(plan: BuildPlan) -> str:
+    """A short name per source identity (the whole identity counts: a patched tree is not its original)."""
     ident = plan.source.identity if plan.source else f"git:{LLAMA_CPP_SHORT}"
-    return ident.replace(":", "-")[:40]
+    return f"{ident.split(':', 1)[0]}-{hashlib.sha256(ident.encode()).hexdigest()[:20]}"
 
 
 def _source_tarball(plan: BuildPlan) -> Path:
@@ -187,6 +189,7 @@ def build_on_board(plan: BuildPlan, options: Any, runner: BoardRunner, staging: 
         files_dir = Path(tmpdir) / "pkg"
         shipped = collect(fetched, plan.binaries, [], files_dir)
         checked = verify(files_dir, plan.target, run=False)
+        write_patch_list(files_dir, plan.source.patches if plan.source else {})
         contents = make_tarball(files_dir, staging / TARBALL)
     version = run([f"{bin_remote}/{VERSION_BINARY}", "--version"]) if options.run_check else None
     if version is not None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.build.elf import is_elf, section_bytes
+from edgekit.build.patches import LIST_FILE, list_text
 from edgekit.build.untar import extract_all
 from edgekit.errors import EdgekitError
 from edgekit.paths import cache_dir
@@ -54,6 +55,13 @@ def collect(bin_dir: Path, binaries: tuple[str, ...], extra_libs: list[Path], ou
         shutil.copy2(lib.resolve(), out / lib.name)
         seen.add(lib.name)
     return sorted(seen)
+
+
+def write_patch_list(files_dir: Path, patches: dict[str, str]) -> None:
+    """Beside the binaries, which of edgekit's llama.cpp patches they were built with (the board's probe reads
+    it from the release it serves)."""
+    if patches:
+        (files_dir / LIST_FILE).write_text(list_text(patches))
 
 
 def _reset(info: tarfile.TarInfo) -> tarfile.TarInfo:

@@ -21,11 +21,12 @@ import sys
 import tarfile
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgekit.build.downloads import pip_download
 from edgekit.build.memo import remember
+from edgekit.build.patches import apply_series, link_tree, series, series_id
 from edgekit.build.untar import extract_all
 from edgekit.errors import EdgekitError
 from edgekit.paths import cache_dir
@@ -56,6 +57,7 @@ class Source:
     identity: str  # goes into the build key: same identity → same tree content
     commit: str | None  # git commit when it can be told, else None
     origin: str  # "git", "tarball" or "dir"
+    patches: dict[str, str] = field(default_factory=dict)  # edgekit's llama.cpp patches: name → state
 
     @property
     def pinned(self) -> bool:
@@ -63,7 +65,7 @@ class Source:
 
     def to_dict(self) -> dict[str, object]:
         return {"path": str(self.path), "identity": self.identity, "commit": self.commit,
-                "origin": self.origin, "pinned_commit": LLAMA_CPP_COMMIT}
+                "origin": self.origin, "pinned_commit": LLAMA_CPP_COMMIT, "patches": self.patches}
 
 
 def sources_dir() -> Path:
@@ -124,7 +126,7 @@ def cached_tree(tree_dir: Path) -> Source | None:
     root = (tree_dir / info["root"]).resolve()
     if not is_llama_tree(root):
         return None
-    return Source(root, info["identity"], info.get("commit"), info["origin"])
+    return Source(root, info["identity"], info.get("commit"), info["origin"], info.get("patches") or {})
 
 
 def _sha256(path: Path) -> str:
@@ -256,9 +258,61 @@ def _stderr(message: str) -> None:
     print(f"edgekit: {message}", file=sys.stderr)
 
 
+def patched(source: Source) -> Source:
+    """``source`` with edgekit's llama.cpp patches applied: a copy in the cache, one per source tree.
+
+    The copy keeps its path when the series changes (it is made anew beside it and swapped in), so the build
+    directories and ccache see only the files the patches change: a changed series recompiles what it touches,
+    not all of llama.cpp. Every file the old or the new series touches is a fresh file, younger than any object.
+    """
+    patches = series()
+    if not patches or source.patches:
+        return source
+    ident = f"{source.identity}+patches:{series_id(patches)}"
+    tree_dir = sources_dir() / f"patched-{hashlib.sha256(source.identity.encode()).hexdigest()[:16]}"
+    old = _read_marker(tree_dir)
+    if old is not None and old.get("identity") == ident and (cached := cached_tree(tree_dir)) is not None:
+        return cached
+    touched = sorted({f for p in patches for f in p.touched})
+    fresh = set(touched) | set((old or {}).get("touched") or [])
+    sources_dir().mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".patch-", dir=sources_dir()))
+    try:
+        link_tree(source.path, tmp / "llama.cpp", fresh)
+        for name in fresh:  # younger than every object built from the previous series
+            if (tmp / "llama.cpp" / name).exists():
+                os.utime(tmp / "llama.cpp" / name)
+        where = f"llama.cpp at {source.path}" + (f" (commit {source.commit[:7]})" if source.commit else "")
+        states = apply_series(tmp / "llama.cpp", patches, where)
+        marker = {"root": "llama.cpp", "identity": ident, "commit": source.commit, "origin": source.origin,
+                  "patches": states, "touched": touched, "unpatched": str(source.path)}
+        (tmp / MARKER).write_text(json.dumps(marker, indent=2))
+        _swap(tmp, tree_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    out = cached_tree(tree_dir)
+    assert out is not None
+    return out
+
+
+def _swap(tmp: Path, final: Path) -> None:
+    """Put a finished tree in place of the one at ``final`` (if any)."""
+    if final.exists():
+        stale = Path(tempfile.mkdtemp(prefix=".stale-", dir=final.parent))
+        os.rename(final, stale / "tree")
+        shutil.rmtree(stale, ignore_errors=True)
+    _publish(tmp, final)
+
+
 def resolve_source(src: str | os.PathLike[str] | None = None,
                    note: Callable[[str], None] = _stderr) -> Source:
-    """The source tree for ``--src`` (a dir or tarball), else the pinned ref: cloned, or from the PyPI sdist."""
+    """The source tree for ``--src`` (a dir or tarball), else the pinned ref (cloned, or from the PyPI sdist),
+    with edgekit's patches applied."""
+    return patched(_unpatched(src, note))
+
+
+def _unpatched(src: str | os.PathLike[str] | None, note: Callable[[str], None]) -> Source:
     if src is None:
         return _from_git_or_sdist(note)
     path = Path(src).expanduser()

@@ -44,6 +44,10 @@ def probe(app: App, board_name: str) -> None:
                     "base", "python", "jtop", "tegrastats", "nvpmodel", "power_rails", "user", "sudo"):
             value = data[key]
             table.add_row(key, ", ".join(value) if isinstance(value, list) else str(value))
+        patches = data["llama_patches"]
+        if data["current"]:
+            table.add_row("llama.cpp patches", "none recorded (not llama.cpp, or built before edgekit's patches)"
+                          if patches is None else ", ".join(p.split("\t")[0] for p in patches) or "none")
         agent = data["agent"]
         table.add_row("agent", (", ".join(agent["held"]) or "none") + (" (this edgekit's)" if agent["current"] else
                                                            f" (this edgekit's {agent['this']} is sent when needed)"))

@@ -84,6 +84,8 @@ def build(app: App, board_name: str | None, target_name: str | None, cpu_only: b
             for note in plan.notes:
                 app.info(f"[yellow]{note}[/yellow]")
             lines = [f"# where: {plan.where}; store key {data['key'][:16]}"]
+            if plan.source is not None:
+                lines += [f"# patch {name}: {state}" for name, state in plan.source.patches.items()]
             if plan.toolchain_file:
                 lines += [f"# {plan.toolchain_file}", plan.toolchain or ""]
             lines.append(_shell_lines(plan.configure))
@@ -116,6 +118,8 @@ def build(app: App, board_name: str | None, target_name: str | None, cpu_only: b
             app.out.print(f"  cubins: {', '.join(archs)} in {len(cubins)} file(s)")
         if verified.get("version_output"):
             app.out.print(f"  --version: {verified['version_output'].splitlines()[0]}")
+        for p in result.artifact.manifest.get("patches") or []:
+            app.out.print(f"  patch {p['name']}: {p['state']} (upstream: {p.get('upstream') or 'unknown'})")
 
     app.emit(data, human)
 

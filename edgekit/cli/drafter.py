@@ -59,10 +59,9 @@ def align_cmd(app: App, recipe_name: str, steps: int | None, data: str | None, s
             per = " ".join(f"{p:.0%}" for p in s["per_position"])
             app.out.print(f"  {name:6} held-out acceptance {s['acceptance_rate']:.1%} (per position t+1…: {per}), "
                           f"{s['tokens_per_verify']:.2f} tokens per verify pass")
-        if ordered := data_out.get("heldout_ordered"):  # the head vLLM and LiteRT-LM run differs from llama.cpp's
-            app.out.print(f"  ordered head (vLLM, LiteRT-LM): {ordered['before']['acceptance_rate']:.1%} → "
-                          f"{ordered['after']['acceptance_rate']:.1%}; the numbers above are the dense head "
-                          "llama.cpp runs")
+        if ordered := data_out.get("heldout_ordered"):  # the head every engine serves it with
+            app.out.print(f"  ordered head (llama.cpp, vLLM, LiteRT-LM): {ordered['before']['acceptance_rate']:.1%}"
+                          f" → {ordered['after']['acceptance_rate']:.1%}; the numbers above are the dense head's")
         assisted = data_out.get("assisted") or {}
         if assisted.get("after"):
             app.out.print(f"  transformers assisted generation: {assisted['before']['measured_rate']:.1%} → "

@@ -32,8 +32,7 @@ _MM_PARTS = ("visual.", "vision.", "audio.", "talker.", "vision_", "audio_", "to
 
 
 def light_filter(name: str) -> str | None:
-    if "masked_embedding" in name:  # Gemma4AssistantModel
-        return None
+    # Gemma4AssistantModel keeps masked_embedding.* (edgekit's llama.cpp patch 0002; the pin dropped it)
     if name.startswith(_MM_PREFIXES) or any(p in name for p in _MM_PARTS):
         return None
     if name.endswith(("per_dim_scale", "layer_scalar")):  # Gemma4Model

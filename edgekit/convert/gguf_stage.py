@@ -78,9 +78,10 @@ def expected_tensors(llama: LlamaCpp, info: ModelInfo) -> tuple[str, set[str]]:
 def head_facts(llama: LlamaCpp, info: ModelInfo) -> dict[str, Any] | None:
     """For an assistant with ordered embeddings: which head the GGUF keeps, and what the converter drops.
 
-    llama.cpp's converter drops ``masked_embedding.*``, so llama-server drafts with the full tied head:
-    it scores every token, not the top-k centroids' share, and its argmax can differ from the published
-    head's. LiteRT-LM (edgekit's bundle) and vLLM run the ordered head.
+    With edgekit's llama.cpp patch 0002 the converter keeps ``masked_embedding.*`` and llama-server drafts
+    with the ordered head, as LiteRT-LM (edgekit's bundle) and vLLM do. A converter without it (the pinned
+    one as published) drops them: llama-server then drafts with the full tied head, which scores every token,
+    not the top-k centroids' share, and whose argmax can differ from the published head's.
     """
     if not info.ordered_head:
         return None

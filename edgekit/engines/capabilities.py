@@ -80,6 +80,8 @@ class EngineBase:
     # carry no draft counts); its releases record them (release.json's draft_counters) for the board's checks
     draft_counters: ClassVar[tuple[str, str] | None] = None
     color: ClassVar[str] = "#7f7f7f"  # its line in the bench's plots when several engines are measured
+    # what a request's body adds to be served without drafting, on a server that drafts (None: it cannot)
+    draft_off_request: ClassVar[dict[str, Any] | None] = None
     # the p-min values `tune` sweeps when none are given (None: the server's own default); one None: it has none
     tune_p_mins: ClassVar[tuple[float | None, ...]] = (None,)
     # its draft length is fixed when its model is exported: `tune` exports one model per length

@@ -60,6 +60,9 @@ class BoardFacts:
     helper_lib_sha: str = ""  # and its renderer's (unitspec.py beside it)
     agents: list[str] = field(default_factory=list)  # edgekit agent zipapps under the base (remote.agent_ship)
     current: str | None = None  # the release `current` points at
+    # edgekit's llama.cpp patches the current release's llama.cpp was built with ("name\tstate"); None where it
+    # records none (not llama.cpp, or built before edgekit carried patches)
+    llama_patches: list[str] | None = None
 
     @property
     def is_jetson(self) -> bool:
@@ -120,6 +123,7 @@ def parse_probe(board: str, output: str) -> BoardFacts:
     values: dict[str, str] = {}
     rails: list[PowerRailInfo] = []
     agents: list[str] = []
+    patches: list[str] | None = None
     for line in output.splitlines():
         key, sep, value = line.partition("=")
         if not sep:
@@ -129,6 +133,10 @@ def parse_probe(board: str, output: str) -> BoardFacts:
             rails.append(PowerRailInfo(chip, device, hwmon, int(channel), label.strip()))
         elif key == "agent":
             agents.append(value.strip())
+        elif key == "llama_patches":  # the list file is there (it may list none)
+            patches = patches or []
+        elif key == "llama_patch":
+            patches = [*(patches or []), value.strip()]
         else:
             values[key] = value.strip()
     l4t = parse_l4t(values.get("l4t", ""))
@@ -164,6 +172,7 @@ def parse_probe(board: str, output: str) -> BoardFacts:
         power_rails=rails,
         agents=agents,
         current=values.get("current") or None,
+        llama_patches=patches,
     )
 
 

@@ -80,6 +80,12 @@ for dev in "$root"/sys/bus/i2c/devices/*; do
 done
 cur="$(readlink "$base/current" 2>/dev/null)"
 kv current "${cur#releases/}"
+# edgekit's llama.cpp patches the served llama.cpp was built with (edgekit.build.patches writes the list)
+list="$base/current/bin/edgekit-patches.txt"
+if [ -r "$list" ]; then
+  kv llama_patches 1
+  while IFS= read -r p; do [ -n "$p" ] && kv llama_patch "$p"; done < "$list"
+fi
 # The agent zipapps the board holds (edgekit.remote.agent_ship names them by their content hash).
 for a in "$base"/agent/edgekit-agent-*.pyz; do
   if [ -f "$a" ]; then kv agent "${a##*/}"; fi

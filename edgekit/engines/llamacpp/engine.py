@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from edgekit.build import BuildResult
 from edgekit.build.source import LLAMA_CPP_SHORT
@@ -228,6 +228,8 @@ class LlamaCpp(EngineBase):
     settings_section, Settings = SECTION, LlamaCppSettings
     spec_types = SPEC_TYPES
     kv_cache_types = KV_TYPES
+    # edgekit's llama.cpp patch 0001 (edgekit/data/llama.cpp-patches): a request's own draft length, 0 = none
+    draft_off_request: ClassVar[dict[str, Any] | None] = {"speculative.n_max": 0}
 
     def bench_configs(self, manifest: dict[str, Any], release_dir: str, board: Board, port: int,
                       parallel: int | None, slot_ctx: int | None, options: Mapping[str, Any]) -> list[ServerConfig]:

@@ -1,0 +1,160 @@
+"""The assistant's ordered-embedding head in llama.cpp (edgekit's patch 0002), checked against transformers.
+
+The tiny published-structure E2B assistant (ordered embeddings: top 4 of 16 centroids, 32 tokens each) is
+converted by edgekit (the patched converter keeps ``masked_embedding.*``) and served by the host llama-server
+with one draft token per round, its draft candidates logged. Every round's top three candidates and their
+probabilities (llama.cpp's draft sampler: softmax over the top 10 logits) must be those of
+``Gemma4AssistantForCausalLM``'s centroid-masked head at F32 on the same positions, and the target's greedy
+text must be the same with and without the drafter.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from build_helpers import sdist_or_skip
+
+from edgekit.config.recipes import Recipe
+from edgekit.convert.inputs import ensure_synthetic
+from edgekit.prepare.pipeline import ConvertResult, convert_recipe
+from edgekit.sim.procs import free_port
+from edgekit.store import Store
+
+PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
+N_PREDICT = 24
+CANDIDATE = re.compile(r"draft candidate\s+(\d+), pos\s+(\d+):\s+(\d+) \(\s*([0-9.]+)\)")
+
+
+@pytest.fixture(scope="module")
+def llama_bin() -> Path:
+    sdist_or_skip()
+    from edgekit.build import host_build_for_tests
+
+    return host_build_for_tests().bin_dir
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
+    recipe = Recipe.model_validate({"name": "ordered", "target": {"synthetic": "tiny-gemma4-e2b-tuned", "quant": "F32"},
+                                    "drafter": {"synthetic": "tiny-gemma4-e2b-assistant", "quant": "F32"},
+                                    "runtime": {"spec_type": "draft-mtp"}, "convert": {"mmproj": "off"}})
+    store = Store(tmp_path_factory.getbasetemp() / "edgekit-store")
+    return convert_recipe(recipe, store, src=str(sdist_or_skip()))
+
+
+@contextmanager
+def server(bin_dir: Path, target: Path, drafter: Path | None, log: Path) -> Iterator[str]:
+    port = free_port()
+    argv = [str(bin_dir / "llama-server"), "-m", str(target), "--host", "127.0.0.1", "--port", str(port),
+            "-c", "512", "-t", "2", "-ngl", "0", "--no-warmup", "-v"]
+    if drafter is not None:
+        argv += ["-md", str(drafter), "--spec-type", "draft-mtp", "--spec-draft-n-max", "1", "-ngld", "0"]
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, f"llama-server exited {proc.returncode}: {log.read_text()[-2000:]}"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, f"llama-server not healthy: {log.read_text()[-2000:]}"
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def complete(url: str, prompt: list[int]) -> dict:
+    body = json.dumps({"prompt": prompt, "n_predict": N_PREDICT, "temperature": 0.0, "top_k": 1, "seed": 1,
+                       "ignore_eos": True, "cache_prompt": False, "return_tokens": True}).encode()
+    req = urllib.request.Request(f"{url}/completion", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+
+
+def logged_rounds(log: str) -> list[list[tuple[int, float]]]:
+    """Each draft round's candidates as llama.cpp logged them: [(token, p), …] best first."""
+    rounds: list[list[tuple[int, float]]] = []
+    for k, pos, tok, p in CANDIDATE.findall(log):
+        assert pos == "0"  # one draft token per round
+        if k == "0":
+            rounds.append([])
+        rounds[-1].append((int(tok), float(p)))
+    return rounds
+
+
+def draft_logits(target: Path, drafter: Path, tokens: list[int], prompt_len: int):  # -> dict[str, Tensor (L, V)]
+    """transformers' first draft step at every position, through each of the assistant's heads."""
+    import torch
+
+    from edgekit.align.continuations import Continuation
+    from edgekit.align.pair import load_pair
+    from edgekit.align.teacher import _forward
+    from edgekit.align.unroll import head_logits, unroll_states
+
+    pair = load_pair(target, drafter)  # both at F32
+    pair.drafter.eval()
+    with torch.no_grad():
+        batch = _forward(pair, [Continuation(torch.tensor(tokens), prompt_len, True)])
+        (state,) = unroll_states(pair.drafter, pair.embed, batch, 1, pair.tokenizer.pad_token_id or 0)
+        return {head: head_logits(pair.drafter, state, head)[0].float() for head in ("ordered", "dense")}
+
+
+def test_the_ordered_head_drafts_what_transformers_computes(pair: ConvertResult, llama_bin: Path,
+                                                             tmp_path: Path) -> None:
+    files = {m.role: m.file for m in pair.models}
+    head = pair.models[1].artifact.manifest["head"]
+    assert head["gguf"] == "ordered" and head["dropped"] == [] and head["gguf_tokens_scored"] == 128
+
+    target_dir = ensure_synthetic("tiny-gemma4-e2b-tuned", 0)
+    drafter_dir = ensure_synthetic("tiny-gemma4-e2b-assistant", 0)
+    from transformers import AutoTokenizer
+
+    prompt = AutoTokenizer.from_pretrained(target_dir)(PROMPT).input_ids
+    with server(llama_bin, files["target"], None, tmp_path / "plain.log") as url:
+        plain = complete(url, prompt)
+    log = tmp_path / "mtp.log"
+    with server(llama_bin, files["target"], files["drafter"], log) as url:
+        spec = complete(url, prompt)
+    assert spec["tokens"] == plain["tokens"] and len(spec["tokens"]) == N_PREDICT  # lossless
+    rounds = logged_rounds(log.read_text(errors="replace"))
+    assert rounds and spec["timings"]["draft_n"] == len(rounds)
+
+    import torch
+
+    tokens = prompt + spec["tokens"]
+    logits = draft_logits(target_dir, drafter_dir, tokens, len(prompt))
+    t = len(prompt) - 1  # the first round drafts from the prompt's last position and the first sampled token
+    dense_differs = 0
+    for i, got in enumerate(rounds):
+        dense_differs += int(torch.topk(logits["dense"][t], 3).indices.tolist() != [tok for tok, _ in got])
+        row = logits["ordered"][t]
+        top10 = torch.topk(row, 10)
+        probs = torch.softmax(top10.values, dim=0)
+        want = [(int(top10.indices[j]), float(probs[j])) for j in range(len(got))]
+        assert [tok for tok, _ in got] == [tok for tok, _ in want], (i, t, got, want)
+        assert [p for _, p in got] == pytest.approx([p for _, p in want], abs=2e-3), (i, t, got, want)
+        accepted = t + 2 < len(tokens) and got[0][0] == tokens[t + 2]
+        t += 1 + accepted
+    assert dense_differs > len(rounds) // 2  # the dense head would not have drafted these
