@@ -2,10 +2,11 @@
 
 The tiny published-structure E2B assistant (ordered embeddings: top 4 of 16 centroids, 32 tokens each) is
 converted by edgekit (the patched converter keeps ``masked_embedding.*``) and served by the host llama-server
-with one draft token per round, its draft candidates logged. Every round's top three candidates and their
-probabilities (llama.cpp's draft sampler: softmax over the top 10 logits) must be those of
-``Gemma4AssistantForCausalLM``'s centroid-masked head at F32 on the same positions, and the target's greedy
-text must be the same with and without the drafter.
+with one draft token per round, its draft candidates logged; so is a copy of its GGUF without the head
+(``edgekit.convert.dense_head``), which llama.cpp drafts from with the full tied head. Every round's top three
+candidates and their probabilities (llama.cpp's draft sampler: softmax over the top 10 logits) must be those of
+``Gemma4AssistantForCausalLM`` at F32 on the same positions — its centroid-masked head for the GGUF that has
+one, its dense head for the copy — and the target's greedy text the same with either drafter and without.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ pytest.importorskip("transformers")
 from build_helpers import sdist_or_skip
 
 from edgekit.config.recipes import Recipe
+from edgekit.convert.dense_head import without_ordered_head
 from edgekit.convert.inputs import ensure_synthetic
 from edgekit.prepare.pipeline import ConvertResult, convert_recipe
 from edgekit.sim.procs import free_port
@@ -121,40 +123,46 @@ def draft_logits(target: Path, drafter: Path, tokens: list[int], prompt_len: int
         return {head: head_logits(pair.drafter, state, head)[0].float() for head in ("ordered", "dense")}
 
 
-def test_the_ordered_head_drafts_what_transformers_computes(pair: ConvertResult, llama_bin: Path,
-                                                             tmp_path: Path) -> None:
-    files = {m.role: m.file for m in pair.models}
-    head = pair.models[1].artifact.manifest["head"]
-    assert head["gguf"] == "ordered" and head["dropped"] == [] and head["gguf_tokens_scored"] == 128
-
-    target_dir = ensure_synthetic("tiny-gemma4-e2b-tuned", 0)
-    drafter_dir = ensure_synthetic("tiny-gemma4-e2b-assistant", 0)
-    from transformers import AutoTokenizer
-
-    prompt = AutoTokenizer.from_pretrained(target_dir)(PROMPT).input_ids
-    with server(llama_bin, files["target"], None, tmp_path / "plain.log") as url:
-        plain = complete(url, prompt)
-    log = tmp_path / "mtp.log"
-    with server(llama_bin, files["target"], files["drafter"], log) as url:
-        spec = complete(url, prompt)
-    assert spec["tokens"] == plain["tokens"] and len(spec["tokens"]) == N_PREDICT  # lossless
-    rounds = logged_rounds(log.read_text(errors="replace"))
-    assert rounds and spec["timings"]["draft_n"] == len(rounds)
-
+def check_rounds(rounds: list[list[tuple[int, float]]], logits, tokens: list[int], prompt_len: int) -> None:
+    """Each logged round's candidates are the head's top three, with the draft sampler's probabilities."""
     import torch
 
-    tokens = prompt + spec["tokens"]
-    logits = draft_logits(target_dir, drafter_dir, tokens, len(prompt))
-    t = len(prompt) - 1  # the first round drafts from the prompt's last position and the first sampled token
-    dense_differs = 0
+    t = prompt_len - 1  # the first round drafts from the prompt's last position and the first sampled token
     for i, got in enumerate(rounds):
-        dense_differs += int(torch.topk(logits["dense"][t], 3).indices.tolist() != [tok for tok, _ in got])
-        row = logits["ordered"][t]
-        top10 = torch.topk(row, 10)
+        top10 = torch.topk(logits[t], 10)
         probs = torch.softmax(top10.values, dim=0)
         want = [(int(top10.indices[j]), float(probs[j])) for j in range(len(got))]
         assert [tok for tok, _ in got] == [tok for tok, _ in want], (i, t, got, want)
         assert [p for _, p in got] == pytest.approx([p for _, p in want], abs=2e-3), (i, t, got, want)
         accepted = t + 2 < len(tokens) and got[0][0] == tokens[t + 2]
         t += 1 + accepted
-    assert dense_differs > len(rounds) // 2  # the dense head would not have drafted these
+
+
+def test_the_ordered_head_drafts_what_transformers_computes(pair: ConvertResult, llama_bin: Path,
+                                                             tmp_path: Path) -> None:
+    files = {m.role: m.file for m in pair.models}
+    head = pair.models[1].artifact.manifest["head"]
+    assert head["gguf"] == "ordered" and head["dropped"] == [] and head["gguf_tokens_scored"] == 128
+    dense = without_ordered_head(files["drafter"], tmp_path / "drafter-dense.gguf")
+
+    target_dir = ensure_synthetic("tiny-gemma4-e2b-tuned", 0)
+    drafter_dir = ensure_synthetic("tiny-gemma4-e2b-assistant", 0)
+    from transformers import AutoTokenizer
+
+    prompt = AutoTokenizer.from_pretrained(target_dir)(PROMPT).input_ids
+    served = {}
+    for name, drafter in (("plain", None), ("ordered", files["drafter"]), ("dense", dense)):
+        with server(llama_bin, files["target"], drafter, tmp_path / f"{name}.log") as url:
+            served[name] = complete(url, prompt)
+    assert served["ordered"]["tokens"] == served["dense"]["tokens"] == served["plain"]["tokens"]  # lossless
+    assert len(served["plain"]["tokens"]) == N_PREDICT
+
+    tokens = prompt + served["plain"]["tokens"]
+    logits = draft_logits(target_dir, drafter_dir, tokens, len(prompt))
+    rounds = {h: logged_rounds((tmp_path / f"{h}.log").read_text(errors="replace")) for h in ("ordered", "dense")}
+    for h in ("ordered", "dense"):  # each GGUF drafts with its own head, as transformers computes it
+        assert rounds[h] and served[h]["timings"]["draft_n"] == len(rounds[h])
+        check_rounds(rounds[h], logits[h], tokens, len(prompt))
+    # and the two heads draft differently: the comparison above tells them apart
+    assert sum(a[0][0] != b[0][0] for a, b in zip(rounds["ordered"], rounds["dense"], strict=False)) \
+        > len(rounds["ordered"]) // 2

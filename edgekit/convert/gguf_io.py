@@ -166,12 +166,17 @@ def _gguf_string(s: str) -> bytes:
 
 
 def write_gguf(out: Path, template: GGUFFile, tensors: list[tuple[str, tuple[int, ...], GGMLQuantizationType]],
-               data: Iterable[np.ndarray], uint32_overrides: dict[str, int] | None = None) -> None:
+               data: Iterable[np.ndarray], uint32_overrides: dict[str, int] | None = None,
+               drop_keys: Iterable[str] = ()) -> None:
     """A GGUF with ``template``'s metadata records copied byte for byte (except ``uint32_overrides``,
-    added if missing), then ``tensors`` (name, ggml ne, type) whose bytes ``data`` yields in order."""
+    added if missing, and ``drop_keys``), then ``tensors`` (name, ggml ne, type) whose bytes ``data`` yields
+    in order."""
     overrides = dict(uint32_overrides or {})
+    dropped = set(drop_keys)
     records = []
     for key, raw in template.kv_raw.items():
+        if key in dropped:
+            continue
         if key in overrides:
             records.append(_gguf_string(key) + struct.pack("<II", T_UINT32, overrides.pop(key)))
         else:
