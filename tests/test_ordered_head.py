@@ -30,6 +30,7 @@ from build_helpers import sdist_or_skip
 from edgekit.config.recipes import Recipe
 from edgekit.convert.dense_head import without_ordered_head
 from edgekit.convert.inputs import ensure_synthetic
+from edgekit.errors import EdgekitError
 from edgekit.prepare.pipeline import ConvertResult, convert_recipe
 from edgekit.sim.procs import free_port
 from edgekit.store import Store
@@ -144,6 +145,8 @@ def test_the_ordered_head_drafts_what_transformers_computes(pair: ConvertResult,
     head = pair.models[1].artifact.manifest["head"]
     assert head["gguf"] == "ordered" and head["dropped"] == [] and head["gguf_tokens_scored"] == 128
     dense = without_ordered_head(files["drafter"], tmp_path / "drafter-dense.gguf")
+    with pytest.raises(EdgekitError, match="has no ordered-embedding head to drop"):
+        without_ordered_head(dense, tmp_path / "again.gguf")
 
     target_dir = ensure_synthetic("tiny-gemma4-e2b-tuned", 0)
     drafter_dir = ensure_synthetic("tiny-gemma4-e2b-assistant", 0)

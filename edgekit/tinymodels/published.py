@@ -73,29 +73,31 @@ def target_config(variant: str, vocab_size: int = VOCAB):  # -> Gemma4Config
     return Gemma4Config(text_config=text, vision_config=vision, audio_config=audio, **top)
 
 
-def assistant_config(variant: str, vocab_size: int = VOCAB):  # -> Gemma4AssistantConfig
+def assistant_config(variant: str, vocab_size: int = VOCAB, text: dict | None = None,
+                     centroids: tuple[int, int] = (NUM_CENTROIDS, CENTROID_TOP_K)):  # -> Gemma4AssistantConfig
+    """``text`` overrides the tiny widths (a benchmark's published hidden size); ``centroids``: (count, top k)."""
     from transformers import Gemma4AssistantConfig, Gemma4TextConfig
 
     patch_transformers()
     pub = published_config(f"{VARIANTS[variant]}-assistant")
     target_text = target_config(variant, vocab_size).text_config
-    text = Gemma4TextConfig(**{**_clean(pub["text_config"]), **ASSISTANT_TEXT, "vocab_size": vocab_size,
-                               "num_key_value_heads": target_text.num_key_value_heads})
+    text_cfg = Gemma4TextConfig(**{**_clean(pub["text_config"]), **ASSISTANT_TEXT, **(text or {}),
+                                   "vocab_size": vocab_size, "num_key_value_heads": target_text.num_key_value_heads})
     top = {k: v for k, v in _clean(pub).items() if k != "text_config"}
     top.update(media_token_ids(vocab_size), backbone_hidden_size=target_text.hidden_size,
-               num_centroids=NUM_CENTROIDS, centroid_intermediate_top_k=CENTROID_TOP_K)
-    return Gemma4AssistantConfig(text_config=text, **top)
+               num_centroids=centroids[0], centroid_intermediate_top_k=centroids[1])
+    return Gemma4AssistantConfig(text_config=text_cfg, **top)
 
 
 def _is_text(name: str) -> bool:
     return ".language_model." in f".{name}" or name.startswith("lm_head")
 
 
-def make_target(out_dir: Path, variant: str, seed: int = 0, qat: bool = False) -> Path:
+def make_target(out_dir: Path, variant: str, seed: int = 0, qat: bool = False, vocab: int = VOCAB) -> Path:
     import torch
     from transformers import Gemma4ForConditionalGeneration
 
-    vocab_size = write_tokenizer(out_dir, VOCAB, layout="gemma4")
+    vocab_size = write_tokenizer(out_dir, vocab, layout="gemma4")
     torch.manual_seed(seed)
     model = Gemma4ForConditionalGeneration(target_config(variant, vocab_size)).eval()
     if qat:  # the QAT checkpoints train the text model on the grid; the towers stay as they are
@@ -107,14 +109,16 @@ def make_target(out_dir: Path, variant: str, seed: int = 0, qat: bool = False) -
     return out_dir
 
 
-def make_assistant(out_dir: Path, variant: str, seed: int = 0, qat: bool = False) -> Path:
+def make_assistant(out_dir: Path, variant: str, seed: int = 0, qat: bool = False, vocab: int = VOCAB,
+                   text: dict | None = None, centroids: tuple[int, int] = (NUM_CENTROIDS, CENTROID_TOP_K)) -> Path:
+    """The tiny assistant; ``vocab``, ``text`` and ``centroids`` give a benchmark the published head's shape."""
     import torch
     from transformers import Gemma4AssistantForCausalLM
 
     patch_transformers()
-    vocab_size = write_tokenizer(out_dir, VOCAB, layout="gemma4")
+    vocab_size = write_tokenizer(out_dir, vocab, layout="gemma4")
     torch.manual_seed(seed + 1)
-    model = Gemma4AssistantForCausalLM(assistant_config(variant, vocab_size)).eval()
+    model = Gemma4AssistantForCausalLM(assistant_config(variant, vocab_size, text, centroids)).eval()
     model.generation_config.num_assistant_tokens = 3  # transformers' assisted generation reads it
     with torch.no_grad():  # transformers initialises the ordering to zeros: make it a real permutation
         order = torch.randperm(vocab_size, generator=torch.Generator().manual_seed(seed + 2))
