@@ -18,8 +18,9 @@ cd "$(dirname "$0")"
 PREFIX=${EDGEKIT_PREFIX:-$HOME/.local/share/edgekit-jetson}
 BIN_DIR=${EDGEKIT_BIN_DIR:-$HOME/.local/bin}
 
-# sshd: simulated boards; cmake, ninja, g++, git: llama.cpp builds; python3-venv: the virtualenv below.
-SYSTEM=(openssh-server openssh-client cmake ninja-build g++ git python3-venv)
+# sshd: simulated boards; cmake, ninja, g++, git, patch (edgekit's llama.cpp patches): llama.cpp builds;
+# python3-venv: the virtualenv below.
+SYSTEM=(openssh-server openssh-client cmake ninja-build g++ git patch python3-venv)
 need=()
 for p in "${SYSTEM[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || need+=("$p"); done
 if [ ${#need[@]} -gt 0 ]; then

@@ -110,6 +110,7 @@ def run_checks() -> list[Check]:
         _tool("git", ["git", "--version"], "build (llama.cpp at a git ref)", "apt: git"),
         _tool("cmake", ["cmake", "--version"], "build", "apt: cmake"),
         _tool("ninja", ["ninja", "--version"], "build", "apt: ninja-build"),
+        _tool("patch", ["patch", "--version"], "build (edgekit's llama.cpp patches)", "apt: patch"),
         _tool("ccache", ["ccache", "--version"], "build (cache, optional)", "apt: ccache"),
         _tool("gcc", ["gcc", "--version"], "build (host)", "apt: build-essential"),
         _tool("aarch64 gcc", ["aarch64-linux-gnu-g++", "--version"], "build (cross for Jetson)",
