@@ -4,23 +4,19 @@ the host llama-server with and without the MTP drafter (same greedy text, drafts
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from build_helpers import sdist_or_skip
 from click.testing import CliRunner
+from llama_helpers import host_llama_bin, served
 
 from edgekit.cli import cli
 from edgekit.config.recipes import Recipe, load_recipe
 from edgekit.convert.gguf_io import GGUFFile
 from edgekit.prepare.pipeline import ConvertResult, convert_recipe
-from edgekit.sim.procs import free_port
 from edgekit.store import Store
 
 PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
@@ -28,12 +24,7 @@ PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
 
 @pytest.fixture(scope="module")
 def llama_bin() -> Path:
-    if os.environ.get("EDGEKIT_LLAMA_BIN"):
-        return Path(os.environ["EDGEKIT_LLAMA_BIN"])
-    sdist_or_skip()
-    from edgekit.build import host_build_for_tests
-
-    return host_build_for_tests().bin_dir
+    return host_llama_bin()
 
 
 @pytest.fixture(scope="module")
@@ -148,40 +139,6 @@ def test_published_structure_repacks_exactly_and_keeps_the_ordered_head(
     assert "masked_embd_centroids.weight" in tensors
 
 
-@contextmanager
-def _server(bin_dir: Path, target: Path, drafter: Path | None, log: Path) -> Iterator[str]:
-    port = free_port()
-    argv = [str(bin_dir / "llama-server"), "-m", str(target), "--host", "127.0.0.1", "--port", str(port),
-            "-c", "512", "-t", "2", "-ngl", "0", "--no-warmup"]
-    if drafter is not None:
-        argv += ["-md", str(drafter), "--spec-type", "draft-mtp", "--spec-draft-n-max", "3", "-ngld", "0"]
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"llama-server exited {proc.returncode}: {log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"llama-server not healthy: {log.read_text()[-2000:]}")
-            time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def _complete(url: str, **extra: object) -> dict:
     body = json.dumps({"prompt": PROMPT, "n_predict": 48, "temperature": 0.0, "top_k": 1, "seed": 1,
                        "ignore_eos": True, "cache_prompt": False, **extra}).encode()
@@ -194,9 +151,9 @@ def _complete(url: str, **extra: object) -> dict:
 def test_mtp_drafter_keeps_greedy_text_and_drafts(pair: str, request: pytest.FixtureRequest, llama_bin: Path,
                                                   tmp_path: Path) -> None:
     files = _by_role(request.getfixturevalue(pair))
-    with _server(llama_bin, files["target"], None, tmp_path / "plain.log") as url:
+    with served(llama_bin, files["target"], None, tmp_path / "plain.log") as url:
         plain = _complete(url)
-    with _server(llama_bin, files["target"], files["drafter"], tmp_path / "mtp.log") as url:
+    with served(llama_bin, files["target"], files["drafter"], tmp_path / "mtp.log") as url:
         spec = _complete(url)
         # edgekit's patch 0001: a request turns drafting off (0), or shortens it, for itself alone
         off = _complete(url, **{"speculative.n_max": 0})

@@ -13,11 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -26,13 +22,13 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from build_helpers import sdist_or_skip
+from llama_helpers import host_llama_bin, served
 
 from edgekit.config.recipes import Recipe
 from edgekit.convert.dense_head import without_ordered_head
 from edgekit.convert.inputs import ensure_synthetic
 from edgekit.errors import EdgekitError
 from edgekit.prepare.pipeline import ConvertResult, convert_recipe
-from edgekit.sim.procs import free_port
 from edgekit.store import Store
 
 PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
@@ -42,10 +38,7 @@ CANDIDATE = re.compile(r"draft candidate\s+(\d+), pos\s+(\d+):\s+(\d+) \(\s*([0-
 
 @pytest.fixture(scope="module")
 def llama_bin() -> Path:
-    sdist_or_skip()
-    from edgekit.build import host_build_for_tests
-
-    return host_build_for_tests().bin_dir
+    return host_llama_bin()
 
 
 @pytest.fixture(scope="module")
@@ -55,37 +48,6 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
                                     "runtime": {"spec_type": "draft-mtp"}, "convert": {"mmproj": "off"}})
     store = Store(tmp_path_factory.getbasetemp() / "edgekit-store")
     return convert_recipe(recipe, store, src=str(sdist_or_skip()))
-
-
-@contextmanager
-def server(bin_dir: Path, target: Path, drafter: Path | None, log: Path) -> Iterator[str]:
-    port = free_port()
-    argv = [str(bin_dir / "llama-server"), "-m", str(target), "--host", "127.0.0.1", "--port", str(port),
-            "-c", "512", "-t", "2", "-ngl", "0", "--no-warmup", "-v"]
-    if drafter is not None:
-        argv += ["-md", str(drafter), "--spec-type", "draft-mtp", "--spec-draft-n-max", "1", "-ngld", "0"]
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, f"llama-server exited {proc.returncode}: {log.read_text()[-2000:]}"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, f"llama-server not healthy: {log.read_text()[-2000:]}"
-            time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def complete(url: str, prompt: list[int]) -> dict:
@@ -153,18 +115,19 @@ def test_the_ordered_head_drafts_what_transformers_computes(pair: ConvertResult,
     from transformers import AutoTokenizer
 
     prompt = AutoTokenizer.from_pretrained(target_dir)(PROMPT).input_ids
-    served = {}
+    answers = {}
     for name, drafter in (("plain", None), ("ordered", files["drafter"]), ("dense", dense)):
-        with server(llama_bin, files["target"], drafter, tmp_path / f"{name}.log") as url:
-            served[name] = complete(url, prompt)
-    assert served["ordered"]["tokens"] == served["dense"]["tokens"] == served["plain"]["tokens"]  # lossless
-    assert len(served["plain"]["tokens"]) == N_PREDICT
+        with served(llama_bin, files["target"], drafter, tmp_path / f"{name}.log", draft_n_max=1,
+                    verbose=True) as url:
+            answers[name] = complete(url, prompt)
+    assert answers["ordered"]["tokens"] == answers["dense"]["tokens"] == answers["plain"]["tokens"]  # lossless
+    assert len(answers["plain"]["tokens"]) == N_PREDICT
 
-    tokens = prompt + served["plain"]["tokens"]
+    tokens = prompt + answers["plain"]["tokens"]
     logits = draft_logits(target_dir, drafter_dir, tokens, len(prompt))
     rounds = {h: logged_rounds((tmp_path / f"{h}.log").read_text(errors="replace")) for h in ("ordered", "dense")}
     for h in ("ordered", "dense"):  # each GGUF drafts with its own head, as transformers computes it
-        assert rounds[h] and served[h]["timings"]["draft_n"] == len(rounds[h])
+        assert rounds[h] and answers[h]["timings"]["draft_n"] == len(rounds[h])
         check_rounds(rounds[h], logits[h], tokens, len(prompt))
     # and the two heads draft differently: the comparison above tells them apart
     assert sum(a[0][0] != b[0][0] for a, b in zip(rounds["ordered"], rounds["dense"], strict=False)) \

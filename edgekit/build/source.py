@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from edgekit.build.downloads import pip_download
 from edgekit.build.memo import remember
@@ -150,15 +151,30 @@ def _publish(tmp: Path, final: Path) -> None:
             raise
 
 
+def _make_tree(prefix: str, final: Path, fill: Callable[[Path], dict[str, Any]], replace: bool = False) -> Source:
+    """A tree made in a temporary directory of the cache (``fill`` puts it there and returns its marker), then put
+    at ``final``: beside a tree already there (a concurrent maker won), or in its place (``replace``)."""
+    sources_dir().mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=sources_dir()))
+    try:
+        (tmp / MARKER).write_text(json.dumps(fill(tmp), indent=2))
+        (_swap if replace else _publish)(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    source = cached_tree(final)
+    assert source is not None
+    return source
+
+
 def _from_tarball(tarball: Path) -> Source:
     sha = _sha256(tarball)
     tree_dir = sources_dir() / f"tar-{sha[:16]}"
     cached = cached_tree(tree_dir)
     if cached:
         return cached
-    sources_dir().mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=sources_dir()))
-    try:
+
+    def unpack(tmp: Path) -> dict[str, Any]:
         try:
             with tarfile.open(tarball) as tf:
                 extract_all(tf, tmp, "tar")
@@ -167,18 +183,10 @@ def _from_tarball(tarball: Path) -> Source:
         root = find_llama_root(tmp)
         if root is None:
             raise EdgekitError(f"{tarball} holds no llama.cpp source tree (no CMakeLists.txt with ggml/).")
-        commit = git_commit(root)
-        rel = root.relative_to(tmp.resolve())
-        marker = {"root": rel.as_posix(), "identity": f"tar:{sha}", "commit": commit, "origin": "tarball",
-                  "tarball": str(tarball)}
-        (tmp / MARKER).write_text(json.dumps(marker, indent=2))
-        _publish(tmp, tree_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    source = cached_tree(tree_dir)
-    assert source is not None
-    return source
+        return {"root": root.relative_to(tmp.resolve()).as_posix(), "identity": f"tar:{sha}",
+                "commit": git_commit(root), "origin": "tarball", "tarball": str(tarball)}
+
+    return _make_tree(".unpack-", tree_dir, unpack)
 
 
 def _from_dir(path: Path) -> Source:
@@ -213,23 +221,15 @@ def _from_git() -> Source:
         return cached
     if shutil.which("git") is None:
         raise EdgekitError("git is not installed; install it or pass --src PATH|TARBALL.")
-    sources_dir().mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".clone-", dir=sources_dir()))
-    try:
+
+    def clone(tmp: Path) -> dict[str, Any]:
         # Fetch just the pinned commit: a full clone of llama.cpp is over a gigabyte.
         _git(["init", "-q", str(tmp)])
         _git(["fetch", "-q", "--depth", "1", LLAMA_CPP_REPO, LLAMA_CPP_COMMIT], cwd=tmp)
         _git(["checkout", "-q", "--detach", "FETCH_HEAD"], cwd=tmp)
-        marker = {"root": ".", "identity": f"git:{LLAMA_CPP_COMMIT}", "commit": LLAMA_CPP_COMMIT,
-                  "origin": "git"}
-        (tmp / MARKER).write_text(json.dumps(marker, indent=2))
-        _publish(tmp, tree_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    source = cached_tree(tree_dir)
-    assert source is not None
-    return source
+        return {"root": ".", "identity": f"git:{LLAMA_CPP_COMMIT}", "commit": LLAMA_CPP_COMMIT, "origin": "git"}
+
+    return _make_tree(".clone-", tree_dir, clone)
 
 
 def _from_git_or_sdist(note: Callable[[str], None]) -> Source:
@@ -275,25 +275,18 @@ def patched(source: Source) -> Source:
         return cached
     touched = sorted({f for p in patches for f in p.touched})
     fresh = set(touched) | set((old or {}).get("touched") or [])
-    sources_dir().mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".patch-", dir=sources_dir()))
-    try:
+
+    def copy_and_patch(tmp: Path) -> dict[str, Any]:
         link_tree(source.path, tmp / "llama.cpp", fresh)
         for name in fresh:  # younger than every object built from the previous series
             if (tmp / "llama.cpp" / name).exists():
                 os.utime(tmp / "llama.cpp" / name)
         where = f"llama.cpp at {source.path}" + (f" (commit {source.commit[:7]})" if source.commit else "")
-        states = apply_series(tmp / "llama.cpp", patches, where)
-        marker = {"root": "llama.cpp", "identity": ident, "commit": source.commit, "origin": source.origin,
-                  "patches": states, "touched": touched, "unpatched": str(source.path)}
-        (tmp / MARKER).write_text(json.dumps(marker, indent=2))
-        _swap(tmp, tree_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    out = cached_tree(tree_dir)
-    assert out is not None
-    return out
+        return {"root": "llama.cpp", "identity": ident, "commit": source.commit, "origin": source.origin,
+                "patches": apply_series(tmp / "llama.cpp", patches, where), "touched": touched,
+                "unpatched": str(source.path)}
+
+    return _make_tree(".patch-", tree_dir, copy_and_patch, replace=True)
 
 
 def _swap(tmp: Path, final: Path) -> None:
