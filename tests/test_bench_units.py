@@ -379,3 +379,17 @@ def test_the_categories_the_drafter_loses_on_are_the_ones_to_send_with_drafting_
     assert '`{"speculative.n_max": 0}`' in text and "- json (the drafter loses at c=1, c=2)" in text
     assert "No prompt category loses" in "\n".join(report._drafting_off({"request": {"x": 0}, "categories": []}))
     assert report._drafting_off(None) == []  # an engine that cannot turn drafting off per request: no advice
+
+
+def test_the_speedup_is_drawn_against_context_length(tmp_path: Path) -> None:
+    def up(m: float) -> dict:
+        return stats.estimate([m * f for f in (0.97, 1.0, 1.03)]).to_json()
+
+    doc = {"summary": {"speedups": [{"concurrency": c, "context_length": ctx, "speedup": up(m)}
+                                    for c in (1, 4) for ctx, m in ((128, 1.6), (2048, 1.3), (8192, 1.05))]}}
+    plots.speedup_vs_context(doc, tmp_path / "ctx.png")
+    one = {"summary": {"speedups": [doc["summary"]["speedups"][0]]}}
+    plots.speedup_vs_context(one, tmp_path / "one.png")  # one context length: says how to get the curve
+    for name in ("ctx.png", "one.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "ctx.png").stat().st_size > (tmp_path / "one.png").stat().st_size

@@ -5,6 +5,7 @@
     power_trace.png             total power over the bench, phases shaded, idle baseline drawn
     joules_per_token.png        J/token per point and configuration (each repetition; CI95 from 3)
     drafter_wins.png            the drafter's ratio per prompt category and load point: where it wins, loses
+    speedup_vs_context.png      the drafter's speedup against the prompt's length, one line per concurrency
 """
 
 from __future__ import annotations
@@ -179,6 +180,36 @@ def drafter_wins(doc: dict[str, Any], path: Path) -> None:
     _save(plt, fig, path)
 
 
+def speedup_vs_context(doc: dict[str, Any], path: Path) -> None:
+    """The drafter's speedup (paired, per repetition) against context length: where the gain fades."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ups = [u for u in doc["summary"].get("speedups") or [] if u.get("context_length")]
+    if len({u["context_length"] for u in ups}) < 2:
+        _empty(ax, "one context length measured: bench --context-lengths 128,2048,8192,… draws the gain against it")
+    else:
+        series = dict.fromkeys((u.get("engine"), u["concurrency"]) for u in ups)
+        for k, (engine, c) in enumerate(series):
+            pts = sorted((u for u in ups if u.get("engine") == engine and u["concurrency"] == c),
+                         key=lambda u: u["context_length"])
+            xs, ests = [u["context_length"] for u in pts], [u["speedup"] for u in pts]
+            color = f"C{k % 10}"
+            ax.errorbar(xs, [e["mean"] for e in ests], yerr=error_bars(ests), marker="o", capsize=4, color=color,
+                        label=(f"{engine}, " if engine else "") + f"c={c}")
+            _repetitions(ax, xs, ests, color)
+        ax.axhline(1.0, color="#888888", ls="--", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ctxs = sorted({u["context_length"] for u in ups})
+        ax.set_xticks(ctxs)
+        ax.set_xticklabels([str(x) for x in ctxs])
+        ax.set_xlabel("context length (prompt tokens)")
+        ax.set_ylabel("drafter tok/s ÷ target alone")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    ax.set_title("The drafter's speedup against context length")
+    _save(plt, fig, path)
+
+
 def pareto(doc: dict[str, Any], path: Path) -> None:
     """`bench --power-modes`: tok/s against J/token per mode and configuration, the front joined."""
     plt = _plt()
@@ -269,6 +300,7 @@ PLOTS = {
     "tps_vs_concurrency.png": tps_vs_concurrency,
     "acceptance_by_category.png": acceptance_by_category,
     "drafter_wins.png": drafter_wins,
+    "speedup_vs_context.png": speedup_vs_context,
     "power_trace.png": power_trace,
     "joules_per_token.png": joules_per_token,
 }
