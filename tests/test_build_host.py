@@ -85,7 +85,7 @@ def test_without_github_the_pinned_source_comes_from_the_pypi_sdist(tmp_path, mo
     monkeypatch.setattr(source, "LLAMA_CPP_REPO", str(tmp_path / "no-such-remote"))  # GitHub, unreachable
     notes: list[str] = []
     got = source.resolve_source(None, note=notes.append)
-    assert got.origin == "tarball" and got.identity == f"tar:{source.SDIST_SHA256}"
+    assert got.origin == "tarball" and got.identity.startswith(f"tar:{source.SDIST_SHA256}+patches:")
     assert source.is_llama_tree(got.path)
     assert len(notes) == 1 and "GitHub unreachable" in notes[0] and source.SDIST_REQUIREMENT in notes[0]
     assert not list((cache / "src").glob("llama.cpp-*"))  # no half-made clone left behind

@@ -1,5 +1,7 @@
 """The whole build pipeline on a tiny llama.cpp-shaped CMake project: real cmake, ninja, gcc
-(host and aarch64 cross), qemu and store, in seconds instead of minutes."""
+(host and aarch64 cross), qemu and store, in seconds instead of minutes. edgekit's llama.cpp patches do not
+apply to such a tree: it is built as it is (``patches=False``, `edgekit build --no-patches`), and without that
+the build stops with the patch's name."""
 
 from __future__ import annotations
 
@@ -64,7 +66,7 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_host_pipeline_store_cache_and_rpath(env: Path) -> None:
     src = fake_tree(env / "src")
-    first = build(BuildOptions(target="host", src=str(src)))
+    first = build(BuildOptions(target="host", src=str(src), patches=False))
     assert not first.cached
     manifest = first.artifact.manifest
     assert {f["name"] for f in manifest["files"]} == {"llama.cpp.tar.gz", "build.log"}
@@ -82,12 +84,12 @@ def test_host_pipeline_store_cache_and_rpath(env: Path) -> None:
     assert "ggml 42" in out.stdout
 
     start = time.monotonic()
-    again = build(BuildOptions(target="host", src=str(src)))
+    again = build(BuildOptions(target="host", src=str(src), patches=False))
     assert again.cached and again.artifact.key == first.artifact.key
     assert time.monotonic() - start < 1.0
 
     (src / "src" / "llama.cpp").write_text(LLAMA + "// changed\n")
-    changed = build(BuildOptions(target="host", src=str(src)))
+    changed = build(BuildOptions(target="host", src=str(src), patches=False))
     assert not changed.cached and changed.artifact.key != first.artifact.key
     assert len(Store().list("llama-cpp")) == 2
 
@@ -95,7 +97,7 @@ def test_host_pipeline_store_cache_and_rpath(env: Path) -> None:
 def test_failed_compile_reports_the_compiler_error(env: Path) -> None:
     src = fake_tree(env / "src", main=MAIN.replace("return 1;", "return undefined_thing;"))
     with pytest.raises(EdgekitError) as info:
-        build(BuildOptions(target="host", src=str(src)))
+        build(BuildOptions(target="host", src=str(src), patches=False))
     message = str(info.value)
     assert "The build step of llama.cpp for host-cpu failed" in message
     assert "main.cpp:5:12: error:" in message and "undefined_thing" in message
@@ -107,7 +109,7 @@ def test_failed_compile_reports_the_compiler_error(env: Path) -> None:
                     reason="needs gcc-aarch64-linux-gnu, g++-aarch64-linux-gnu and qemu-user")
 def test_aarch64_cross_pipeline_runs_under_qemu(env: Path) -> None:
     src = fake_tree(env / "src")
-    result = build(BuildOptions(target="orin", cpu_only=True, src=str(src)))
+    result = build(BuildOptions(target="orin", cpu_only=True, src=str(src), patches=False))
     verify = result.artifact.manifest["verify"]
     assert set(verify["machine"].values()) == {"aarch64"}
     assert verify["version_runner"][0].endswith("qemu-aarch64")
@@ -123,7 +125,7 @@ def test_on_board_build_through_a_runner(env: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("HOME", str(env / "board-home"))
     (env / "board-home").mkdir()
     src = fake_tree(env / "src")
-    result = build(BuildOptions(target="host", src=str(src), on_board=True), runner=LocalRunner("local"))
+    result = build(BuildOptions(target="host", src=str(src), on_board=True, patches=False), runner=LocalRunner("local"))
     manifest = result.artifact.manifest
     assert manifest["where"] == "board" and manifest["board"] == "local"
     assert manifest["cmake"]["configure"][2] == str(env / "board-home/edgekit/build/src") + "/" + (
@@ -131,5 +133,12 @@ def test_on_board_build_through_a_runner(env: Path, monkeypatch: pytest.MonkeyPa
     assert manifest["verify"]["version_output"].startswith("version: 20261001")
     assert (env / "board-home/edgekit/build/host-cpu/bin/llama-server").is_file()
     assert set(BINARIES) <= set(manifest["shipped"])
-    again = build(BuildOptions(target="host", src=str(src), on_board=True), runner=LocalRunner("local"))
+    again = build(BuildOptions(target="host", src=str(src), on_board=True, patches=False), runner=LocalRunner("local"))
     assert again.cached
+
+
+def test_a_tree_the_patches_do_not_apply_to_stops_with_the_patchs_name(env: Path) -> None:
+    src = fake_tree(env / "src")
+    with pytest.raises(EdgekitError, match=r"llama.cpp patch 0001-\S+ does not apply to .*--no-patches"):
+        build(BuildOptions(target="host", src=str(src)))
+    assert not list((env / "cache" / "src").glob("patched-*"))  # nothing half-made is left behind

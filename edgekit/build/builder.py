@@ -29,6 +29,7 @@ from edgekit.build.source import (
     LLAMA_CPP_SHORT,
     Source,
     cached_tree,
+    patched,
     resolve_source,
     sources_dir,
 )
@@ -56,6 +57,7 @@ class BuildOptions:
     build_root: Path | None = None  # default: <cache>/build
     board_cuda: str | None = None  # the CUDA the board reports (its JetPack line), else the profile's
     board_jetpack: str | None = None
+    patches: bool = True  # edgekit's llama.cpp patches (build/patches.py); False: the tree as it is
 
 
 @dataclass
@@ -77,20 +79,23 @@ class BuildResult:
                 "verify": self.artifact.manifest.get("verify")}
 
 
-def _source_for(src: str | None, dry_run: bool) -> tuple[Source | None, Path]:
+def _source_for(src: str | None, dry_run: bool, with_patches: bool) -> tuple[Source | None, Path]:
     if src is not None or not dry_run:
-        source = resolve_source(src)
+        source = resolve_source(src, patches=with_patches)
         return source, source.path
-    # A dry run fetches nothing: show where the pinned clone is, or will be.
+    # A dry run fetches nothing: show where the pinned clone is, or will be (patching a cached one is local).
     tree = sources_dir() / f"llama.cpp-{LLAMA_CPP_SHORT}"
     cached = cached_tree(tree)
-    return (cached, cached.path) if cached else (None, tree)
+    if cached is None:
+        return None, tree
+    cached = patched(cached) if with_patches else cached
+    return cached, cached.path
 
 
 def prepare(options: BuildOptions, dry_run: bool = False) -> BuildPlan:
     """Everything decided, nothing built: what `--dry-run` prints."""
     target = resolve_target(options.target, options.cpu_only, options.board_cuda, options.board_jetpack)
-    source, source_path = _source_for(options.src, dry_run)
+    source, source_path = _source_for(options.src, dry_run, options.patches)
     choice = choose_cuda(target, options.on_board, options.cuda_home, dry_run) if target.cuda else None
     where = "board" if options.on_board or (choice is not None and choice.where == "board") else "workstation"
     return make_plan(target, source, source_path, choice, build_root=options.build_root, jobs=options.jobs,

@@ -123,7 +123,8 @@ def apply_series(root: Path, patches: list[Patch], where: str) -> dict[str, str]
             raise EdgekitError(
                 f"edgekit's llama.cpp patch {p.name} does not apply to {where}: "
                 f"{_first_problem(_patch(root, p, '--forward', '--dry-run'))} (the series is written for the "
-                "pinned ref; build without --src, or with a tree at that commit).")
+                "pinned ref: build without --src, or with a tree at that commit, or build this one as it is with "
+                "`edgekit build --no-patches`).")
     return states
 
 

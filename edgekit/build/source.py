@@ -299,10 +299,11 @@ def _swap(tmp: Path, final: Path) -> None:
 
 
 def resolve_source(src: str | os.PathLike[str] | None = None,
-                   note: Callable[[str], None] = _stderr) -> Source:
+                   note: Callable[[str], None] = _stderr, patches: bool = True) -> Source:
     """The source tree for ``--src`` (a dir or tarball), else the pinned ref (cloned, or from the PyPI sdist),
-    with edgekit's patches applied."""
-    return patched(_unpatched(src, note))
+    with edgekit's patches applied (``patches=False``: as it is)."""
+    tree = _unpatched(src, note)
+    return patched(tree) if patches else tree
 
 
 def _unpatched(src: str | os.PathLike[str] | None, note: Callable[[str], None]) -> Source:

@@ -49,12 +49,15 @@ def _board_line(app: App, board_name: str) -> tuple[str, str | None, str | None]
 @click.option("--bundle-cuda-libs", is_flag=True, help="Ship libcudart/libcublas with the binaries.")
 @click.option("-j", "--jobs", type=click.IntRange(1), help="Parallel compile jobs (default: all cores).")
 @click.option("--force", is_flag=True, help="Rebuild even when the store has this build.")
+@click.option("--no-patches", is_flag=True,
+              help="Build the tree as it is, without edgekit's llama.cpp patches (a --src they do not apply to); "
+                   "its servers then take no per-request draft length and draft with the dense head.")
 @click.option("--dry-run", is_flag=True, help="Print the cmake/nvcc invocations; build nothing.")
 @json_option
 @click.pass_obj
 def build(app: App, board_name: str | None, target_name: str | None, cpu_only: bool, on_board: bool,
           src: str | None, cuda_home: str | None, bundle_cuda_libs: bool, jobs: int | None, force: bool,
-          dry_run: bool) -> None:
+          no_patches: bool, dry_run: bool) -> None:
     """Build llama-server, -cli, -bench, -quantize and -perplexity for a board.
 
     `edgekit build sysroot --board B` pulls the board's own CUDA headers and libraries instead.
@@ -68,6 +71,7 @@ def build(app: App, board_name: str | None, target_name: str | None, cpu_only: b
     target, cuda, jetpack = _board_line(app, board_name) if board_name else (target_name or "host", None, None)
     options = BuildOptions(target=target, cpu_only=cpu_only, src=src, on_board=on_board, cuda_home=cuda_home,
                            jobs=jobs, force=force, bundle_cuda_libs=bundle_cuda_libs, board_cuda=cuda,
+                           patches=not no_patches,
                            board_jetpack=jetpack)
     plan = prepare(options, dry_run=True)
     if plan.where == "board" and not board_name and not dry_run:
