@@ -138,6 +138,25 @@ def test_load_measures_ttft_tokens_drafts_and_covers_every_category(server: int,
     assert data["chat_template"] is True
 
 
+def test_a_sampled_load_seeds_each_request_alike_in_every_run(server: int, tmp_path: Path) -> None:
+    seeds = []
+    for offset in ("1", "1", "2"):  # a drafter's and a baseline's run of one repetition, then the next one
+        FakeLlama.completions = []
+        res = _load(server, "--requests", "5", "--n-gen", "2", "--warmup", "0", "--temperature", "0.7",
+                    "--offset", offset, out=tmp_path / "l.json")
+        assert res.returncode == 0, res.stderr
+        sent = sorted(FakeLlama.completions, key=lambda c: c["seed"])
+        assert all(c["temperature"] == 0.7 for c in sent)
+        data = json.loads((tmp_path / "l.json").read_text())
+        assert data["temperature"] == 0.7
+        assert sorted(r["seed"] for r in data["requests"]) == [c["seed"] for c in sent]
+        seeds.append({r["i"]: r["seed"] for r in data["requests"]})
+    assert seeds[0] == seeds[1] and len(set(seeds[0].values())) == 5  # same request, same seed; each its own
+    assert not set(seeds[1].values()) & set(seeds[2].values())  # another repetition samples anew
+    bad = _load(server, "--requests", "1", "--temperature", "3")
+    assert bad.returncode != 0 and "--temperature must be between 0 and 2" in bad.stderr
+
+
 def test_raw_prompts_skip_the_chat_template(server: int, tmp_path: Path) -> None:
     out = tmp_path / "load.json"
     res = _load(server, "--requests", "5", "--n-gen", "2", "--warmup", "0", "--raw", out=out)

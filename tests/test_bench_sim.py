@@ -252,6 +252,32 @@ def test_a_board_without_power_sensors_still_benchmarks(agx: SimBoard, env: dict
     _assert_board_as_it_was(agx, before)
 
 
+def test_a_sampled_load_beside_the_greedy_one(agx: SimBoard, env: dict[str, str], tmp_path: Path) -> None:
+    res = edgekit("bench", "--board", agx.name, "--recipe", RECIPE, "--quick", "--concurrency", "1",
+                  "--temperatures", "0,0.7", "--n-gen", "200", "--ignore-eos", "--no-llama-bench", "--no-power",
+                  "--out", str(tmp_path / "out"), env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    results.validate(doc)
+    runs = doc["runs"]
+    assert sorted({(r["config"], r["temperature"]) for r in runs}) == [
+        ("baseline", 0.0), ("baseline", 0.7), ("drafter", 0.0), ("drafter", 0.7)]
+    for rep in (0, 1):  # each sampled request seeded alike with and without the drafter, anew each repetition
+        seeds = {r["config"]: [q["seed"] for q in r["requests_detail"]] for r in runs
+                 if r["temperature"] == 0.7 and r["repetition"] == rep}
+        assert seeds["drafter"] == seeds["baseline"] and len(set(seeds["drafter"])) == len(seeds["drafter"])
+    assert all("seed" not in q for r in runs if r["temperature"] == 0.0 for q in r["requests_detail"])
+    drafted = {r["temperature"]: r for r in doc["summary"]["points"] if r["config"] == "drafter"}
+    assert all(p["acceptance"] for p in drafted.values())  # the drafter drafted, sampled too
+    # Sampling changed what the target verified: the same drafts are not accepted alike.
+    assert drafted[0.0]["acceptance"] != drafted[0.7]["acceptance"]
+    side = doc["summary"]["sampling"]
+    assert [r["temperature"] for r in side] == [0.0, 0.7] and all(r["speedup"]["n"] == 2 for r in side)
+    print(f"\n{doc['summary']['headline']['text']}")
+    assert "At temperature 0.7:" in doc["summary"]["headline"]["text"]
+    assert "## Greedy and sampled" in (tmp_path / "out" / "report.md").read_text()
+
+
 def test_a_window_too_short_for_20_power_samples_is_run_again_longer(agx: SimBoard, env: dict[str, str],
                                                                        tmp_path: Path) -> None:
     # 8 tokens a request: a run of the tiny model ends in a few hundredths of a second, one power sample.

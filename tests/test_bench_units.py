@@ -232,29 +232,34 @@ def test_a_job_killed_before_its_exit_code_is_gone_and_says_what_the_board_saw(t
 
 # ------------------------------------------------------------------ the document, schema, plots
 
-def _run(k: int, cfg: str, c: int, rep: int, tps: float, t0: float) -> Run:
+def _run(k: int, cfg: str, c: int, rep: int, tps: float, t0: float, temperature: float = 0.0,
+         accepted: int = 20) -> Run:
     n = 5
     reqs = [{"i": i, "category": workloads_cat(i), "prompt_index": 0, "prompt_tokens": 130, "start": t0 + i * 0.1,
              "end": t0 + i * 0.1 + 0.5, "latency_s": 0.5, "ttft_s": 0.05, "tokens": 32, "decode_tps": tps,
-             "draft_n": 30 if cfg == "drafter" else None, "draft_n_accepted": 20 if cfg == "drafter" else None}
+             "draft_n": 30 if cfg == "drafter" else None, "draft_n_accepted": accepted if cfg == "drafter" else None}
             for i in range(n)]
     dur = n * 32 / tps
     out = {"window": {"start": t0, "end": t0 + dur, "duration_s": dur}, "requests": reqs, "chat_template": True,
            "warmup": {"start": t0 - 0.2}}
-    return Run(k, cfg, Point(c, 128), rep, out, workloads.load_metrics(out), None, 0.5)
+    return Run(k, cfg, Point(c, 128, temperature), rep, out, workloads.load_metrics(out), None, 0.5)
 
 
 def workloads_cat(i: int) -> str:
     return ("code", "qa", "chat", "math", "repetitive")[i % 5]
 
 
-def fake_document(power: bool) -> dict:
+def fake_document(power: bool, sampled: bool = False) -> dict:
+    """Three repetitions at one and two requests; ``sampled``: also at temperature 0.7, where the drafter has
+    fewer drafts accepted and a smaller gain."""
     runs, t = [], 10.0
     for rep in range(3):
         for cfg, tps in (("drafter", 150.0 + rep), ("baseline", 100.0 - rep)):
-            for c in (1, 2):
-                runs.append(_run(len(runs), cfg, c, rep, tps * c, t))
-                t += 3.0
+            for temp in (0.0, 0.7) if sampled else (0.0,):
+                for c in (1, 2):
+                    slower = 0.8 if temp and cfg == "drafter" else 1.0
+                    runs.append(_run(len(runs), cfg, c, rep, tps * c * slower, t, temp, 12 if temp else 20))
+                    t += 3.0
     meta = {"source": "hwmon", "total_rail": None, "total_is_sum": True, "rails": ["VDD_IN"], "hz": 20.0,
             "start_t": 0.0, "start_wall": 1e9}
     log = PowerLog(meta, _samples(lambda x: 6.0 + (x % 3.0), 0.0, t + 5), None) if power else PowerLog(
@@ -305,6 +310,51 @@ def test_document_follows_the_schema_and_renders(power: bool, tmp_path: Path) ->
     assert ("Power unavailable" in text) is (not power)
     results.validate(json.loads(Path(files["results"]).read_text()))
     assert report.render(doc).startswith("# sim-tiny-mtp on b1")
+
+
+def test_greedy_and_sampled_load_are_reported_side_by_side(tmp_path: Path) -> None:
+    from edgekit.history.metrics import metrics_from_results
+
+    doc = fake_document(power=True, sampled=True)
+    results.validate(doc)
+    ups = doc["summary"]["speedups"]
+    assert [(u["concurrency"], u["temperature"]) for u in ups] == [(1, 0.0), (2, 0.0), (1, 0.7), (2, 0.7)]
+    greedy, sampled = ups[0]["speedup"]["values"], ups[2]["speedup"]["values"]
+    assert sampled == pytest.approx([0.8 * g for g in greedy])  # paired within each temperature, not across
+    side = doc["summary"]["sampling"]
+    assert [(r["concurrency"], r["temperature"]) for r in side] == [(1, 0.0), (1, 0.7), (2, 0.0), (2, 0.7)]
+    assert [r["acceptance"] for r in side[:2]] == pytest.approx([20 / 30, 12 / 30])
+    head = doc["summary"]["headline"]["text"]
+    assert head.startswith("The drafter makes tiny-gemma4-e2b-tuned 1.5") and "67% of drafted tokens accepted" in head
+    assert "At temperature 0.7: 1.2" in head and "40% accepted" in head
+    assert doc["summary"]["headline"]["temperature"] == 0.0
+    assert {(r["category"], r["temperature"]) for r in doc["summary"]["drafter_map"]} >= {("all", 0.0), ("all", 0.7)}
+    orchestrate.write(doc, tmp_path)
+    text = (tmp_path / "report.md").read_text()
+    assert "## Greedy and sampled" in text and "| conc. | ctx | T=0 | T=0.7 |" in text
+    assert "| 1 | 128 T=0.7 |" in text  # the speedup table tells the sampled rows apart
+    for name in plots.PLOTS:
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # A nightly history keeps greedy series under their old names; a sampled point is a series of its own.
+    series = {m.config for m in metrics_from_results(doc)}
+    assert {"drafter", "baseline", "drafter T0.7", "baseline T0.7"} <= series
+    greedy_only = fake_document(power=False)
+    assert "sampling" not in greedy_only["summary"] and "temperature" not in greedy_only["summary"]["headline"]["text"]
+
+
+def test_a_plan_has_a_point_per_temperature() -> None:
+    recipe = load_recipe("e2b-mtp")
+    plan = make_plan(recipe, Overrides(concurrency=[1], context_lengths=[128], temperatures=[0.7, 0.0]), quick=False,
+                     categories=5)
+    assert [(p.concurrency, p.temperature) for p in plan.points] == [(1, 0.0), (1, 0.7)]
+    assert plan.points[1].label() == "c=1 ctx=128 T=0.7" and plan.points[0].label() == "c=1 ctx=128"
+    assert plan.to_json()["points"][1] == {"concurrency": 1, "context_length": 128, "temperature": 0.7}
+    argv = workloads.load_argv("py", "agent", 1, "p", plan.points[1], 5, 8, 0, 0, False, "o", "l")
+    assert argv[argv.index("--temperature") + 1] == "0.7"
+    assert "--temperature" not in workloads.load_argv("py", "agent", 1, "p", plan.points[0], 5, 8, 0, 0, False,
+                                                      "o", "l")
+    sampled = recipe.model_copy(update={"bench": recipe.bench.model_copy(update={"temperatures": [0.0, 0.7]})})
+    assert len(make_plan(sampled, Overrides(concurrency=[1]), quick=True, categories=5).points) == 1
 
 
 def test_schema_rejects_power_without_its_fields() -> None:
@@ -373,8 +423,8 @@ def test_the_categories_the_drafter_loses_on_are_the_ones_to_send_with_drafting_
             row("json", 1, 0.8, [0.78, 0.8, 0.82]), row("json", 2, 0.7, [0.68, 0.7, 0.72]),
             row("prose", 1, 1.0, [0.8, 1.0, 1.2]), row("all", 2, 0.8, [0.7, 0.8, 0.9])]
     off = results.drafting_off(rows)
-    assert off == [{"category": "json", "loses_at": [{"concurrency": 1, "context_length": None},
-                                                      {"concurrency": 2, "context_length": None}]}]
+    assert off == [{"category": "json", "loses_at": [{"concurrency": 1, "context_length": None, "temperature": 0.0},
+                                                      {"concurrency": 2, "context_length": None, "temperature": 0.0}]}]
     text = "\n".join(report._drafting_off({"request": {"speculative.n_max": 0}, "categories": off}))
     assert '`{"speculative.n_max": 0}`' in text and "- json (the drafter loses at c=1, c=2)" in text
     assert "No prompt category loses" in "\n".join(report._drafting_off({"request": {"x": 0}, "categories": []}))

@@ -74,11 +74,13 @@ def test_where_the_drafter_loses_the_target_alone_is_served_and_says_why(board: 
 
 
 def test_where_the_drafter_wins_it_is_served(board: SimBoard, env: dict[str, str], tmp_path: Path) -> None:
-    recipe = _recipe(tmp_path, "sim-auto-wins", spec_min_gain=0.05)
+    # Its clients sample at 0.7: the A/B is measured there.
+    recipe = _recipe(tmp_path, "sim-auto-wins", spec_min_gain=0.05, client_temperature=0.7)
     report = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", str(recipe), env=env))
     spec = report["spec_auto"]
     print(f"\nspec auto, bar 0.05×: {spec['reason']}; deploy {report['seconds']} s, A/B {spec['seconds']} s")
     assert spec["serve"] == "drafter" and spec["gain"]["values"] and min(spec["gain"]["values"]) > 0.05
+    assert spec["temperature"] == 0.7 and "temperature 0.7" in spec["reason"]
     manifest = _current(board)
     assert manifest["drafter"] and manifest["spec_type"] == "draft-mtp"
     assert manifest["runtime"]["spec_decision"] is None and manifest["release"] == report["release"]

@@ -8,8 +8,9 @@ Run by the board's LiteRT-LM Python (``litert-lm-api``), not by the agent's pyth
 It answers what the load and the health check ask llama-server: ``GET /health``, ``GET /props``,
 ``POST /tokenize``, ``/detokenize``, ``/apply-template`` (the bundle's chat template, rendered by LiteRT-LM;
 404 when it has none: prompts are then sent raw), ``/completion`` (streamed as server-sent events, or one JSON)
-and ``/v1/chat/completions`` (a conversation of text messages, greedy, streamed as OpenAI's chunks or one
-JSON, with llama-server's ``timings``), so the OpenAI client talks to it as to llama-server or vLLM.
+and ``/v1/chat/completions`` (a conversation of text messages, greedy unless a request gives a temperature,
+streamed as OpenAI's chunks or one JSON, with llama-server's ``timings``), so the OpenAI client talks to it as to
+llama-server or vLLM.
 One engine serves one request at a time (a lock): concurrent requests queue, which the bench's latency
 figures then show.
 
@@ -134,13 +135,14 @@ class Model:
         return None if rendered == turns[-1]["content"] else rendered
 
     def chat(self, body: dict, emit) -> dict:
-        """/v1/chat/completions, greedy: the templated conversation completed; ``emit(text)`` per streamed
+        """/v1/chat/completions: the templated conversation completed; ``emit(text)`` per streamed
         chunk. The answer carries llama-server's timings, so the health check reads the same fields."""
         turns = conversation_of(body.get("messages"))
         prompt = self.template(turns)
         n_predict = body.get("max_completion_tokens") or body.get("max_tokens") or body.get("n_predict") or 128
         out = self.complete({"prompt": turns[-1]["content"] if prompt is None else prompt, "n_predict": n_predict,
-                             "stream": bool(body.get("stream"))}, emit)
+                             "stream": bool(body.get("stream")), "temperature": body.get("temperature"),
+                             "seed": body.get("seed")}, emit)
         return {"id": f"chatcmpl-{int(time.time() * 1000)}", "object": "chat.completion", "created": int(time.time()),
                 "model": body.get("model") or "litert-lm",
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": out["content"]},
@@ -149,14 +151,22 @@ class Model:
                           "total_tokens": out["tokens_evaluated"] + out["tokens_predicted"]},
                 "timings": out["timings"]}
 
+    def sampler(self, body: dict):
+        """Greedy unless the request has a temperature; sampled as llama-server samples by default (top-k 40,
+        top-p 0.95), seeded by the request's seed."""
+        temperature = float(body.get("temperature") or 0.0)
+        if temperature <= 0.0:
+            return self.lm.SamplerConfig(top_k=1, temperature=0.0)
+        return self.lm.SamplerConfig(top_k=40, top_p=0.95, temperature=temperature, seed=int(body.get("seed") or 0))
+
     def complete(self, body: dict, emit) -> dict:
-        """Greedy completion; ``emit(text)`` per streamed chunk; returns llama-server's final fields."""
+        """A completion (greedy unless asked); ``emit(text)`` per streamed chunk; returns llama-server's final
+        fields."""
         text = self.prompt_text(body.get("prompt", ""))
         n_predict = int(body.get("n_predict") or 128)
         with self.lock:
-            session = self.engine.create_session(
-                apply_prompt_template=False, max_output_tokens=n_predict,
-                sampler_config=self.lm.SamplerConfig(top_k=1, temperature=0.0))
+            session = self.engine.create_session(apply_prompt_template=False, max_output_tokens=n_predict,
+                                                 sampler_config=self.sampler(body))
             try:
                 t0 = time.monotonic()
                 session.run_prefill([text])

@@ -226,8 +226,10 @@ class Request:
 
 
 class Load:
-    def __init__(self, server: Server, n_gen: int, ignore_eos: bool) -> None:
+    def __init__(self, server: Server, n_gen: int, ignore_eos: bool, temperature: float = 0.0,
+                 seed_base: int = 0) -> None:
         self.server, self.n_gen, self.ignore_eos = server, n_gen, ignore_eos
+        self.temperature, self.seed_base = temperature, seed_base
         self.stop = threading.Event()
         self._lock = threading.Lock()
         self._open: set[http.client.HTTPConnection] = set()
@@ -247,14 +249,18 @@ class Load:
         rec: dict[str, Any] = {"i": req.index, "category": req.category, "prompt_index": req.prompt_index,
                                "prompt_tokens": len(req.tokens)}
         openai = isinstance(self.server, OpenAIServer)
+        # Sampled: each request its own seed, the same for the same request of every configuration (a fair pair).
+        seed = self.seed_base + req.index if self.temperature else 0
+        if self.temperature:
+            rec["seed"] = seed
         if isinstance(self.server, OpenAIServer):
             payload = {"model": self.server.model, "prompt": req.tokens, "max_tokens": self.n_gen, "stream": True,
-                       "stream_options": {"include_usage": True}, "temperature": 0.0, "seed": 0,
+                       "stream_options": {"include_usage": True}, "temperature": self.temperature, "seed": seed,
                        "ignore_eos": self.ignore_eos}
             final = self._stream("/v1/completions", payload, rec, self._read_openai)
         else:
-            payload = {"prompt": req.tokens, "n_predict": self.n_gen, "stream": True, "temperature": 0.0,
-                       "cache_prompt": False, "seed": 0, "ignore_eos": self.ignore_eos}
+            payload = {"prompt": req.tokens, "n_predict": self.n_gen, "stream": True, "temperature": self.temperature,
+                       "cache_prompt": False, "seed": seed, "ignore_eos": self.ignore_eos}
             final = self._stream("/completion", payload, rec, self._read_llama)
         if "error" in rec:
             return rec
@@ -363,6 +369,9 @@ class Load:
         return t0, time.monotonic()
 
 
+SEEDS_PER_OFFSET = 1_000_000  # request i of offset k is seeded k·10⁶ + i: no two requests of a bench share one
+
+
 def plan(order: list[str], prompts: dict[str, list[str]], n: int, offset: int) -> list[tuple[str, int]]:
     """(category, prompt index) of request i: categories in turn, prompts within one in turn."""
     out = []
@@ -376,6 +385,8 @@ def plan(order: list[str], prompts: dict[str, list[str]], n: int, offset: int) -
 def cmd_load(args: argparse.Namespace) -> int:
     if args.concurrency < 1 or args.requests < 1 or args.n_gen < 1 or args.warmup < 0:
         raise LoadError("--concurrency, --requests and --n-gen must be at least 1, --warmup at least 0")
+    if not 0.0 <= args.temperature <= 2.0:
+        raise LoadError(f"--temperature must be between 0 and 2, not {args.temperature:g}")
     if args.api == "openai" and not args.model:
         raise LoadError("--api openai needs --model (the name the server serves the model under)")
     try:
@@ -401,7 +412,7 @@ def cmd_load(args: argparse.Namespace) -> int:
 
     measured = requests(args.requests, args.offset)
     warm = requests(args.warmup * args.concurrency, args.offset + 1)
-    load = Load(server, args.n_gen, args.ignore_eos)
+    load = Load(server, args.n_gen, args.ignore_eos, args.temperature, SEEDS_PER_OFFSET * args.offset)
     old = {s: signal.signal(s, lambda _n, _f: load.abort()) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         w0 = time.monotonic()
@@ -421,6 +432,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     result = {
         "port": args.port, "concurrency": args.concurrency, "context_length": args.context_length,
         "n_gen": args.n_gen, "ignore_eos": args.ignore_eos, "offset": args.offset, "label": args.label,
+        "temperature": args.temperature,
         "chat_template": builder.has_template, "raw_prompts": args.raw, "slot_ctx": n_ctx,
         "warmup": {"requests": len(warm), "start": round(w0, 6), "end": round(w1, 6),
                    "errors": sum(1 for r in warm if "error" in r.record)},
@@ -456,6 +468,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--warmup", type=int, default=1, help="warm-up rounds of --concurrency requests, not measured")
     p.add_argument("--offset", type=int, default=0, help="rotate the prompts (e.g. the repetition number)")
     p.add_argument("--ignore-eos", action="store_true", help="always generate --n-gen tokens")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="sampling temperature (0: greedy); a sampled request's seed is its number + offset × 10⁶")
     p.add_argument("--raw", action="store_true", help="send the prompts as written, without the chat template")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
     p.add_argument("--label", default=None, help="copied into the output")

@@ -202,7 +202,9 @@ def build_document(sess: Session, plan: Plan, configs: list[ServerConfig], runs:
         "llama_bench": llama_bench,
         "runs": run_docs,
         "summary": {"points": summary, "speedups": ups, "headline": head,
-                    **({"engines": table} if table is not None else _drafter_map(measured, names))},
+                    **({"engines": table} if table is not None else _drafter_map(measured, names)),
+                    **({"sampling": sampled} if table is None and (sampled := results.by_temperature(summary, ups))
+                       else {})},
         "roofline": (roofline.roofline(gguf, profile.mem_bandwidth_gbs, decode(base_pt), decode(spec_pt))
                      if gguf is not None else None),  # the GGUF's bytes: llama.cpp's backend only
         "phases": [p.to_json() for p in sess.phases],

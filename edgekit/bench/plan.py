@@ -20,6 +20,7 @@ class Overrides:
 
     concurrency: list[int] | None = None
     context_lengths: list[int] | None = None
+    temperatures: list[float] | None = None
     n_gen: int | None = None
     repetitions: int | None = None
     warmup: int | None = None
@@ -55,7 +56,8 @@ class Plan:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        data["points"] = [{"concurrency": p.concurrency, "context_length": p.context_length} for p in self.points]
+        data["points"] = [{"concurrency": p.concurrency, "context_length": p.context_length,
+                           "temperature": p.temperature} for p in self.points]
         data["requests_per_run"] = {p.label(): self.requests(p) for p in self.points}
         return data
 
@@ -78,6 +80,7 @@ def make_plan(recipe: Recipe, ov: Overrides, quick: bool, categories: int) -> Pl
     b = recipe.bench
     conc = sorted(set(ov.concurrency or b.concurrency))
     ctxs = sorted(set(ov.context_lengths or b.context_lengths))
+    temps = sorted(set(ov.temperatures or b.temperatures))
     reps = ov.repetitions or b.repetitions
     warmup = b.warmup if ov.warmup is None else ov.warmup
     n_gen = ov.n_gen or b.n_gen
@@ -85,6 +88,7 @@ def make_plan(recipe: Recipe, ov: Overrides, quick: bool, categories: int) -> Pl
     if quick:
         conc = sorted({conc[0], conc[-1]}) if ov.concurrency is None else conc
         ctxs = ctxs[:1] if ov.context_lengths is None else ctxs
+        temps = temps[:1] if ov.temperatures is None else temps
         reps = ov.repetitions or min(reps, 2)
         warmup = min(warmup, 1)
         n_gen = ov.n_gen or min(n_gen, 64)
@@ -106,7 +110,7 @@ def make_plan(recipe: Recipe, ov: Overrides, quick: bool, categories: int) -> Pl
         ctxs = fits
         if max(conc) > recipe.runtime.parallel:
             notes.append(f"concurrency above the deployed {recipe.runtime.parallel} slot(s) queues requests")
-    points = [Point(c, L) for L in ctxs for c in conc]
+    points = [Point(c, L, t) for t in temps for L in ctxs for c in conc]
     return Plan(points=points, repetitions=reps, warmup=warmup, n_gen=n_gen,
                 idle_s=ov.idle_s if ov.idle_s is not None else (QUICK_IDLE_S if quick else IDLE_S),
                 cooldown_temp_c=cool, parallel=parallel, slot_ctx=slot_ctx, llama_bench_pp=512,

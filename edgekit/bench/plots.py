@@ -14,6 +14,9 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from edgekit.bench.results import point_key
+from edgekit.bench.workloads import temperature_label
+
 COLORS = {"drafter": "#1f77b4", "baseline": "#ff7f0e"}
 PHASE_COLORS = {"idle": "#cccccc", "llama-bench": "#c5b0d5"}
 
@@ -94,19 +97,20 @@ def _configs(summary: list[dict[str, Any]]) -> list[str]:
 def tps_vs_concurrency(doc: dict[str, Any], path: Path) -> None:
     plt = _plt()
     summary = doc["summary"]["points"]
-    ctxs = sorted({p["context_length"] or 0 for p in summary})
+    lines = sorted({point_key(p)[1:] for p in summary}, key=lambda k: (k[1], k[0] or 0))  # (ctx, temperature)
+    several_ctx = len({ctx for ctx, _ in lines}) > 1
     fig, ax = plt.subplots(figsize=(7, 4.5))
     styles = ["-", "--", ":", "-."]
     for k, cfg in enumerate(_configs(summary)):
-        for j, ctx in enumerate(ctxs):
-            pts = sorted((p for p in summary if p["config"] == cfg and (p["context_length"] or 0) == ctx
+        for j, (ctx, temp) in enumerate(lines):
+            pts = sorted((p for p in summary if p["config"] == cfg and point_key(p)[1:] == (ctx, temp)
                           and p["tokens_per_second"]), key=lambda p: p["concurrency"])
             if not pts:
                 continue
             xs = [p["concurrency"] for p in pts]
             ests = [p["tokens_per_second"] for p in pts]
             ys = [e["mean"] for e in ests]
-            label = cfg + (f", ctx {ctx}" if len(ctxs) > 1 else "")
+            label = cfg + (f", ctx {ctx}" if several_ctx else "") + temperature_label(temp)
             ax.errorbar(xs, ys, yerr=error_bars(ests), marker=_marker(cfg), capsize=4,
                         linestyle=styles[j % len(styles)], color=_color(cfg, k), label=label)
             _repetitions(ax, xs, ests, _color(cfg, k))
@@ -154,13 +158,13 @@ def drafter_wins(doc: dict[str, Any], path: Path) -> None:
 
     plt = _plt()
     rows = doc["summary"].get("drafter_map") or []
-    points = list(dict.fromkeys((r["concurrency"], r["context_length"]) for r in rows))
+    points = list(dict.fromkeys(point_key(r) for r in rows))
     cats = list(dict.fromkeys(r["category"] for r in rows))
     fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(points) + 2.5), max(3.0, 0.5 * len(cats) + 1.5)))
     if not rows:
         _empty(ax, "no drafter measured beside a baseline")
     else:
-        cell = {(r["category"], r["concurrency"], r["context_length"]): r for r in rows}
+        cell = {(r["category"], *point_key(r)): r for r in rows}
         grid = [[math.log2(cell[(c, *p)]["speedup"]["mean"]) if (c, *p) in cell else float("nan") for p in points]
                 for c in cats]
         span = max(0.25, max((abs(v) for row in grid for v in row if v == v), default=0.25))
@@ -172,7 +176,8 @@ def drafter_wins(doc: dict[str, Any], path: Path) -> None:
                     ax.text(j, i, f"{r['speedup']['mean']:.2f}×\n{r['verdict']}", ha="center", va="center",
                             fontsize=8)
         ax.set_xticks(range(len(points)))
-        ax.set_xticklabels([f"c={c}" + (f"\nctx {x}" if len({q[1] for q in points}) > 1 else "") for c, x in points])
+        ax.set_xticklabels([f"c={c}" + (f"\nctx {x}" if len({q[1] for q in points}) > 1 else "")
+                            + (f"\nT {t:g}" if len({q[2] for q in points}) > 1 else "") for c, x, t in points])
         ax.set_yticks(range(len(cats)))
         ax.set_yticklabels(cats)
         ax.set_xlabel("concurrent requests")
@@ -188,14 +193,14 @@ def speedup_vs_context(doc: dict[str, Any], path: Path) -> None:
     if len({u["context_length"] for u in ups}) < 2:
         _empty(ax, "one context length measured: bench --context-lengths 128,2048,8192,… draws the gain against it")
     else:
-        series = dict.fromkeys((u.get("engine"), u["concurrency"]) for u in ups)
-        for k, (engine, c) in enumerate(series):
-            pts = sorted((u for u in ups if u.get("engine") == engine and u["concurrency"] == c),
-                         key=lambda u: u["context_length"])
+        series = dict.fromkeys((u.get("engine"), u["concurrency"], u.get("temperature") or 0.0) for u in ups)
+        for k, (engine, c, temp) in enumerate(series):
+            pts = sorted((u for u in ups if (u.get("engine"), u["concurrency"], u.get("temperature") or 0.0)
+                          == (engine, c, temp)), key=lambda u: u["context_length"])
             xs, ests = [u["context_length"] for u in pts], [u["speedup"] for u in pts]
             color = f"C{k % 10}"
             ax.errorbar(xs, [e["mean"] for e in ests], yerr=error_bars(ests), marker="o", capsize=4, color=color,
-                        label=(f"{engine}, " if engine else "") + f"c={c}")
+                        label=(f"{engine}, " if engine else "") + f"c={c}" + temperature_label(temp))
             _repetitions(ax, xs, ests, color)
         ax.axhline(1.0, color="#888888", ls="--", lw=0.8)
         ax.set_xscale("log", base=2)
@@ -274,13 +279,12 @@ def joules_per_token(doc: dict[str, Any], path: Path) -> None:
         _empty(ax, doc["power"].get("reason") or "no energy figures")
     else:
         cfgs = _configs(summary)
-        pts = sorted({(p["context_length"] or 0, p["concurrency"]) for p in summary})
+        pts = sorted({point_key(p) for p in summary}, key=lambda k: (k[2], k[1] or 0, k[0]))
         width = 0.8 / len(cfgs)
         for k, cfg in enumerate(cfgs):
             xs, ests = [], []
-            for i, (ctx, c) in enumerate(pts):
-                p = next((q for q in summary if q["config"] == cfg and q["concurrency"] == c
-                          and (q["context_length"] or 0) == ctx), None)
+            for i, key in enumerate(pts):
+                p = next((q for q in summary if q["config"] == cfg and point_key(q) == key), None)
                 if p:
                     xs.append(i + k * width)
                     ests.append(p["joules_per_token"])
@@ -288,7 +292,7 @@ def joules_per_token(doc: dict[str, Any], path: Path) -> None:
                    label=cfg, hatch="//" if _marker(cfg) == "s" else None)
             _repetitions(ax, xs, ests, "#333333")
         ax.set_xticks([i + width * (len(cfgs) - 1) / 2 for i in range(len(pts))])
-        ax.set_xticklabels([f"c={c}\nctx={ctx or '-'}" for ctx, c in pts])
+        ax.set_xticklabels([f"c={c}\nctx={ctx or '-'}" + (f"\nT={t:g}" if t else "") for c, ctx, t in pts])
         ax.set_ylabel("J / generated token")
         ax.legend()
         ax.grid(True, axis="y", alpha=0.3)

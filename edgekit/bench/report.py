@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from edgekit.bench.results import point_key
+from edgekit.bench.workloads import temperature_label
 from edgekit.engines import find_engine
 from edgekit.release.manifest import ReleaseManifest
 
@@ -70,7 +72,7 @@ def _engines(doc: dict[str, Any]) -> list[str]:
             "in turn on the same prompts, under the same power method and idle baseline.", "", *mixed,
             *_table(["engine", "conc.", "ctx", "tok/s (drafter)", "tok/s (baseline)", "speedup", "acceptance",
                      "TTFT p50 s (drafter / baseline)", "J/token (drafter / baseline)"],
-                    [[r["engine"], str(r["concurrency"]), str(r["context_length"] or "–"),
+                    [[r["engine"], str(r["concurrency"]), _ctx(r),
                       _num(r["tokens_per_second"], 1), _num(r["baseline_tokens_per_second"], 1),
                       _num(r["speedup"], 2) + ("×" if r["speedup"] is not None else ""), _pct(r["acceptance"]),
                       f"{_num(r['ttft_p50_s'], 3)} / {_num(r['baseline_ttft_p50_s'], 3)}",
@@ -78,13 +80,18 @@ def _engines(doc: dict[str, Any]) -> list[str]:
                      for r in s["engines"]])]
 
 
+def _ctx(r: dict[str, Any]) -> str:
+    """A row's context length, and its sampling temperature where it was not greedy."""
+    return str(r["context_length"] or "–") + temperature_label(r.get("temperature"))
+
+
 def _drafter_map(rows: list[dict[str, Any]]) -> list[str]:
     """Categories down, load points across: the drafter's ratio and whether it wins there."""
     if not rows:
         return []
-    points = list(dict.fromkeys((r["concurrency"], r["context_length"]) for r in rows))
+    points = list(dict.fromkeys(point_key(r) for r in rows))
     cats = list(dict.fromkeys(r["category"] for r in rows))
-    cell = {(r["category"], r["concurrency"], r["context_length"]): r for r in rows}
+    cell = {(r["category"], point_key(r)): r for r in rows}
     mark = {"wins": "**wins**", "loses": "loses", "tie": "tie", "unknown": "?"}
 
     def text(r: dict[str, Any] | None) -> str:
@@ -94,8 +101,27 @@ def _drafter_map(rows: list[dict[str, Any]]) -> list[str]:
             "Drafter ÷ baseline per repetition pair: over all requests, tok/s; per prompt category, each request's "
             "decode tok/s. **wins**: its CI95 lies above 1×; loses: below; tie: it spans 1×.", "",
             *_table(["category", *(f"c={c}" + (f" ctx={x}" if len({p[1] for p in points}) > 1 else "")
-                                   for c, x in points)],
-                    [[cat, *(text(cell.get((cat, c, x))) for c, x in points)] for cat in cats])]
+                                   + temperature_label(t) for c, x, t in points)],
+                    [[cat, *(text(cell.get((cat, k))) for k in points)] for cat in cats])]
+
+
+def _sampling(rows: list[dict[str, Any]]) -> list[str]:
+    """Greedy and sampled load side by side: what a client's temperature does to acceptance and the speedup."""
+    if not rows:
+        return []
+    temps = list(dict.fromkeys(r["temperature"] for r in rows))
+    where = list(dict.fromkeys((r["concurrency"], r["context_length"]) for r in rows))
+    cell = {point_key(r): r for r in rows}
+
+    def text(r: dict[str, Any] | None) -> str:
+        return "–" if r is None else f"{_e(r['speedup'], 2, '×')} · {_pct(r['acceptance'])}"
+
+    return ["## Greedy and sampled", "",
+            "The same prompts at each temperature, each request seeded alike with and without the drafter; "
+            "above 0 the engine's default sampler (llama-server's: top-k 40, top-p 0.95, min-p 0.05). "
+            "Speedup (tok/s ratio) · acceptance.", "",
+            *_table(["conc.", "ctx", *(f"T={t:g}" for t in temps)],
+                    [[str(c), str(x or "–"), *(text(cell.get((c, x, t))) for t in temps)] for c, x in where])]
 
 
 def _drafting_off(off: dict[str, Any] | None) -> list[str]:
@@ -108,7 +134,7 @@ def _drafting_off(off: dict[str, Any] | None) -> list[str]:
 
     def where(points: list[dict[str, Any]]) -> str:
         return ", ".join(f"c={p['concurrency']}" + (f" ctx={p['context_length']}" if p["context_length"] else "")
-                         for p in points)
+                         + temperature_label(p.get("temperature")) for p in points)
 
     return ["", f"Send these with drafting off (`{body}` in the request's body; the other requests keep it):", "",
             *(f"- {c['category']} (the drafter loses at {where(c['loses_at'])})" for c in off["categories"])]
@@ -137,15 +163,16 @@ def render(doc: dict[str, Any]) -> str:
         lines += ["## The drafter's speedup", ""]
         lines += _table(["engine", "concurrency", "context", "speedup (tok/s ratio)", "energy/token ratio"],
                         [[u.get("engine") or _engine_of(doc),
-                          str(u["concurrency"]), str(u["context_length"] or "–"), _e(u["speedup"], 2, "×"),
+                          str(u["concurrency"]), _ctx(u), _e(u["speedup"], 2, "×"),
                           _e(u["energy_ratio"], 2, "×")] for u in s["speedups"]])
+    lines += _sampling(s.get("sampling") or [])
     lines += _drafter_map(s.get("drafter_map") or [])
     lines += _drafting_off(s.get("drafting_off"))
     lines += ["## Throughput, latency, acceptance, energy", ""]
     lines += _table(
         ["config", "conc.", "ctx", "prompt tok", "tok/s", "decode tok/s per request", "TTFT p50 s",
          "latency p95 s", "acceptance", "J/token", "W"],
-        [[p["config"], str(p["concurrency"]), str(p["context_length"] or "–"), _num(p.get("prompt_tokens_mean"), 0),
+        [[p["config"], str(p["concurrency"]), _ctx(p), _num(p.get("prompt_tokens_mean"), 0),
           _e(p["tokens_per_second"]), _e(p["decode_tokens_per_second"]), _e(p["ttft_p50_s"], 3),
           _e(p["latency_p95_s"], 3), _pct(p["acceptance"]), _e(p["joules_per_token"], 4), _e(p["average_watts"], 2)]
          for p in s["points"]])
@@ -154,7 +181,7 @@ def render(doc: dict[str, Any]) -> str:
     if cats and spec:
         lines += ["### Acceptance by prompt category", ""]
         lines += _table(["config", "conc.", "ctx", *cats],
-                        [[p["config"], str(p["concurrency"]), str(p["context_length"] or "–"),
+                        [[p["config"], str(p["concurrency"]), _ctx(p),
                           *(_pct((p["acceptance_by_category"].get(c) or {}).get("acceptance")) for c in cats)]
                          for p in spec])
     if doc.get("media"):

@@ -43,16 +43,37 @@ def _power(r: dict[str, Any], key: str) -> float | None:
     return p.get(key) if p.get("available") else None
 
 
+Key = tuple[int, "int | None", float]  # a load point: (concurrency, context length, temperature)
+
+
+def point_key(r: dict[str, Any]) -> Key:
+    """A run's (or an entry's) load point; runs from before sampling have no temperature: greedy."""
+    return int(r["concurrency"]), r["context_length"] or None, float(r.get("temperature") or 0.0)
+
+
+def _order(k: Key) -> tuple[float, int, int]:
+    """Greedy first, then by context length, then by concurrency."""
+    return k[2], k[1] or 0, k[0]
+
+
+def points_of(rows: Iterable[dict[str, Any]]) -> list[Key]:
+    return sorted({point_key(r) for r in rows}, key=_order)
+
+
+def at_point(k: Key) -> dict[str, Any]:
+    c, ctx, t = k
+    return {"concurrency": c, "context_length": ctx, "temperature": t}
+
+
 def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per (config, concurrency, context length): estimates over its repetitions."""
-    keys = sorted({(r["config"], r["concurrency"], r["context_length"] or 0) for r in runs},
-                  key=lambda k: (k[2], k[1], k[0]))
+    """One entry per (config, load point): estimates over its repetitions."""
+    keys = sorted({(r["config"], point_key(r)) for r in runs}, key=lambda k: (_order(k[1]), k[0]))
     out = []
-    for cfg, c, ctx in keys:
-        rs = [r for r in runs if (r["config"], r["concurrency"], r["context_length"] or 0) == (cfg, c, ctx)]
+    for cfg, k in keys:
+        rs = [r for r in runs if (r["config"], point_key(r)) == (cfg, k)]
         acc, by_cat = _pooled_acceptance(rs)
         out.append({
-            "config": cfg, "concurrency": c, "context_length": ctx or None, "repetitions": len(rs),
+            "config": cfg, **at_point(k), "repetitions": len(rs),
             "tokens_per_second": _est(r["tokens_per_second"] for r in rs),
             "decode_tokens_per_second": _est(r["decode_tokens_per_second_mean"] for r in rs),
             "ttft_p50_s": _est(r["ttft_p50_s"] for r in rs), "latency_p95_s": _est(r["latency_p95_s"] for r in rs),
@@ -65,14 +86,13 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _paired(runs: list[dict[str, Any]], a: str, b: str, c: int, ctx: int | None, key: str,
-            power: bool = False) -> Estimate | None:
+def _paired(runs: list[dict[str, Any]], a: str, b: str, k: Key, key: str, power: bool = False) -> Estimate | None:
     def value(r: dict[str, Any]) -> float | None:
         return _power(r, key) if power else r.get(key)
 
     by_rep: dict[int, dict[str, float | None]] = {}
     for r in runs:
-        if r["concurrency"] == c and r["context_length"] == ctx and r["config"] in (a, b):
+        if point_key(r) == k and r["config"] in (a, b):
             by_rep.setdefault(r["repetition"], {})[r["config"]] = value(r)
     ratios = [v[a] / v[b] for v in by_rep.values() if v.get(a) and v.get(b)]
     return estimate(ratios)
@@ -103,15 +123,13 @@ def summarize_media(probes: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def speedups(runs: list[dict[str, Any]], spec: str = "drafter", base: str = "baseline") -> list[dict[str, Any]]:
     """Per point: drafter tok/s ÷ baseline tok/s and drafter J/token ÷ baseline J/token (paired)."""
-    pts = sorted({(r["concurrency"], r["context_length"]) for r in runs}, key=lambda p: ((p[1] or 0), p[0]))
     out = []
-    for c, ctx in pts:
-        s = _paired(runs, spec, base, c, ctx, "tokens_per_second")
+    for k in points_of(runs):
+        s = _paired(runs, spec, base, k, "tokens_per_second")
         if s is None:
             continue
-        e = _paired(runs, spec, base, c, ctx, "joules_per_token", power=True)
-        out.append({"concurrency": c, "context_length": ctx, "speedup": s.to_json(),
-                    "energy_ratio": e.to_json() if e else None})
+        e = _paired(runs, spec, base, k, "joules_per_token", power=True)
+        out.append({**at_point(k), "speedup": s.to_json(), "energy_ratio": e.to_json() if e else None})
     return out
 
 
@@ -131,25 +149,21 @@ def _category_tps(run: dict[str, Any], category: str) -> float | None:
 def drafter_map(runs: list[dict[str, Any]], spec: str = "drafter", base: str = "baseline") -> list[dict[str, Any]]:
     """Where the drafter wins: per point, over all requests (tok/s) and per prompt category (each request's
     decode tok/s), the paired drafter ÷ baseline ratio and its verdict (wins: CI95 above 1; loses: below; tie)."""
-    pts = sorted({(r["concurrency"], r["context_length"]) for r in runs if r["config"] == spec},
-                 key=lambda p: ((p[1] or 0), p[0]))
     cats = sorted({q["category"] for r in runs for q in r.get("requests_detail") or [] if q.get("category")})
     out = []
-    for c, ctx in pts:
-        overall = _paired(runs, spec, base, c, ctx, "tokens_per_second")
+    for k in points_of(r for r in runs if r["config"] == spec):
+        overall = _paired(runs, spec, base, k, "tokens_per_second")
         if overall is None:
             continue
-        out.append({"category": "all", "concurrency": c, "context_length": ctx, "speedup": overall.to_json(),
-                    "verdict": _verdict(overall)})
+        out.append({"category": "all", **at_point(k), "speedup": overall.to_json(), "verdict": _verdict(overall)})
         for cat in cats:
             by_rep: dict[int, dict[str, float | None]] = {}
             for r in runs:
-                if r["concurrency"] == c and r["context_length"] == ctx and r["config"] in (spec, base):
+                if point_key(r) == k and r["config"] in (spec, base):
                     by_rep.setdefault(r["repetition"], {})[r["config"]] = _category_tps(r, cat)
             e = estimate([v[spec] / v[base] for v in by_rep.values() if v.get(spec) and v.get(base)])
             if e is not None:
-                out.append({"category": cat, "concurrency": c, "context_length": ctx, "speedup": e.to_json(),
-                            "verdict": _verdict(e)})
+                out.append({"category": cat, **at_point(k), "speedup": e.to_json(), "verdict": _verdict(e)})
     return out
 
 
@@ -159,8 +173,7 @@ def drafting_off(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         if r["category"] != "all" and r["verdict"] == "loses":
-            out.setdefault(r["category"], []).append({"concurrency": r["concurrency"],
-                                                      "context_length": r["context_length"]})
+            out.setdefault(r["category"], []).append(at_point(point_key(r)))
     return [{"category": cat, "loses_at": points} for cat, points in sorted(out.items())]
 
 
@@ -171,21 +184,20 @@ def engine_speedups(runs: list[dict[str, Any]], engines: list[str]) -> list[dict
 
 def engines_table(summary: list[dict[str, Any]], ups: list[dict[str, Any]], engines: list[str]) -> list[dict[str, Any]]:
     """One row per engine and point: with and without its drafter side by side."""
-    def at(cfg: str, c: int, ctx: int | None) -> dict[str, Any]:
-        return next((p for p in summary if p["config"] == cfg and p["concurrency"] == c
-                     and p["context_length"] == ctx), {})
+    def at(cfg: str, k: Key) -> dict[str, Any]:
+        return next((p for p in summary if p["config"] == cfg and point_key(p) == k), {})
 
     def mean(p: dict[str, Any], key: str) -> float | None:
         return (p.get(key) or {}).get("mean")
 
     rows = []
-    for c, ctx in sorted({(p["concurrency"], p["context_length"]) for p in summary}, key=lambda k: ((k[1] or 0), k[0])):
+    for k in points_of(summary):
         for e in engines:
-            d, b = at(f"{e}/drafter", c, ctx), at(f"{e}/baseline", c, ctx)
+            d, b = at(f"{e}/drafter", k), at(f"{e}/baseline", k)
             if not d and not b:
                 continue
-            up = next((u for u in ups if u["engine"] == e and u["concurrency"] == c and u["context_length"] == ctx), {})
-            rows.append({"engine": e, "concurrency": c, "context_length": ctx,
+            up = next((u for u in ups if u["engine"] == e and point_key(u) == k), {})
+            rows.append({"engine": e, **at_point(k),
                          "tokens_per_second": mean(d, "tokens_per_second"),
                          "baseline_tokens_per_second": mean(b, "tokens_per_second"),
                          "speedup": (up.get("speedup") or {}).get("mean"), "acceptance": d.get("acceptance"),
@@ -199,8 +211,8 @@ def engines_headline(table: list[dict[str, Any]], ups: list[dict[str, Any]]) -> 
     """The engines at the first point (fewest requests, shortest prompts), fastest first."""
     if not table:
         return {"text": "No engine produced a measurement.", "speedup": None}
-    first = (table[0]["concurrency"], table[0]["context_length"])
-    rows = [r for r in table if (r["concurrency"], r["context_length"]) == first]
+    first = point_key(table[0])
+    rows = [r for r in table if point_key(r) == first]
     rows.sort(key=lambda r: -(r["tokens_per_second"] or r["baseline_tokens_per_second"] or 0))
 
     def part(r: dict[str, Any]) -> str:
@@ -210,10 +222,9 @@ def engines_headline(table: list[dict[str, Any]], ups: list[dict[str, Any]]) -> 
         up = f"{r['speedup']:.2f}× its baseline" if r["speedup"] is not None else "unpaired"
         return f"{r['engine']} {r['tokens_per_second']:.1f} tok/s with its drafter ({up}{acc})"
 
-    c, ctx = first
+    c, ctx, _t = first
     where = f"{c} request{'s' if c > 1 else ''} at a time" + (f", {ctx}-token prompts" if ctx else "")
-    best = next((u for u in ups if u["engine"] == rows[0]["engine"] and (u["concurrency"], u["context_length"])
-                 == first), None)
+    best = next((u for u in ups if u["engine"] == rows[0]["engine"] and point_key(u) == first), None)
     return {"text": f"At {where}: " + "; ".join(part(r) for r in rows) + ".",
             "speedup": best["speedup"] if best else None, "concurrency": c, "context_length": ctx,
             "fastest": rows[0]["engine"]}
@@ -228,7 +239,8 @@ def _fmt_ci(e: dict[str, Any] | None, unit: str = "×", digits: int = 2) -> str:
 
 
 def headline(summary: list[dict[str, Any]], ups: list[dict[str, Any]], model: str) -> dict[str, Any]:
-    """The sentence a reader takes away: the drafter's speedup at one request, and how it moves."""
+    """The sentence a reader takes away: the drafter's speedup at one request, how it moves with load, and at
+    each other sampling temperature measured."""
     if not ups:
         has_spec = any(p["config"] == "drafter" for p in summary)
         text = ("No drafter speedup: the release has no speculative decoding to compare." if not has_spec
@@ -239,19 +251,47 @@ def headline(summary: list[dict[str, Any]], ups: list[dict[str, Any]], model: st
     where = f"{first['concurrency']} request{'s' if first['concurrency'] > 1 else ''} at a time"
     if first["context_length"]:
         where += f", {first['context_length']}-token prompts"
+    if first.get("temperature"):
+        where += f", temperature {first['temperature']:g}"
     text = f"The drafter makes {model} {_fmt_ci(s)} as fast as without it ({where})"
-    last = ups[-1] if len(ups) > 1 else None
+    same_t = [u for u in ups if u.get("temperature") == first.get("temperature")]
+    last = same_t[-1] if len(same_t) > 1 else None
     if last is not None:
         text += (f"; at {last['concurrency']} requests, {last['context_length'] or '-'} tokens: "
                  f"{_fmt_ci(last['speedup'])}")
     e = first.get("energy_ratio")
     if e:
         text += f". Energy per token: {_fmt_ci(e)} of the baseline's"
-    acc = next((p["acceptance"] for p in summary if p["config"] == "drafter" and p["acceptance"] is not None), None)
+
+    def accepted(k: Key) -> float | None:
+        return next((p["acceptance"] for p in summary if p["config"] == "drafter" and point_key(p) == k), None)
+
+    acc = accepted(point_key(first))
     if acc is not None:
         text += f"; {acc:.0%} of drafted tokens accepted"
+    for u in ups:  # the same load point sampled: what a client at that temperature gets
+        if point_key(u)[:2] == point_key(first)[:2] and u.get("temperature") != first.get("temperature"):
+            a = accepted(point_key(u))
+            text += (f". At temperature {u['temperature']:g}: {_fmt_ci(u['speedup'])}"
+                     + (f", {a:.0%} accepted" if a is not None else ""))
     return {"text": text + ".", "speedup": s, "concurrency": first["concurrency"],
-            "context_length": first["context_length"], "energy_ratio": e, "acceptance": acc}
+            "context_length": first["context_length"], "temperature": first.get("temperature", 0.0),
+            "energy_ratio": e, "acceptance": acc}
+
+
+def by_temperature(summary: list[dict[str, Any]], ups: list[dict[str, Any]], spec: str = "drafter"
+                   ) -> list[dict[str, Any]]:
+    """Acceptance and the drafter's speedup at each temperature, side by side per (concurrency, context length);
+    empty when the bench sampled at one temperature only."""
+    keys = points_of(ups)
+    if len({k[2] for k in keys}) < 2:
+        return []
+    rows = []
+    for k in sorted(keys, key=lambda k: (k[1] or 0, k[0], k[2])):
+        u = next(u for u in ups if point_key(u) == k)
+        p = next((p for p in summary if p["config"] == spec and point_key(p) == k), {})
+        rows.append({**at_point(k), "speedup": u["speedup"], "acceptance": p.get("acceptance")})
+    return rows
 
 
 def schema() -> dict[str, Any]:

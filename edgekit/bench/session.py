@@ -104,7 +104,8 @@ class Run:
     def to_json(self) -> dict[str, Any]:
         t0, t1 = self.window
         return {"index": self.index, "config": self.config, "concurrency": self.point.concurrency,
-                "context_length": self.point.context_length, "repetition": self.repetition,
+                "context_length": self.point.context_length, "temperature": self.point.temperature,
+                "repetition": self.repetition,
                 "window": {"start": t0, "end": t1, "duration_s": round(t1 - t0, 6)},
                 "cooldown": self.cooldown, "server_ready_s": self.server_ready_s, **self.metrics,
                 "power": self.power, "chat_template": self.output.get("chat_template"),

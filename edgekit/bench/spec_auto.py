@@ -2,9 +2,11 @@
 
     deploy as the recipe says (with its drafter) → health → an A/B on the board: the release's server with
     and without its drafter, alternating (A B A B …) on the same prompts at the recipe's concurrency
-    (``runtime.parallel``) → the drafter's gain per pair (tok/s, or tokens per joule for ``bench.objective:
-    energy``) with its CI95 → above ``runtime.spec_min_gain``: kept; otherwise the recipe's target alone is
-    deployed, and its release.json says why, with the figures (``runtime.spec_decision``).
+    (``runtime.parallel``) and its clients' temperature (``runtime.client_temperature``; greedy when unset: a
+    sampled request accepts fewer drafts, so a gain measured greedy can be a loss for them) → the drafter's gain
+    per pair (tok/s, or tokens per joule for ``bench.objective: energy``) with its CI95 → above
+    ``runtime.spec_min_gain``: kept; otherwise the recipe's target alone is deployed, and its release.json says
+    why, with the figures (``runtime.spec_decision``).
 
 On small targets the gain depends on the card, the model, the task and the load, so only the board can say:
 in a published user report (llama.cpp, github.com/xbill9/gemma4-dev) Gemma 4 E2B's drafter gave 1.40× on an
@@ -89,12 +91,13 @@ def _mean(runs: list[Run], config: str, key: str, power: bool = False) -> dict[s
     return e.to_json(4) if e else None
 
 
-def _reason(serve: str, gain: Estimate | None, objective: str, min_gain: float, concurrency: int) -> str:
+def _reason(serve: str, gain: Estimate | None, objective: str, min_gain: float, concurrency: int,
+            temperature: float = 0.0) -> str:
     what = "tok/s" if objective == "speed" else "tokens per joule"
     if gain is None:
         return f"the target alone is served: the A/B gave no {what} to compare"
     ci = f" (CI95 {gain.low:.2f}–{gain.high:.2f}, {gain.n} pairs" if gain.low is not None else f" ({gain.n} pair"
-    ci += f", concurrency {concurrency})"
+    ci += f", concurrency {concurrency}" + (f", temperature {temperature:g})" if temperature else ")")
     if serve == "drafter":
         return f"the drafter is served: {gain.mean:.2f}× the target alone's {what}{ci}"
     if gain.high is not None and gain.high < min_gain:
@@ -107,6 +110,7 @@ def measure(name: str, board: Board, recipe: Recipe, lock_wait_s: int, say: Call
     """The A/B on the board's deployed release (the service is stopped meanwhile and started again after)."""
     b, rt = recipe.bench, recipe.runtime
     objective, concurrency, ctx, n_gen = b.objective, rt.parallel, min(b.context_lengths), b.n_gen
+    temperature = rt.client_temperature or 0.0  # where the recipe's clients sample: fewer drafts accepted there
     n_cat = len(prompts.categories(prompts.load(b.prompt_set)))
     sopts = SessionOptions(power=objective == "energy", cooldown_temp_c=b.cooldown_temp_c, lock_wait_s=lock_wait_s)
     start = time.monotonic()
@@ -125,7 +129,7 @@ def measure(name: str, board: Board, recipe: Recipe, lock_wait_s: int, say: Call
             raise EdgekitError(f"Board {name!r} has no power readings: `bench.objective: energy` can't be decided "
                                "there (set it to speed, or runtime.spec to on or off).")
         sess.take_board()
-        point = Point(concurrency, ctx)
+        point = Point(concurrency, ctx, temperature)
         matrix = [(drafter, [point]), (baseline, [point])]
         while verdict is None:
             # Power is read back when the session closes: for energy every pair is taken first, then judged.
@@ -147,7 +151,7 @@ def measure(name: str, board: Board, recipe: Recipe, lock_wait_s: int, say: Call
     accepted = sum(r.metrics.get("draft_n_accepted") or 0 for r in runs if r.config == "drafter")
     figures = {
         "objective": objective, "min_gain": rt.spec_min_gain, "concurrency": concurrency, "context_length": ctx,
-        "n_gen": n_gen, "pairs": len(runs) // 2, "gain": gain.to_json(4) if gain else None,
+        "temperature": temperature, "n_gen": n_gen, "pairs": len(runs) // 2, "gain": gain.to_json(4) if gain else None,
         "drafter": {"tokens_per_second": _mean(runs, "drafter", "tokens_per_second"),
                     "joules_per_token": _mean(runs, "drafter", "joules_per_token", power=True),
                     "acceptance": round(accepted / drafted, 4) if drafted else None},
@@ -156,7 +160,7 @@ def measure(name: str, board: Board, recipe: Recipe, lock_wait_s: int, say: Call
         "measured_release": sess.release, "seconds": round(time.monotonic() - start, 1),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    return Verdict(verdict, _reason(verdict, gain, objective, rt.spec_min_gain, concurrency), figures)
+    return Verdict(verdict, _reason(verdict, gain, objective, rt.spec_min_gain, concurrency, temperature), figures)
 
 
 def _current(name: str, board: Board) -> dict[str, Any]:

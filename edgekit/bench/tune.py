@@ -183,7 +183,10 @@ def measure(name: str, board: Board, recipe: Recipe, grid: Grid, opts: TuneOptio
         else:
             matrix = configs(sess.release_for(sess.engine), board, sess.bench_port, grid, recipe.runtime.parallel,
                              ctx + n_gen + 256)
-        matrix = [(c, [Point(p.concurrency, ctx) for p in pts]) for c, pts in matrix]
+        # At the recipe's clients' temperature, as `spec: auto` decides: the drafter settings that win greedy
+        # may not win sampled.
+        temperature = recipe.runtime.client_temperature or 0.0
+        matrix = [(c, [Point(p.concurrency, ctx, temperature) for p in pts]) for c, pts in matrix]
         power_on = sess.start_power()
         if opts.objective == "energy" and not power_on:
             raise EdgekitError(f"Board {name!r} has no power readings: --objective energy can't be measured there.")
@@ -234,6 +237,7 @@ def measure(name: str, board: Board, recipe: Recipe, grid: Grid, opts: TuneOptio
     best_clean = next(r for r in clean if r["name"] == best["name"])
     result = {"kind": "tune", "board": name, "recipe": recipe.name, "release_measured": sess.release,
               "objective": opts.objective, "repetitions": reps, "n_gen": n_gen, "context_length": ctx,
+              "temperature": recipe.runtime.client_temperature or 0.0,
               "power": {"available": bool(log and log.available), "total_rail_method": sess.rail.method
                         if sess.rail else None},
               "table": clean, "best": best_clean, "tied_with_best": tied, "drafter": bool(best["speculative"]),

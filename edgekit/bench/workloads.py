@@ -21,9 +21,15 @@ from edgekit.bench.stats import percentile
 class Point:
     concurrency: int
     context_length: int | None
+    temperature: float = 0.0  # the load's sampling temperature: 0 is greedy
 
     def label(self) -> str:
-        return f"c={self.concurrency} ctx={self.context_length or '-'}"
+        return f"c={self.concurrency} ctx={self.context_length or '-'}" + temperature_label(self.temperature)
+
+
+def temperature_label(temperature: float | None) -> str:
+    """`` T=0.7`` for a sampled point, nothing for a greedy one (the labels greedy benches always had)."""
+    return f" T={temperature:g}" if temperature else ""
 
 
 def requests_per_run(concurrency: int, categories: int, rounds: int = 1) -> int:
@@ -45,6 +51,8 @@ def load_argv(python: str, agent: str, port: int, prompts: str, point: Point, re
         argv += ["--draft-counters", ",".join(draft_counters)]
     if point.context_length:
         argv += ["--context-length", str(point.context_length)]
+    if point.temperature:
+        argv += ["--temperature", f"{point.temperature:g}"]
     if ignore_eos:
         argv.append("--ignore-eos")
     if raw:

@@ -26,6 +26,19 @@ def _ints(text: str | None) -> list[int] | None:
     return values
 
 
+def _temperatures(text: str | None) -> list[float] | None:
+    if not text:
+        return None
+    try:
+        values = [float(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a comma-separated list of numbers",
+                                 param_hint="--temperatures") from None
+    if not values or any(not 0.0 <= v <= 2.0 for v in values):
+        raise click.BadParameter("temperatures go from 0 (greedy) to 2", param_hint="--temperatures")
+    return values
+
+
 def _p_mins(text: str | None) -> list[float | None] | None:
     """"0,0.5,default" → [0.0, 0.5, None] (None: the server's own default)."""
     if not text:
@@ -127,6 +140,9 @@ def _engines(text: str | None, backend: str) -> list[str] | None:
                    "(default: ./bench-results/<board>-<recipe>-<time>).")
 @click.option("--concurrency", help="Concurrency levels, e.g. 1,2,4,8 (default: recipe).")
 @click.option("--context-lengths", help="Prompt lengths in tokens, e.g. 128,2048 (default: recipe).")
+@click.option("--temperatures", metavar="T1,T2,…",
+              help="Sampling temperatures of the load, e.g. 0,0.7: 0 is greedy; each is a point of its own, "
+                   "acceptance and speedup side by side (default: recipe's bench.temperatures).")
 @click.option("--slots", default="auto", show_default=True,
               help="Server slots while benching: auto (the highest concurrency), deployed, or a number.")
 @click.option("--idle", "idle_s", type=click.FloatRange(0.5, 600),
@@ -152,9 +168,9 @@ def _engines(text: str | None, backend: str) -> list[str] | None:
 @json_option
 @click.pass_obj
 def bench(app: App, board_name: str, recipe_name: str, out_dir: Path | None, concurrency: str | None,
-          context_lengths: str | None, slots: str, idle_s: float | None, no_llama_bench: bool, no_plots: bool,
-          engines: str | None, backend: str, power_modes: str | None, lock_clocks: bool, keep_throttled: bool,
-          **kw: Any) -> None:
+          context_lengths: str | None, temperatures: str | None, slots: str, idle_s: float | None,
+          no_llama_bench: bool, no_plots: bool, engines: str | None, backend: str, power_modes: str | None,
+          lock_clocks: bool, keep_throttled: bool, **kw: Any) -> None:
     """Measure the deployed release on a board with and without its drafter: tok/s, TTFT, acceptance, J/token.
 
     The board's service is stopped while measuring (unless --shared) and started again afterwards,
@@ -167,9 +183,9 @@ def bench(app: App, board_name: str, recipe_name: str, out_dir: Path | None, con
 
     board = app.board(board_name)
     recipe = load_recipe(recipe_name)
-    ov = Overrides(concurrency=_ints(concurrency), context_lengths=_ints(context_lengths), n_gen=kw["n_gen"],
-                   repetitions=kw["repetitions"], warmup=kw["warmup"], cooldown_temp_c=_cooldown(kw["cooldown"]),
-                   slots=slots, idle_s=idle_s)
+    ov = Overrides(concurrency=_ints(concurrency), context_lengths=_ints(context_lengths),
+                   temperatures=_temperatures(temperatures), n_gen=kw["n_gen"], repetitions=kw["repetitions"],
+                   warmup=kw["warmup"], cooldown_temp_c=_cooldown(kw["cooldown"]), slots=slots, idle_s=idle_s)
     opts = orchestrate.BenchOptions(out_dir=out_dir, quick=kw["quick"], overrides=ov, session=_session_opts(kw),
                                     llama_bench=not no_llama_bench, ignore_eos=kw["ignore_eos"], plots=not no_plots,
                                     backend=_backend(backend), engines=_engines(engines, backend),

@@ -130,6 +130,9 @@ class Runtime(PrintableModel):
     # (edgekit.bench.spec_auto), by at least spec_min_gain× for the recipe's bench.objective.
     spec: Literal["auto", "on", "off"] = "on"
     spec_min_gain: float = Field(1.0, gt=0.0, le=10.0)
+    # The temperature the recipe's clients sample at: `spec: auto` measures the drafter there (at a higher
+    # temperature fewer drafts are accepted). Unset: greedy.
+    client_temperature: float | None = Field(None, ge=0.0, le=2.0)
     # Written by edgekit, not by hand: why `spec: auto` served the target alone, with the figures (release.json).
     spec_decision: Annotated[dict[str, Any] | None, FREE_TEXT] = None  # only ever JSON in release.json
     draft_n_max: int = Field(3, ge=1, le=64)
@@ -212,12 +215,22 @@ class BenchSpec(BaseModel):
     warmup: int = Field(1, ge=0)
     cooldown_temp_c: float | None = 55.0
     objective: Literal["speed", "energy"] = "speed"  # what `spec: auto` and `tune` maximise: tok/s, or tokens per J
+    # The load's sampling temperatures, each a point of its own (0: greedy); e.g. [0, 0.7] reports acceptance
+    # and the drafter's speedup greedy and sampled side by side.
+    temperatures: list[float] = Field(default_factory=lambda: [0.0])
 
     @field_validator("concurrency", "context_lengths")
     @classmethod
     def _positive(cls, v: list[int]) -> list[int]:
         if not v or any(x < 1 for x in v):
             raise ValueError("must be a non-empty list of positive integers")
+        return v
+
+    @field_validator("temperatures")
+    @classmethod
+    def _temperatures(cls, v: list[float]) -> list[float]:
+        if not v or any(not 0.0 <= x <= 2.0 for x in v):
+            raise ValueError("must be a non-empty list of temperatures from 0 (greedy) to 2")
         return v
 
 

@@ -81,13 +81,20 @@ def _run_value(run: dict[str, Any], metric: str) -> Any:
 Key = tuple[str, int, int | None, str]  # config, concurrency, context length, metric
 
 
+def _config(entry: dict[str, Any]) -> str:
+    """A sampled point is a series of its own, named by its configuration and temperature ("drafter T0.7"); a
+    greedy one keeps the name every night before sampling had, so its series goes on."""
+    temperature = float(entry.get("temperature") or 0.0)
+    return str(entry.get("config")) + (f" T{temperature:g}" if temperature else "")
+
+
 def _from_runs(runs: list[dict[str, Any]]) -> dict[Key, list[float]]:
     # Ordered by repetition so the stored rep index means what the bench meant by it.
     out: dict[Key, list[Any]] = {}
     for run in sorted(runs, key=lambda r: (r.get("repetition") or 0, r.get("index") or 0)):
         if run.get("errors") and not run.get("tokens"):
             continue  # a run that produced nothing is a failure, not a slow repetition
-        at = (str(run.get("config")), int(run.get("concurrency") or 1), run.get("context_length") or None)
+        at = (_config(run), int(run.get("concurrency") or 1), run.get("context_length") or None)
         for metric in METRICS:
             out.setdefault((*at, metric), []).append(_run_value(run, metric))
     return {k: list(_finite(v)) for k, v in out.items()}
@@ -96,7 +103,7 @@ def _from_runs(runs: list[dict[str, Any]]) -> dict[Key, list[float]]:
 def _from_summary(points: list[dict[str, Any]]) -> dict[Key, list[float]]:
     out: dict[Key, list[float]] = {}
     for p in points:
-        at = (str(p.get("config")), int(p.get("concurrency") or 1), p.get("context_length") or None)
+        at = (_config(p), int(p.get("concurrency") or 1), p.get("context_length") or None)
         for metric in METRICS:
             est = p.get(metric)
             values = est.get("values", []) if isinstance(est, dict) else ([est] if est is not None else [])
