@@ -13,6 +13,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -21,10 +22,13 @@ from pathlib import Path
 
 import psutil
 import pytest
+import yaml
 from build_helpers import sdist_or_skip
 from cli_helpers import EDGEKIT, edgekit
 
 from edgekit.bench import plots, results
+from edgekit.release.memory import MemoryNeed, models_mb
+from edgekit.resources import builtin_recipes_dir
 from edgekit.sim.testing import SimBoard
 
 RECIPE = "sim-tiny-mtp"
@@ -276,6 +280,50 @@ def test_a_sampled_load_beside_the_greedy_one(agx: SimBoard, env: dict[str, str]
     print(f"\n{doc['summary']['headline']['text']}")
     assert "At temperature 0.7:" in doc["summary"]["headline"]["text"]
     assert "## Greedy and sampled" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_a_32k_point_where_the_memory_holds_it_and_longer_ones_left_out(agx: SimBoard, env: dict[str, str],
+                                                                         tmp_path: Path) -> None:
+    manifest = json.loads((agx.base / "current" / "release.json").read_text())
+    per_token, weights = manifest["kv_bytes_per_token"], models_mb({r: e["size"] for r, e in manifest["files"].items()})
+    assert per_token > 0 and manifest["model_context"] == 131072  # as the published E2B
+    # The board's other software leaves room for one slot of 32 k tokens and not of 64 k: MemAvailable halfway
+    # (the bench stops the deployed service first: what it holds counts as free).
+    def need(ctx: int) -> float:
+        return MemoryNeed(weights, per_token * (ctx + 32 + 256) / 1e6).total_mb
+
+    frees = weights + per_token * manifest["runtime"]["ctx_size"] / 1e6
+    available = int((need(32768) + need(65536)) / 2 - frees)
+    meminfo = agx.root / "proc" / "meminfo"
+    before = meminfo.read_text()
+    meminfo.write_text(re.sub(r"MemAvailable:\s+\d+ kB", f"MemAvailable:   {available * 1024} kB", before))
+    # One request a run (a prompt set of one category): a 32 k prompt takes the tiny model seconds on one thread.
+    default = json.loads((Path(results.__file__).parents[1] / "data" / "prompts" / "default.json").read_text())
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps({**default, "categories": {"code": default["categories"]["code"][:1]}}))
+    recipe = yaml.safe_load((builtin_recipes_dir() / f"{RECIPE}.yaml").read_text())
+    recipe["bench"]["prompt_set"] = str(one)
+    (tmp_path / f"{RECIPE}.yaml").write_text(yaml.safe_dump(recipe))
+    try:
+        res = edgekit("bench", "--board", agx.name, "--recipe", str(tmp_path / f"{RECIPE}.yaml"), "--quick",
+                      "--concurrency", "1", "--context-lengths", "128,32768,65536,262144", "--n-gen", "32",
+                      "--repetitions", "1", "--warmup", "0", "--ignore-eos", "--no-llama-bench", "--no-power",
+                      "--out", str(tmp_path / "out"), env=env, timeout=900)
+    finally:
+        meminfo.write_text(before)
+    assert res.returncode == 0, res.stderr[-2000:]
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    results.validate(doc)
+    assert sorted({r["context_length"] for r in doc["runs"]}) == [128, 32768]
+    notes = doc["notes"]
+    assert "context lengths [262144] left out: the model was trained for 131072 tokens" in notes
+    assert any(n.startswith("context length 65536 left out: 1 slot(s) of 65824 tokens need") for n in notes), notes
+    long = [r for r in doc["runs"] if r["context_length"] == 32768]
+    assert all(r["errors"] == 0 and r["prompt_tokens_mean"] >= 32768 * 0.98 for r in long)
+    assert [u["context_length"] for u in doc["summary"]["speedups"]] == [128, 32768]
+    print("\n" + "; ".join(f"ctx {u['context_length']}: {u['speedup']['mean']:.2f}×"
+                           for u in doc["summary"]["speedups"]))
+    assert (tmp_path / "out" / "speedup_vs_context.png").stat().st_size > 20000  # a curve, not the empty note
 
 
 def test_a_window_too_short_for_20_power_samples_is_run_again_longer(agx: SimBoard, env: dict[str, str],

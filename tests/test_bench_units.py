@@ -186,7 +186,7 @@ def test_quick_plan_is_small_and_slots_follow_concurrency() -> None:
     recipe = load_recipe("e2b-mtp")
     full = make_plan(recipe, Overrides(), quick=False, categories=5)
     assert [(p.concurrency, p.context_length) for p in full.points][:4] == [(1, 128), (2, 128), (4, 128), (8, 128)]
-    assert full.parallel == 8 and full.slot_ctx == 8192 + 256 + 256 and full.repetitions == 5
+    assert full.parallel == 8 and full.slot_ctx == 32768 + 256 + 256 and full.repetitions == 5
     quick = make_plan(recipe, Overrides(), quick=True, categories=5)
     assert [(p.concurrency, p.context_length) for p in quick.points] == [(1, 128), (8, 128)]
     assert quick.repetitions == 2 and quick.n_gen == 64 and quick.idle_s == 2.0
@@ -443,3 +443,33 @@ def test_the_speedup_is_drawn_against_context_length(tmp_path: Path) -> None:
     for name in ("ctx.png", "one.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "ctx.png").stat().st_size > (tmp_path / "one.png").stat().st_size
+
+
+def test_context_lengths_the_memory_or_the_model_cannot_hold_are_left_out() -> None:
+    from edgekit.bench import memory_points
+    from edgekit.errors import EdgekitError
+
+    recipe = load_recipe("e2b-mtp")
+    plan = make_plan(recipe, Overrides(concurrency=[1, 2], context_lengths=[128, 8192, 32768, 262144]),
+                     quick=False, categories=5)
+    release = {"files": {"models/target.gguf": {"size": 3_000_000_000}, "bin/llama-server": {"size": 10**8}},
+               "kv_bytes_per_token": 100_000, "model_context": 131072, "runtime": {"ctx_size": 4096}}
+    said: list[str] = []
+    # 2 slots: 8192 needs ≈ 1.7 GB of cache, 32768 ≈ 6.6 GB; the models 3 GB. 7 GB available + what the
+    # stopped service frees (3 GB + 0.4 GB of its cache).
+    fitted = memory_points.fit(plan, [release], release, 7000, said.append)
+    assert sorted({p.context_length for p in fitted.points}) == [128, 8192]
+    assert fitted.slot_ctx == 8192 + plan.n_gen + 256 and len(fitted.points) == 4
+    assert said[0] == "context lengths [262144] left out: the model was trained for 131072 tokens"
+    assert said[1].startswith("context length 32768 left out: 2 slot(s) of 33280 tokens need ≈ 10")
+    assert "the board has 10410 MB (MemAvailable 7000 MB + 3410 MB the stopped service frees)" in said[1]
+    # The service keeps running (--shared): nothing freed, less fits.
+    assert {p.context_length for p in memory_points.fit(plan, [release], None, 5000, said.append).points} == {128}
+    with pytest.raises(EdgekitError, match=r"^No context length of this bench fits the board's memory: context"):
+        memory_points.fit(plan, [release], None, 1000, said.append)
+    # A release from before the record: measured as asked, and said so; the deployed slots are not re-sized.
+    old = {k: v for k, v in release.items() if k not in ("kv_bytes_per_token", "model_context")}
+    kept = memory_points.fit(plan, [old], old, 1000, said.append)
+    assert kept.points == plan.points and "not checked" in kept.notes[-1]
+    deployed = make_plan(recipe, Overrides(slots="deployed", context_lengths=[128]), quick=False, categories=5)
+    assert memory_points.fit(deployed, [release], None, 10, said.append).points == deployed.points

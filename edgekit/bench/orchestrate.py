@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit import __version__, optional
-from edgekit.bench import engines, heat, plots, prompts, report, results, roofline
+from edgekit.bench import engines, heat, memory_points, plots, prompts, report, results, roofline
 from edgekit.bench.plan import Overrides, Plan, make_plan
 from edgekit.bench.power import window_power
 from edgekit.bench.session import BoardRelease, Run, Session, SessionOptions, check_restored
@@ -73,6 +73,8 @@ def measure(name: str, board: Board, recipe: Recipe, opts: BenchOptions,
             configs = model_engine.model_configs(site, model, opts.engine_options.get(model_engine.name) or {})
         else:
             rels = [sess.release_for(e) for e in (opts.engines or [sess.engine])]
+            plan = memory_points.fit(plan, [r.manifest for r in rels], _stopped_service(sess),
+                                     sess.facts.mem_available_mb if sess.facts else None, say)
             configs = release_configs(rels, board, sess.bench_port, plan, opts.engine_options)
         llama = _llama_bench_release(rels)  # llama-bench and the GGUF roofline: an engine that ships them
         power_on = sess.start_power()
@@ -90,6 +92,12 @@ def measure(name: str, board: Board, recipe: Recipe, opts: BenchOptions,
         doc.update(model_engine.model_record(model))
     doc["_power_samples"] = sess.power_text  # written beside results.json, not into it
     return doc
+
+
+def _stopped_service(sess: Session) -> dict[str, Any] | None:
+    """The deployed release whose memory the bench frees by stopping its service (None: it keeps running)."""
+    active = sess.service_before is not None and sess.service_before.active
+    return sess.manifest if active and sess.opts.exclusive else None
 
 
 def release_configs(rels: list[BoardRelease], board: Board, port: int, plan: Plan,

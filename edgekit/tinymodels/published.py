@@ -26,10 +26,11 @@ VOCAB = 512
 PERIODS = 2  # layers = two sliding/full periods; the first is KV-owning, the second KV-shared
 NUM_CENTROIDS = 16  # 512 / 16 = 32 tokens per centroid
 CENTROID_TOP_K = 4  # 4 of 16 centroids: the head scores 128 of 512 tokens, as published scores 4096 of 262144
+# max_position_embeddings as published (131,072): the bench's long-context points reach 32 k on these too.
 TEXT = dict(hidden_size=64, intermediate_size=128, num_attention_heads=2, head_dim=32, global_head_dim=64,
-            hidden_size_per_layer_input=16, sliding_window=16, max_position_embeddings=2048)
+            hidden_size_per_layer_input=16, sliding_window=16, max_position_embeddings=131072)
 ASSISTANT_TEXT = dict(hidden_size=32, intermediate_size=64, num_attention_heads=2, head_dim=32, global_head_dim=64,
-                      sliding_window=16, max_position_embeddings=2048)
+                      sliding_window=16, max_position_embeddings=131072)
 VISION = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
               num_key_value_heads=2, head_dim=32, global_head_dim=32)
 AUDIO = dict(num_hidden_layers=1)

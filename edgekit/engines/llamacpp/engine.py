@@ -164,6 +164,27 @@ def gguf_kv_per_token(gguf: Path) -> tuple[int, int]:
     return int(k_values), int(v_values)
 
 
+def gguf_context_length(gguf: Path) -> int | None:
+    """The context the model was trained for (``<arch>.context_length``): llama-server gives no slot more."""
+    from edgekit.build.memo import remember
+
+    def read() -> str:
+        from edgekit.convert.gguf_io import GGUFFile
+
+        f = GGUFFile(gguf)
+        return str(f.get(f"{f.arch or ''}.context_length") or 0)
+
+    return int(remember("gguf-context-length", gguf, read)) or None
+
+
+def kv_bytes_per_token(models: Mapping[str, Path], runtime: Runtime) -> int:
+    """One token's K and V over the target's and the drafter's layers at the served cache types (an upper bound,
+    as ``LlamaCpp.kv_cache_bytes`` says); recorded in release.json, where the bench sizes its context points."""
+    values = [gguf_kv_per_token(path) for rel, path in models.items()
+              if rel in ("models/target.gguf", "models/drafter.gguf")]
+    return LlamaCpp().settings(runtime).kv_bytes(sum(k for k, _ in values), sum(v for _, v in values))
+
+
 def gguf_has_chat_template(gguf: Path) -> bool:
     """An instruction-tuned target carries its chat template: health then talks to it through it.
 
@@ -207,6 +228,8 @@ def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: s
         "runtime": LlamaCpp().served_runtime(rt), "guards": [g.to_dict() for g in guards], "gpu": gpu,
         "media": media_kinds(models) if mmproj else [],
         "chat": gguf_has_chat_template(models["models/target.gguf"]), **auth, **run_as_fields(user),
+        "kv_bytes_per_token": kv_bytes_per_token(models, rt),
+        "model_context": gguf_context_length(models["models/target.gguf"]),
     }
 
     def render(rid: str) -> dict[str, str]:
@@ -273,10 +296,8 @@ class LlamaCpp(EngineBase):
         """K and V of every layer of the target and the drafter at runtime.ctx_size (llama-server's -c, shared
         by its slots), at the recipe's cache types (runtime.llama_cpp.cache_type_k/_v): an upper bound where
         sliding-window or shared-KV layers hold fewer tokens."""
-        values = [gguf_kv_per_token(b.path) for rel, b in plan.files.items()
-                  if rel in ("models/target.gguf", "models/drafter.gguf")]
-        per_token = self.settings(recipe.runtime).kv_bytes(sum(k for k, _ in values), sum(v for _, v in values))
-        return per_token * recipe.runtime.ctx_size
+        return kv_bytes_per_token({rel: b.path for rel, b in plan.files.items()}, recipe.runtime) \
+            * recipe.runtime.ctx_size
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:
         from edgekit.build import BuildOptions, build

@@ -1,0 +1,95 @@
+"""Which of a bench's context lengths the board's memory (and the model) holds, decided per point before any
+server starts.
+
+The bench servers get ``plan.parallel`` slots of ``plan.slot_ctx`` tokens, sized for the longest context, so a
+32 k point on a small board could ask for more KV cache than it has. Each context length's need is the release's
+models, its KV cache at that length (release.json's ``kv_bytes_per_token`` × slots × (length + n_gen + margin))
+and the runtime around them (edgekit.release.memory, as deploy counts it), against what the kernel says is
+available — plus, when the bench stops the deployed service first, what that service holds. A length past the
+model's trained context (release.json's ``model_context``) is left out too: llama-server gives no slot more. A
+length that does not fit is left out with the numbers; none fitting is refused in one sentence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from edgekit.bench.plan import PROMPT_MARGIN, Plan
+from edgekit.errors import EdgekitError
+from edgekit.release.memory import MemoryNeed, models_mb
+
+
+@dataclass(frozen=True)
+class Served:
+    """What a release on the board holds in memory, from its release.json."""
+
+    weights_mb: float
+    kv_bytes_per_token: int | None
+    ctx_size: int
+
+    @classmethod
+    def of(cls, manifest: dict[str, Any]) -> Served:
+        sizes = {rel: int((e or {}).get("size") or 0) for rel, e in (manifest.get("files") or {}).items()}
+        per_token = manifest.get("kv_bytes_per_token")
+        return cls(models_mb(sizes), int(per_token) if per_token else None,
+                   int((manifest.get("runtime") or {}).get("ctx_size") or 0))
+
+    def need(self, tokens: int) -> MemoryNeed:
+        return MemoryNeed(self.weights_mb, (self.kv_bytes_per_token or 0) * tokens / 1e6)
+
+
+def _within_model_context(plan: Plan, measured: Sequence[dict[str, Any]], say: Callable[[str], None]) -> Plan:
+    """Without the context lengths past the model's trained context (llama-server caps a slot there)."""
+    limits = [int(m["model_context"]) for m in measured if m.get("model_context")]
+    if not limits:
+        return plan
+    limit = min(limits)
+    over = sorted({p.context_length for p in plan.points if (p.context_length or 0) + plan.n_gen > limit})
+    if not over:
+        return plan
+    note = f"context lengths {over} left out: the model was trained for {limit} tokens"
+    say(note)
+    points = [p for p in plan.points if p.context_length not in over]
+    if not points:
+        raise EdgekitError(f"No context length of this bench fits the model: {note}.")
+    return replace(plan, points=points, notes=[*plan.notes, note],
+                   slot_ctx=min(plan.slot_ctx, max((p.context_length or 0) for p in points) + plan.n_gen
+                                + PROMPT_MARGIN))
+
+
+def fit(plan: Plan, measured: Sequence[dict[str, Any]], deployed: dict[str, Any] | None, available_mb: int | None,
+        say: Callable[[str], None]) -> Plan:
+    """``plan`` without the context lengths whose bench server would not fit (``measured``: the releases the bench
+    serves; ``deployed``: the service it stops first, or None when it leaves it running)."""
+    plan = _within_model_context(plan, measured, say)
+    if plan.parallel is None or available_mb is None:
+        return plan  # the deployed slots (they fit, they serve), or a board that does not say
+    releases = [Served.of(m) for m in measured]
+    if any(r.kv_bytes_per_token is None for r in releases):
+        return replace(plan, notes=[*plan.notes, "memory per context length not checked: the release does not "
+                                    "record its KV cache per token (redeploy it with this edgekit)"])
+    freed = 0.0
+    if deployed is not None:
+        d = Served.of(deployed)
+        freed = d.need(d.ctx_size).weights_mb + d.need(d.ctx_size).kv_mb
+    room = available_mb + freed
+    ctxs = sorted({p.context_length or 0 for p in plan.points})
+    fits, notes = [], list(plan.notes)
+    for ctx in ctxs:
+        tokens = plan.parallel * (ctx + plan.n_gen + PROMPT_MARGIN)
+        need = max((r.need(tokens) for r in releases), key=lambda n: n.total_mb)
+        if need.total_mb <= room:
+            fits.append(ctx)
+            continue
+        note = (f"context length {ctx} left out: {plan.parallel} slot(s) of {ctx + plan.n_gen + PROMPT_MARGIN} "
+                f"tokens need {need.describe()}, the board has {room:.0f} MB"
+                + (f" (MemAvailable {available_mb} MB + {freed:.0f} MB the stopped service frees)" if freed else ""))
+        notes.append(note)
+        say(note)
+    if not fits:
+        raise EdgekitError(f"No context length of this bench fits the board's memory: {notes[-1]}. Use fewer "
+                           "--slots, shorter --context-lengths, or a smaller KV cache type.")
+    points = [p for p in plan.points if (p.context_length or 0) in fits]
+    return replace(plan, points=points, slot_ctx=max(fits) + plan.n_gen + PROMPT_MARGIN, notes=notes)
