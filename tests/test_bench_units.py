@@ -321,6 +321,7 @@ def test_greedy_and_sampled_load_are_reported_side_by_side(tmp_path: Path) -> No
     assert [(u["concurrency"], u["temperature"]) for u in ups] == [(1, 0.0), (2, 0.0), (1, 0.7), (2, 0.7)]
     greedy, sampled = ups[0]["speedup"]["values"], ups[2]["speedup"]["values"]
     assert sampled == pytest.approx([0.8 * g for g in greedy])  # paired within each temperature, not across
+    assert ups[2]["decode_speedup"]["values"] == pytest.approx(sampled)  # every request decodes at the run's rate
     side = doc["summary"]["sampling"]
     assert [(r["concurrency"], r["temperature"]) for r in side] == [(1, 0.0), (1, 0.7), (2, 0.0), (2, 0.7)]
     assert [r["acceptance"] for r in side[:2]] == pytest.approx([20 / 30, 12 / 30])
@@ -435,7 +436,8 @@ def test_the_speedup_is_drawn_against_context_length(tmp_path: Path) -> None:
     def up(m: float) -> dict:
         return stats.estimate([m * f for f in (0.97, 1.0, 1.03)]).to_json()
 
-    doc = {"summary": {"speedups": [{"concurrency": c, "context_length": ctx, "speedup": up(m)}
+    doc = {"summary": {"speedups": [{"concurrency": c, "context_length": ctx, "speedup": up(m),
+                                     "decode_speedup": up(m + 0.1)}
                                     for c in (1, 4) for ctx, m in ((128, 1.6), (2048, 1.3), (8192, 1.05))]}}
     plots.speedup_vs_context(doc, tmp_path / "ctx.png")
     one = {"summary": {"speedups": [doc["summary"]["speedups"][0]]}}

@@ -199,9 +199,15 @@ def speedup_vs_context(doc: dict[str, Any], path: Path) -> None:
                           == (engine, c, temp)), key=lambda u: u["context_length"])
             xs, ests = [u["context_length"] for u in pts], [u["speedup"] for u in pts]
             color = f"C{k % 10}"
+            name = (f"{engine}, " if engine else "") + f"c={c}" + temperature_label(temp)
             ax.errorbar(xs, [e["mean"] for e in ests], yerr=error_bars(ests), marker="o", capsize=4, color=color,
-                        label=(f"{engine}, " if engine else "") + f"c={c}" + temperature_label(temp))
+                        label=f"{name}: tok/s (prompt + decode)")
             _repetitions(ax, xs, ests, color)
+            decode = [(u["context_length"], u["decode_speedup"]) for u in pts if u.get("decode_speedup")]
+            if decode:  # without the prompt's processing, which both configurations spend alike
+                ax.errorbar([x for x, _ in decode], [e["mean"] for _, e in decode],
+                            yerr=error_bars([e for _, e in decode]), marker="s", capsize=4, color=color,
+                            linestyle="--", label=f"{name}: decode alone")
         ax.axhline(1.0, color="#888888", ls="--", lw=0.8)
         ax.set_xscale("log", base=2)
         ctxs = sorted({u["context_length"] for u in ups})
