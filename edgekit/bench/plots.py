@@ -208,6 +208,7 @@ def speedup_vs_context(doc: dict[str, Any], path: Path) -> None:
                 ax.errorbar([x for x, _ in decode], [e["mean"] for _, e in decode],
                             yerr=error_bars([e for _, e in decode]), marker="s", capsize=4, color=color,
                             linestyle="--", label=f"{name}: decode alone")
+                _repetitions(ax, [x for x, _ in decode], [e for _, e in decode], color)
         ax.axhline(1.0, color="#888888", ls="--", lw=0.8)
         ax.set_xscale("log", base=2)
         ctxs = sorted({u["context_length"] for u in ups})
