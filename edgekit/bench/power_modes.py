@@ -129,7 +129,8 @@ def _points(mode: int, mode_name: str, doc: dict[str, Any]) -> list[dict[str, An
         return round(e["mean"], 6) if e else None
 
     return [{"mode": mode, "mode_name": mode_name, "config": p["config"], "concurrency": p["concurrency"],
-             "context_length": p["context_length"], "tokens_per_second": mean(p["tokens_per_second"]),
+             "context_length": p["context_length"], "temperature": p.get("temperature", 0.0),
+             "tokens_per_second": mean(p["tokens_per_second"]),
              "joules_per_token": mean(p["joules_per_token"]), "average_watts": mean(p["average_watts"])}
             for p in doc["summary"]["points"]]
 
