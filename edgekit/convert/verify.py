@@ -154,8 +154,12 @@ def score(bin_dir: Path, model: Path, base: Path, workdir: Path, reference: str,
           threads: int = 2) -> KldResult:
     """KL divergence and top-1 agreement of ``model`` (GGUF) against the log-probs in ``base``."""
     log = workdir / f"{model.stem}-vs-{base.stem}.log"
-    out = _perplexity(bin_dir, ["-m", str(model), *_common(workdir / "verify.txt", ctx, threads),
-                                "--kl-divergence-base", str(base), "--kl-divergence"], log)
+    argv = ["-m", str(model), *_common(workdir / "verify.txt", ctx, threads), "--kl-divergence-base", str(base),
+            "--kl-divergence"]
+    out = _perplexity(bin_dir, argv, log)
+    if not _CHUNK.search(out) and not re.search(r"Mean\s+KLD:", out):
+        # Its asynchronous logger now and then exits before flushing anything of the report: once more.
+        out = _perplexity(bin_dir, argv, log)
     r = parse_kld(out)
     m = re.search(r"computing over (\d+) chunks", out)
     return KldResult(str(model), reference, r["mean_kld"], r.get("mean_kld_err", 0.0), r["same_top1"],

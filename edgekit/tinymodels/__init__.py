@@ -1,7 +1,8 @@
 """Every model edgekit generates for tests, the sim and benchmarks: one home, one registry.
 
 - :mod:`~edgekit.tinymodels.published`: the published E2B/E4B structure (towers, double-wide MLP, ordered
-  embeddings), only small: what users deploy;
+  embeddings) and the 31B's (K = V full layers with KV heads of their own, no per-layer inputs, no KV sharing;
+  its assistant's dense head), only small: what users deploy;
 - :mod:`~edgekit.tinymodels.legacy`: edgekit's first text-only pair (kept where a test needs exactly it);
 - :mod:`~edgekit.tinymodels.tuned`: a target briefly fine-tuned on text, so a drafter has something to follow;
 - :mod:`~edgekit.tinymodels.tokenizer` and :mod:`~edgekit.tinymodels.grid`: their tokenizers and QAT grid.
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
-from edgekit.config.synthetic import SYNTHETIC_MODELS
+from edgekit.config.synthetic import PUBLISHED_VARIANTS, SYNTHETIC_MODELS
 
 Maker = Callable[[Path, int], Path]
 
@@ -52,7 +53,7 @@ SYNTHETIC_MAKERS: dict[str, Maker] = {
     "tiny-gemma4-assistant-qat": _legacy("drafter", True),
     "tiny-gemma4-tuned": _tuned(_legacy("target", False)),
 }
-for _variant in ("e2b", "e4b"):
+for _variant in PUBLISHED_VARIANTS:
     SYNTHETIC_MAKERS.update({
         f"tiny-gemma4-{_variant}": _published(_variant, "target", False),
         f"tiny-gemma4-{_variant}-qat": _published(_variant, "target", True),
@@ -71,7 +72,7 @@ def fingerprint() -> str:
     for path in sorted(Path(__file__).parent.glob("*.py")):
         digest.update(path.name.encode() + path.read_bytes())
     data = resources.files("edgekit").joinpath("data")
-    configs = [f"gemma4-configs/{m}{r}.config.json" for m in ("gemma-4-E2B-it", "gemma-4-E4B-it")
+    configs = [f"gemma4-configs/{m}{r}.config.json" for m in ("gemma-4-E2B-it", "gemma-4-E4B-it", "gemma-4-31B-it")
                for r in ("", "-assistant")]
     for name in ("align_prompts.txt", *configs):
         digest.update(name.encode() + data.joinpath(name).read_bytes())

@@ -21,16 +21,21 @@ from edgekit.tinymodels.grid import qat_copy, snap_to_grid
 from edgekit.tinymodels.legacy import save_model
 from edgekit.tinymodels.tokenizer import END_OF_TURN_ID, media_token_ids, write_tokenizer
 
-VARIANTS = {"e2b": "gemma-4-E2B-it", "e4b": "gemma-4-E4B-it"}
+VARIANTS = {"e2b": "gemma-4-E2B-it", "e4b": "gemma-4-E4B-it", "31b": "gemma-4-31B-it"}
 VOCAB = 512
 PERIODS = 2  # layers = two sliding/full periods; the first is KV-owning, the second KV-shared
 NUM_CENTROIDS = 16  # 512 / 16 = 32 tokens per centroid
 CENTROID_TOP_K = 4  # 4 of 16 centroids: the head scores 128 of 512 tokens, as published scores 4096 of 262144
-# max_position_embeddings as published (131,072): the bench's long-context points reach 32 k on these too.
+# The widths made small; every switch, the layer pattern and max_position_embeddings stay as published (so the
+# bench's long-context points reach 32 k on these too).
 TEXT = dict(hidden_size=64, intermediate_size=128, num_attention_heads=2, head_dim=32, global_head_dim=64,
-            hidden_size_per_layer_input=16, sliding_window=16, max_position_embeddings=131072)
+            hidden_size_per_layer_input=16, sliding_window=16)
+# The 31B: no per-layer inputs, a 4× MLP, separate KV heads for the full layers (K = V there: attention_k_eq_v).
+TEXT_31B = dict(hidden_size=64, intermediate_size=256, num_attention_heads=2, num_key_value_heads=2,
+                num_global_key_value_heads=1, head_dim=32, global_head_dim=64, sliding_window=16)
+TEXT_BY_VARIANT = {"e2b": TEXT, "e4b": TEXT, "31b": TEXT_31B}
 ASSISTANT_TEXT = dict(hidden_size=32, intermediate_size=64, num_attention_heads=2, head_dim=32, global_head_dim=64,
-                      sliding_window=16, max_position_embeddings=131072)
+                      sliding_window=16)
 VISION = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
               num_key_value_heads=2, head_dim=32, global_head_dim=32)
 AUDIO = dict(num_hidden_layers=1)
@@ -62,15 +67,24 @@ def target_config(variant: str, vocab_size: int = VOCAB):  # -> Gemma4Config
     from transformers import Gemma4AudioConfig, Gemma4Config, Gemma4TextConfig, Gemma4VisionConfig
 
     pub = published_config(VARIANTS[variant])
-    layers = tiny_layers(pub["text_config"]["layer_types"])
-    text = Gemma4TextConfig(**{**_clean(pub["text_config"]), **TEXT, "vocab_size": vocab_size,
-                               "vocab_size_per_layer_input": vocab_size, "layer_types": layers,
-                               "num_hidden_layers": len(layers), "num_kv_shared_layers": len(layers) // PERIODS})
+    pub_text = pub["text_config"]
+    layers = tiny_layers(pub_text["layer_types"])
+    per_layer = bool(pub_text["hidden_size_per_layer_input"])
+    shared = len(layers) // PERIODS if pub_text["num_kv_shared_layers"] else 0  # the second period, where shared
+    text = Gemma4TextConfig(**{**_clean(pub_text), **TEXT_BY_VARIANT[variant], "vocab_size": vocab_size,
+                               "vocab_size_per_layer_input": vocab_size if per_layer else 0, "layer_types": layers,
+                               "num_hidden_layers": len(layers), "num_kv_shared_layers": shared})
     vision = Gemma4VisionConfig(**{**_clean(pub["vision_config"]), **VISION})
-    audio = Gemma4AudioConfig(**{**_clean(pub["audio_config"]), **AUDIO, "output_proj_dims": text.hidden_size})
+    audio = (Gemma4AudioConfig(**{**_clean(pub["audio_config"]), **AUDIO, "output_proj_dims": text.hidden_size})
+             if pub.get("audio_config") else None)  # the 31B has no audio tower
     top = {k: v for k, v in _clean(pub).items() if k not in ("text_config", "vision_config", "audio_config")}
     media = media_token_ids(vocab_size)
-    top.update(media, eoa_token_index=media["eoa_token_id"], eos_token_id=[text.eos_token_id, END_OF_TURN_ID])
+    if audio is None:
+        media = {k: v for k, v in media.items() if k in ("image_token_id", "boi_token_id", "eoi_token_id",
+                                                         "video_token_id")}
+    else:
+        top["eoa_token_index"] = media["eoa_token_id"]
+    top.update(media, eos_token_id=[text.eos_token_id, END_OF_TURN_ID])
     return Gemma4Config(text_config=text, vision_config=vision, audio_config=audio, **top)
 
 
@@ -82,11 +96,15 @@ def assistant_config(variant: str, vocab_size: int = VOCAB, text: dict | None = 
     patch_transformers()
     pub = published_config(f"{VARIANTS[variant]}-assistant")
     target_text = target_config(variant, vocab_size).text_config
+    # It reads the target's KV cache through views of its own head counts: they must be the target's.
+    tiny = {**published_config(VARIANTS[variant])["text_config"], **TEXT_BY_VARIANT[variant]}
+    heads = {k: tiny[k] for k in ("num_key_value_heads", "num_global_key_value_heads") if tiny.get(k)}
     text_cfg = Gemma4TextConfig(**{**_clean(pub["text_config"]), **ASSISTANT_TEXT, **(text or {}),
-                                   "vocab_size": vocab_size, "num_key_value_heads": target_text.num_key_value_heads})
+                                   "vocab_size": vocab_size, **heads})
     top = {k: v for k, v in _clean(pub).items() if k != "text_config"}
-    top.update(media_token_ids(vocab_size), backbone_hidden_size=target_text.hidden_size,
-               num_centroids=centroids[0], centroid_intermediate_top_k=centroids[1])
+    top.update(media_token_ids(vocab_size), backbone_hidden_size=target_text.hidden_size)
+    if pub.get("use_ordered_embeddings"):
+        top.update(num_centroids=centroids[0], centroid_intermediate_top_k=centroids[1])
     return Gemma4AssistantConfig(text_config=text_cfg, **top)
 
 
@@ -121,9 +139,10 @@ def make_assistant(out_dir: Path, variant: str, seed: int = 0, qat: bool = False
     torch.manual_seed(seed + 1)
     model = Gemma4AssistantForCausalLM(assistant_config(variant, vocab_size, text, centroids)).eval()
     model.generation_config.num_assistant_tokens = 3  # transformers' assisted generation reads it
-    with torch.no_grad():  # transformers initialises the ordering to zeros: make it a real permutation
-        order = torch.randperm(vocab_size, generator=torch.Generator().manual_seed(seed + 2))
-        model.masked_embedding.token_ordering.copy_(order)
+    if model.config.use_ordered_embeddings:  # the 31B's assistant has a dense tied head
+        with torch.no_grad():  # transformers initialises the ordering to zeros: make it a real permutation
+            order = torch.randperm(vocab_size, generator=torch.Generator().manual_seed(seed + 2))
+            model.masked_embedding.token_ordering.copy_(order)
     if qat:
         qat_copy(model, seed + 1)
     save_model(model, out_dir, vocab_size, layout="gemma4")
@@ -132,7 +151,8 @@ def make_assistant(out_dir: Path, variant: str, seed: int = 0, qat: bool = False
 
 
 def published_style(config_json: Path) -> None:
-    """Write the full layers' head size as the published configs do (``global_head_dim``).
+    """Write the full layers' head size (and the 31B's their KV heads) as the published configs do
+    (``global_head_dim``, ``num_global_key_value_heads``).
 
     transformers 5.23 loads ``global_head_dim`` into per-layer overrides and saves those instead
     (``per_layer_config: {"4": {"head_dim": 64}, …}``); users' checkpoints carry the published key, so the
@@ -141,11 +161,17 @@ def published_style(config_json: Path) -> None:
     doc = json.loads(config_json.read_text())
     text = doc.get("text_config", doc)
     overrides = text.get("per_layer_config") or {}
-    dims = {tuple(sorted(o)) for o in overrides.values()}, {o.get("head_dim") for o in overrides.values()}
+    keys = {tuple(sorted(o)) for o in overrides.values()}
+    dims = {o.get("head_dim") for o in overrides.values()}
+    heads = {o.get("num_key_value_heads") for o in overrides.values()}
     full = {i for i, t in enumerate(text.get("layer_types") or []) if t == "full_attention"}
-    if overrides and dims[0] == {("head_dim",)} and len(dims[1]) == 1 and {int(k) for k in overrides} == full:
+    # The 31B's full layers also have KV heads of their own: published as num_global_key_value_heads.
+    if (overrides and keys <= {("head_dim",), ("head_dim", "num_key_value_heads")} and len(keys) == 1
+            and len(dims) == 1 and len(heads) == 1 and {int(k) for k in overrides} == full):
         del text["per_layer_config"]
-        text["global_head_dim"] = dims[1].pop()
+        text["global_head_dim"] = dims.pop()
+        if (global_heads := heads.pop()) is not None:
+            text["num_global_key_value_heads"] = global_heads
         config_json.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
 

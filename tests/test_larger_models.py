@@ -1,0 +1,106 @@
+"""The larger Gemma 4 models' structure, made small: the 31B (dense; K = V on its full layers, which have KV heads of
+their own; no per-layer inputs, no KV sharing) and its assistant (dense tied head). Generated, converted by the
+pinned llama.cpp's converter (exact Q4_0 repack of the QAT pair, bit for bit), served by the host llama-server
+with the assistant drafting, greedy text unchanged, and the F32 target against transformers."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from build_helpers import sdist_or_skip
+from llama_helpers import host_llama_bin, served
+
+from edgekit.config.recipes import Recipe
+from edgekit.convert.gguf_io import GGUFFile
+from edgekit.convert.inputs import ensure_synthetic
+from edgekit.models.safetensors import open_model
+from edgekit.models.validate import check_pair, inspect_model
+from edgekit.prepare.pipeline import ConvertResult, convert_recipe
+from edgekit.store import Store
+from edgekit.tinymodels.published import published_config, tiny_layers
+
+
+def _pair(store: Store, name: str, suffix: str, quant: str) -> dict[str, Path]:
+    recipe = Recipe.model_validate({"name": name, "runtime": {"spec_type": "draft-mtp"}, "convert": {"mmproj": "off"},
+                                    "target": {"synthetic": f"tiny-gemma4-31b{suffix}", "quant": quant},
+                                    "drafter": {"synthetic": f"tiny-gemma4-31b-assistant{suffix}", "quant": quant}})
+    result: ConvertResult = convert_recipe(recipe, store, src=str(sdist_or_skip()))
+    return {m.role: m.artifact.path / m.artifact.manifest["gguf_file"] for m in result.models} | {
+        f"{m.role}_manifest": m.artifact.manifest for m in result.models}  # type: ignore[dict-item]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    return Store(tmp_path_factory.getbasetemp() / "edgekit-store-31b")
+
+
+def test_the_31b_pair_has_the_published_structure() -> None:
+    pub = published_config("gemma-4-31B-it")["text_config"]
+    target, drafter = ensure_synthetic("tiny-gemma4-31b"), ensure_synthetic("tiny-gemma4-31b-assistant")
+    text = json.loads((target / "config.json").read_text())["text_config"]
+    for key in ("attention_k_eq_v", "hidden_size_per_layer_input", "num_kv_shared_layers", "enable_moe_block",
+                "rope_parameters", "final_logit_softcapping", "max_position_embeddings"):
+        assert text[key] == pub[key], key
+    assert text["layer_types"] == tiny_layers(pub["layer_types"]) and len(text["layer_types"]) == 12
+    # As published: the full layers' head size and KV heads under their own keys.
+    assert "per_layer_config" not in text and text["num_global_key_value_heads"] < text["num_key_value_heads"]
+    names = set(open_model(target))
+    full = [i for i, t in enumerate(text["layer_types"]) if t == "full_attention"]
+    pre = "model.language_model.layers"
+    assert all(f"{pre}.{i}.self_attn.v_proj.weight" not in names for i in full)  # K = V there
+    assert f"{pre}.0.self_attn.v_proj.weight" in names
+    assert not any("per_layer" in n for n in names) and not any(n.startswith("model.audio_tower.") for n in names)
+    t, d = inspect_model(target, "target"), inspect_model(drafter, "drafter")
+    assert t.towers == ("vision",) and d.ordered_head is None and d.backbone_hidden_size == t.hidden_size
+    check_pair(t, d)
+    assistant = json.loads((drafter / "config.json").read_text())
+    assert assistant["use_ordered_embeddings"] is False
+    # It reads the target's cache through its own head counts: they are the target's.
+    for key in ("num_key_value_heads", "num_global_key_value_heads", "head_dim", "global_head_dim"):
+        assert assistant["text_config"][key] == text[key], key
+
+
+def test_the_31b_qat_pair_repacks_exactly_and_serves_with_its_assistant_drafting(store: Store, tmp_path: Path) -> None:
+    pair = _pair(store, "t31-exact", "-qat", "q4_0-exact")
+    for role in ("target", "drafter"):
+        repack = pair[f"{role}_manifest"]["repack"]  # type: ignore[index]
+        assert repack["proof_bit_exact"] and repack["exact_block_fraction"] == 1.0 and repack["tensors_fallback"] == 0
+    gguf = GGUFFile(pair["target"])
+    heads = gguf.get("gemma4.attention.head_count_kv")
+    assert heads == [2, 2, 2, 2, 2, 1] * 2  # the full layers' own KV heads
+    assert (gguf.get("gemma4.attention.key_length"), gguf.get("gemma4.attention.key_length_swa")) == (64, 32)
+    names = {t.name for t in gguf.tensors}
+    assert "blk.5.attn_v.weight" not in names and "blk.4.attn_v.weight" in names
+    bin_dir = host_llama_bin()
+
+    def complete(url: str) -> dict:
+        body = json.dumps({"prompt": [2, 105, 300, 301, 302], "n_predict": 32, "temperature": 0.0, "top_k": 1,
+                           "ignore_eos": True, "cache_prompt": False, "return_tokens": True}).encode()
+        req = urllib.request.Request(f"{url}/completion", data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return json.loads(r.read())
+
+    with served(bin_dir, pair["target"], None, tmp_path / "alone.log") as url:
+        alone = complete(url)
+    with served(bin_dir, pair["target"], pair["drafter"], tmp_path / "drafted.log") as url:
+        drafted = complete(url)
+    assert drafted["timings"]["draft_n"] > 0  # the assistant drafted
+    assert drafted["tokens"] == alone["tokens"] and len(alone["tokens"]) == 32  # and changed nothing
+
+
+def test_the_31b_target_converted_at_f32_agrees_with_transformers(store: Store) -> None:
+    from edgekit.prepare.pipeline import verify_recipe
+
+    recipe = Recipe.model_validate({"name": "t31-verify", "convert": {"mmproj": "off"},
+                                    "target": {"synthetic": "tiny-gemma4-31b", "quant": "F32"}})
+    doc = verify_recipe(recipe, store, str(sdist_or_skip()))
+    f32 = doc["vs_transformers"]["models"]["F32"]
+    print(f"\n31B structure, F32 GGUF vs transformers: mean KL {f32['mean_kld']:.2g}, top-1 {f32['same_top1']:.1%}")
+    assert doc["vs_transformers"]["faithful"] and f32["same_top1"] >= 0.95
