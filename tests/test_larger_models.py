@@ -1,7 +1,9 @@
 """The larger Gemma 4 models' structure, made small: the 31B (dense; K = V on its full layers, which have KV heads of
-their own; no per-layer inputs, no KV sharing) and its assistant (dense tied head). Generated, converted by the
-pinned llama.cpp's converter (exact Q4_0 repack of the QAT pair, bit for bit), served by the host llama-server
-with the assistant drafting, greedy text unchanged, and the F32 target against transformers."""
+their own; no per-layer inputs, no KV sharing), the 26B-A4B (the same attention, and a mixture of experts beside a
+shared MLP in every layer) and their assistants (dense tied heads). Generated, converted by the pinned llama.cpp's
+converter (exact Q4_0 repack of the QAT pairs, experts and router included, bit for bit), served by the host
+llama-server with the assistant drafting, greedy text unchanged; the 31B's F32 target against transformers, the
+26B-A4B's F32 GGUF against its checkpoint tensor by tensor."""
 
 from __future__ import annotations
 
@@ -27,10 +29,10 @@ from edgekit.store import Store
 from edgekit.tinymodels.published import published_config, tiny_layers
 
 
-def _pair(store: Store, name: str, suffix: str, quant: str) -> dict[str, Path]:
+def _pair(store: Store, name: str, suffix: str, quant: str, model: str = "31b") -> dict[str, Path]:
     recipe = Recipe.model_validate({"name": name, "runtime": {"spec_type": "draft-mtp"}, "convert": {"mmproj": "off"},
-                                    "target": {"synthetic": f"tiny-gemma4-31b{suffix}", "quant": quant},
-                                    "drafter": {"synthetic": f"tiny-gemma4-31b-assistant{suffix}", "quant": quant}})
+                                    "target": {"synthetic": f"tiny-gemma4-{model}{suffix}", "quant": quant},
+                                    "drafter": {"synthetic": f"tiny-gemma4-{model}-assistant{suffix}", "quant": quant}})
     result: ConvertResult = convert_recipe(recipe, store, src=str(sdist_or_skip()))
     return {m.role: m.artifact.path / m.artifact.manifest["gguf_file"] for m in result.models} | {
         f"{m.role}_manifest": m.artifact.manifest for m in result.models}  # type: ignore[dict-item]
@@ -41,13 +43,16 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     return Store(tmp_path_factory.getbasetemp() / "edgekit-store-31b")
 
 
-def test_the_31b_pair_has_the_published_structure() -> None:
-    pub = published_config("gemma-4-31B-it")["text_config"]
-    target, drafter = ensure_synthetic("tiny-gemma4-31b"), ensure_synthetic("tiny-gemma4-31b-assistant")
+@pytest.mark.parametrize(("model", "published"), [("31b", "gemma-4-31B-it"), ("26b-a4b", "gemma-4-26B-A4B-it")])
+def test_the_pair_has_the_published_structure(model: str, published: str) -> None:
+    pub = published_config(published)["text_config"]
+    target, drafter = ensure_synthetic(f"tiny-gemma4-{model}"), ensure_synthetic(f"tiny-gemma4-{model}-assistant")
     text = json.loads((target / "config.json").read_text())["text_config"]
     for key in ("attention_k_eq_v", "hidden_size_per_layer_input", "num_kv_shared_layers", "enable_moe_block",
                 "rope_parameters", "final_logit_softcapping", "max_position_embeddings"):
         assert text[key] == pub[key], key
+    if text["enable_moe_block"]:  # fewer, narrower experts; top-k below their count, as published
+        assert text["top_k_experts"] < text["num_experts"] and text["moe_intermediate_size"] < text["intermediate_size"]
     assert text["layer_types"] == tiny_layers(pub["layer_types"]) and len(text["layer_types"]) == 12
     # As published: the full layers' head size and KV heads under their own keys.
     assert "per_layer_config" not in text and text["num_global_key_value_heads"] < text["num_key_value_heads"]
@@ -67,8 +72,10 @@ def test_the_31b_pair_has_the_published_structure() -> None:
         assert assistant["text_config"][key] == text[key], key
 
 
-def test_the_31b_qat_pair_repacks_exactly_and_serves_with_its_assistant_drafting(store: Store, tmp_path: Path) -> None:
-    pair = _pair(store, "t31-exact", "-qat", "q4_0-exact")
+@pytest.mark.parametrize("model", ["31b", "26b-a4b"])
+def test_the_qat_pair_repacks_exactly_and_serves_with_its_assistant_drafting(model: str, store: Store,
+                                                                            tmp_path: Path) -> None:
+    pair = _pair(store, f"{model}-exact", "-qat", "q4_0-exact", model)
     for role in ("target", "drafter"):
         repack = pair[f"{role}_manifest"]["repack"]  # type: ignore[index]
         assert repack["proof_bit_exact"] and repack["exact_block_fraction"] == 1.0 and repack["tensors_fallback"] == 0
@@ -76,8 +83,14 @@ def test_the_31b_qat_pair_repacks_exactly_and_serves_with_its_assistant_drafting
     heads = gguf.get("gemma4.attention.head_count_kv")
     assert heads == [2, 2, 2, 2, 2, 1] * 2  # the full layers' own KV heads
     assert (gguf.get("gemma4.attention.key_length"), gguf.get("gemma4.attention.key_length_swa")) == (64, 32)
-    names = {t.name for t in gguf.tensors}
+    names = {t.name: t for t in gguf.tensors}
     assert "blk.5.attn_v.weight" not in names and "blk.4.attn_v.weight" in names
+    if model == "26b-a4b":  # every layer's experts and router; the experts on the 4-bit grid, as the QAT checkpoint
+        assert (gguf.get("gemma4.expert_count"), gguf.get("gemma4.expert_used_count")) == (8, 2)
+        assert all(f"blk.{i}.{t}" in names for i in range(12) for t in (
+            "ffn_gate_up_exps.weight", "ffn_down_exps.weight", "ffn_down_exps.scale", "ffn_gate_inp.weight",
+            "ffn_gate_inp.scale", "ffn_gate.weight", "pre_ffw_norm_2.weight", "post_ffw_norm_2.weight"))
+        assert names["blk.0.ffn_gate_up_exps.weight"].type.name == "Q4_0"
     bin_dir = host_llama_bin()
 
     def complete(url: str) -> dict:
@@ -104,3 +117,26 @@ def test_the_31b_target_converted_at_f32_agrees_with_transformers(store: Store) 
     f32 = doc["vs_transformers"]["models"]["F32"]
     print(f"\n31B structure, F32 GGUF vs transformers: mean KL {f32['mean_kld']:.2g}, top-1 {f32['same_top1']:.1%}")
     assert doc["vs_transformers"]["faithful"] and f32["same_top1"] >= 0.95
+
+
+def test_the_26b_a4b_f32_gguf_holds_its_checkpoint_tensor_for_tensor(store: Store) -> None:
+    """The MoE's conversion, checked without running it: every expert, router and norm tensor of the F32 GGUF is the
+    checkpoint's (llama.cpp's MoE forward against transformers' is a separate question: see docs/convert.md)."""
+    import numpy as np
+    from safetensors.torch import load_file
+
+    pair = _pair(store, "26b-f32", "", "F32", "26b-a4b")
+    checkpoint = load_file(ensure_synthetic("tiny-gemma4-26b-a4b") / "model.safetensors")
+    gguf = {t.name: t for t in GGUFFile(pair["target"]).tensors}
+    reader = GGUFFile(pair["target"])
+    pairs = {"ffn_gate_up_exps.weight": "experts.gate_up_proj", "ffn_down_exps.weight": "experts.down_proj",
+             "ffn_gate_inp.weight": "router.proj.weight", "ffn_gate_inp.scale": "router.scale",
+             "ffn_down_exps.scale": "router.per_expert_scale",
+             "pre_ffw_norm_2.weight": "pre_feedforward_layernorm_2.weight",
+             "post_ffw_norm_1.weight": "post_feedforward_layernorm_1.weight",
+             "post_ffw_norm_2.weight": "post_feedforward_layernorm_2.weight"}
+    for layer in (0, 11):
+        for g, h in pairs.items():
+            ours = reader.float32(gguf[f"blk.{layer}.{g}"])
+            theirs = checkpoint[f"model.language_model.layers.{layer}.{h}"].float().numpy()
+            assert ours.size == theirs.size and np.array_equal(ours.reshape(theirs.shape), theirs), (layer, g)

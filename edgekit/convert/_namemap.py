@@ -16,6 +16,7 @@ installed ``gguf``. Importing it only defines the functions below.
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +38,21 @@ def light_filter(name: str) -> str | None:
         return None
     if name.endswith(("per_dim_scale", "layer_scalar")):  # Gemma4Model
         name += ".weight"
+    if ".experts." in name and not name.endswith(".weight"):  # Gemma4Model: the MoE's fused expert tensors
+        name += ".weight"
     return name.replace("language_model.", "")  # ModelBase
+
+
+# Gemma4Model.modify_tensors: the MoE router's two scales become GGUF tensors of their own (both modes: the
+# class's filter_tensors, which the default mode asks, does not rename them).
+_MOE_SCALES = re.compile(r"layers\.(\d+)\.router\.(scale|per_expert_scale)$")
+
+
+def moe_scale(name: str) -> str | None:
+    m = _MOE_SCALES.search(name)
+    if m is None:
+        return None
+    return f"blk.{m.group(1)}.{'ffn_gate_inp' if m.group(2) == 'scale' else 'ffn_down_exps'}.scale"
 
 
 def main() -> None:
@@ -87,7 +102,8 @@ def _mapped(gguf: Any, model_arch: Any, config: dict[str, Any], names: list[str]
     out: dict[str, str | None] = {}
     for name in names:
         kept = keep(name)
-        out[name] = None if kept is None else tmap.get_name(key=kept, try_suffixes=(".weight", ".bias"))
+        out[name] = None if kept is None else moe_scale(kept) or tmap.get_name(key=kept,
+                                                                                try_suffixes=(".weight", ".bias"))
     return out
 
 

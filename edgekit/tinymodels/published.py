@@ -21,7 +21,7 @@ from edgekit.tinymodels.grid import qat_copy, snap_to_grid
 from edgekit.tinymodels.legacy import save_model
 from edgekit.tinymodels.tokenizer import END_OF_TURN_ID, media_token_ids, write_tokenizer
 
-VARIANTS = {"e2b": "gemma-4-E2B-it", "e4b": "gemma-4-E4B-it", "31b": "gemma-4-31B-it"}
+VARIANTS = {"e2b": "gemma-4-E2B-it", "e4b": "gemma-4-E4B-it", "31b": "gemma-4-31B-it", "26b-a4b": "gemma-4-26B-A4B-it"}
 VOCAB = 512
 PERIODS = 2  # layers = two sliding/full periods; the first is KV-owning, the second KV-shared
 NUM_CENTROIDS = 16  # 512 / 16 = 32 tokens per centroid
@@ -33,7 +33,10 @@ TEXT = dict(hidden_size=64, intermediate_size=128, num_attention_heads=2, head_d
 # The 31B: no per-layer inputs, a 4× MLP, separate KV heads for the full layers (K = V there: attention_k_eq_v).
 TEXT_31B = dict(hidden_size=64, intermediate_size=256, num_attention_heads=2, num_key_value_heads=2,
                 num_global_key_value_heads=1, head_dim=32, global_head_dim=64, sliding_window=16)
-TEXT_BY_VARIANT = {"e2b": TEXT, "e4b": TEXT, "31b": TEXT_31B}
+# The 26B-A4B: the 31B's attention, and a mixture of experts beside a shared MLP in every layer (published: 128
+# experts, top 8, each 704 wide; the shared one `intermediate_size`). Here 8 experts, top 2.
+TEXT_26B_A4B = {**TEXT_31B, "intermediate_size": 128, "num_experts": 8, "top_k_experts": 2, "moe_intermediate_size": 32}
+TEXT_BY_VARIANT = {"e2b": TEXT, "e4b": TEXT, "31b": TEXT_31B, "26b-a4b": TEXT_26B_A4B}
 ASSISTANT_TEXT = dict(hidden_size=32, intermediate_size=64, num_attention_heads=2, head_dim=32, global_head_dim=64,
                       sliding_window=16)
 VISION = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
@@ -119,6 +122,7 @@ def make_target(out_dir: Path, variant: str, seed: int = 0, qat: bool = False, v
     vocab_size = write_tokenizer(out_dir, vocab, layout="gemma4")
     torch.manual_seed(seed)
     model = Gemma4ForConditionalGeneration(target_config(variant, vocab_size)).eval()
+    _decisive_routers(model, seed)
     if qat:  # the QAT checkpoints train the text model on the grid; the towers stay as they are
         qat_copy(model, seed, keep=_is_text)
     _write_preprocessor(out_dir, model.config)
@@ -148,6 +152,23 @@ def make_assistant(out_dir: Path, variant: str, seed: int = 0, qat: bool = False
     save_model(model, out_dir, vocab_size, layout="gemma4")
     published_style(out_dir / "config.json")
     return out_dir
+
+
+ROUTER_STD = 2.0  # expert scores ≈ N(0, 2): a trained router's margins, not an initialised one's near-ties
+
+
+def _decisive_routers(model, seed: int) -> None:  # model: Gemma4ForConditionalGeneration
+    """An initialised router (weights ≈ N(0, 0.02)) scores every expert within ≈ 0.02 of the others, so the top-k
+    choice turns on rounding: llama.cpp and transformers then route tokens to different experts and their
+    outputs part, which says nothing about the conversion. A trained router's scores are spread; so are these."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed + 5)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            if name.endswith("router.proj.weight"):
+                # Scores = proj · (RMS-normed input / √hidden): unit-variance weights × √hidden × ROUTER_STD.
+                p.copy_(torch.randn(p.shape, generator=g) * ROUTER_STD)
 
 
 def published_style(config_json: Path) -> None:
