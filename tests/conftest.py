@@ -178,6 +178,7 @@ def pytest_configure(config: pytest.Config) -> None:
 SIM_FIXTURES = frozenset({"sim_session", "sim_boards", "deploy_store"})
 SIM_MODULES = frozenset({
     "test_align", "test_build_cuda", "test_build_host", "test_build_pipeline", "test_collection", "test_convert_gguf",
+    "test_larger_models", "test_ordered_head",
     "test_convert_litert", "test_convert_tiny", "test_convert_verify", "test_engine_vllm", "test_heat",
     "test_installed", "test_least_privilege", "test_link_rate", "test_litert_mtp", "test_missing_extras",
     "test_published_on_board", "test_qat_native", "test_repack", "test_sim", "test_skeleton_worker", "test_spec_auto",

@@ -140,3 +140,36 @@ def test_the_26b_a4b_f32_gguf_holds_its_checkpoint_tensor_for_tensor(store: Stor
             ours = reader.float32(gguf[f"blk.{layer}.{g}"])
             theirs = checkpoint[f"model.language_model.layers.{layer}.{h}"].float().numpy()
             assert ours.size == theirs.size and np.array_equal(ours.reshape(theirs.shape), theirs), (layer, g)
+
+
+@pytest.mark.parametrize("model", ["31b", "26b-a4b"])
+def test_the_pair_deployed_to_a_simulated_board_drafts_and_changes_no_token(model: str, sim_session,  # type: ignore[no-untyped-def]
+                                                                           tmp_path: Path) -> None:
+    import os
+
+    import yaml
+    from cli_helpers import edgekit, ok_json
+
+    (board,) = sim_session.boards(1, "orin-agx-64gb")
+    env = {**os.environ, **sim_session.env, "EDGEKIT_LLAMA_SRC": str(sdist_or_skip())}
+    recipe = tmp_path / f"sim-tiny-{model}-mtp.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "name": f"sim-tiny-{model}-mtp", "target": {"synthetic": f"tiny-gemma4-{model}-qat", "quant": "q4_0-exact"},
+        "drafter": {"synthetic": f"tiny-gemma4-{model}-assistant-qat", "quant": "q4_0-exact"},
+        "convert": {"mmproj": "off"},
+        "runtime": {"ctx_size": 512, "spec_type": "draft-mtp", "draft_n_max": 3,
+                    "llama_cpp": {"n_gpu_layers": 0, "n_gpu_layers_draft": 0, "threads": 1}}}))
+    report = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", str(recipe), env=env, timeout=900))
+    assert report["health"]["ok"] and report["health"]["draft_n"] > 0
+
+    def complete(**extra: object) -> dict:
+        body = json.dumps({"prompt": [2, 105, 300, 301, 302], "n_predict": 24, "temperature": 0.0, "top_k": 1,
+                           "ignore_eos": True, "cache_prompt": False, "return_tokens": True, **extra}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{board.service_port}/completion", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return json.loads(r.read())
+
+    drafted, alone = complete(), complete(**{"speculative.n_max": 0})  # edgekit's patch 0001: this request alone
+    assert drafted["timings"]["draft_n"] > 0 and not alone["timings"].get("draft_n")
+    assert drafted["tokens"] == alone["tokens"]
