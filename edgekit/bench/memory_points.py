@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from edgekit.bench.plan import PROMPT_MARGIN, Plan
+from edgekit.bench.workloads import Point
 from edgekit.errors import EdgekitError
 from edgekit.release.memory import MemoryNeed, models_mb
 
@@ -54,9 +55,7 @@ def _within_model_context(plan: Plan, measured: Sequence[dict[str, Any]], say: C
     points = [p for p in plan.points if p.context_length not in over]
     if not points:
         raise EdgekitError(f"No context length of this bench fits the model: {note}.")
-    return replace(plan, points=points, notes=[*plan.notes, note],
-                   slot_ctx=min(plan.slot_ctx, max((p.context_length or 0) for p in points) + plan.n_gen
-                                + PROMPT_MARGIN))
+    return _keep(plan, points, [*plan.notes, note])
 
 
 def fit(plan: Plan, measured: Sequence[dict[str, Any]], deployed: dict[str, Any] | None, available_mb: int | None,
@@ -73,7 +72,8 @@ def fit(plan: Plan, measured: Sequence[dict[str, Any]], deployed: dict[str, Any]
     freed = 0.0
     if deployed is not None:
         d = Served.of(deployed)
-        freed = d.need(d.ctx_size).weights_mb + d.need(d.ctx_size).kv_mb
+        held = d.need(d.ctx_size)
+        freed = held.weights_mb + held.kv_mb
     room = available_mb + freed
     ctxs = sorted({p.context_length or 0 for p in plan.points})
     fits, notes = [], list(plan.notes)
@@ -91,5 +91,10 @@ def fit(plan: Plan, measured: Sequence[dict[str, Any]], deployed: dict[str, Any]
     if not fits:
         raise EdgekitError(f"No context length of this bench fits the board's memory: {notes[-1]}. Use fewer "
                            "--slots, shorter --context-lengths, or a smaller KV cache type.")
-    points = [p for p in plan.points if (p.context_length or 0) in fits]
-    return replace(plan, points=points, slot_ctx=max(fits) + plan.n_gen + PROMPT_MARGIN, notes=notes)
+    return _keep(plan, [p for p in plan.points if (p.context_length or 0) in fits], notes)
+
+
+def _keep(plan: Plan, points: list[Point], notes: list[str]) -> Plan:
+    """``plan`` with only ``points``, its servers sized for the longest of them."""
+    longest = max(p.context_length or 0 for p in points)
+    return replace(plan, points=points, notes=notes, slot_ctx=longest + plan.n_gen + PROMPT_MARGIN)

@@ -14,7 +14,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from edgekit.bench.results import point_key
+from edgekit.bench.results import point_key, points_of
 from edgekit.bench.workloads import temperature_label
 
 COLORS = {"drafter": "#1f77b4", "baseline": "#ff7f0e"}
@@ -286,7 +286,7 @@ def joules_per_token(doc: dict[str, Any], path: Path) -> None:
         _empty(ax, doc["power"].get("reason") or "no energy figures")
     else:
         cfgs = _configs(summary)
-        pts = sorted({point_key(p) for p in summary}, key=lambda k: (k[2], k[1] or 0, k[0]))
+        pts = points_of(summary)
         width = 0.8 / len(cfgs)
         for k, cfg in enumerate(cfgs):
             xs, ests = [], []
