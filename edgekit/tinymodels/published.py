@@ -13,9 +13,9 @@ with the pinned llama.cpp, 0c1e570), and works with the published hidden 1024, 8
 from __future__ import annotations
 
 import json
-from importlib import resources
 from pathlib import Path
 
+from edgekit.models.gemma4_configs import published_config
 from edgekit.models.hfcompat import patch_transformers
 from edgekit.tinymodels.grid import qat_copy, snap_to_grid
 from edgekit.tinymodels.legacy import save_model
@@ -46,12 +46,6 @@ AUDIO = dict(num_hidden_layers=1)
 _NOISE = {"_name_or_path", "architectures", "dtype", "id2label", "label2id", "transformers_version",
           "output_attentions", "output_hidden_states", "problem_type", "return_dict", "chunk_size_feed_forward",
           "is_encoder_decoder"}
-
-
-def published_config(name: str) -> dict:
-    """One of the published configs edgekit ships (``gemma-4-E2B-it``, ``gemma-4-E2B-it-assistant`` …)."""
-    data = resources.files("edgekit").joinpath(f"data/gemma4-configs/{name}.config.json").read_text()
-    return json.loads(data)
 
 
 def _clean(cfg: dict) -> dict:
