@@ -8,6 +8,7 @@ llama-server with the assistant drafting, greedy text unchanged; the 31B's F32 t
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 from pathlib import Path
 
@@ -19,9 +20,12 @@ pytest.importorskip("transformers")
 from build_helpers import sdist_or_skip
 from llama_helpers import host_llama_bin, served
 
+from edgekit.bench.roofline import read_header
 from edgekit.config.recipes import Recipe
 from edgekit.convert.gguf_io import GGUFFile
 from edgekit.convert.inputs import ensure_synthetic
+from edgekit.engines.llamacpp.engine import kv_layout
+from edgekit.models.footprint import footprint
 from edgekit.models.safetensors import open_model
 from edgekit.models.validate import check_pair, inspect_model
 from edgekit.prepare.pipeline import ConvertResult, convert_recipe
@@ -79,6 +83,11 @@ def test_the_qat_pair_repacks_exactly_and_serves_with_its_assistant_drafting(mod
     for role in ("target", "drafter"):
         repack = pair[f"{role}_manifest"]["repack"]  # type: ignore[index]
         assert repack["proof_bit_exact"] and repack["exact_block_fraction"] == 1.0 and repack["tensors_fallback"] == 0
+    # Their sizes as counted from the configs alone (what `recipes fit` says before a download), to the byte.
+    for role, name in (("target", f"tiny-gemma4-{model}-qat"), ("drafter", f"tiny-gemma4-{model}-assistant-qat")):
+        config = json.loads((ensure_synthetic(name) / "config.json").read_text())
+        tensors = sum(t.nbytes for t in read_header(pair[role].open("rb")).tensors)
+        assert footprint(config).tensor_bytes("q4_0-exact") == tensors, role
     gguf = GGUFFile(pair["target"])
     heads = gguf.get("gemma4.attention.head_count_kv")
     assert heads == [2, 2, 2, 2, 2, 1] * 2  # the full layers' own KV heads
@@ -106,6 +115,17 @@ def test_the_qat_pair_repacks_exactly_and_serves_with_its_assistant_drafting(mod
         drafted = complete(url)
     assert drafted["timings"]["draft_n"] > 0  # the assistant drafted
     assert drafted["tokens"] == alone["tokens"] and len(alone["tokens"]) == 32  # and changed nothing
+    # The cache edgekit counts before a server starts is the one llama-server allocates (its KV buffers): full
+    # layers the whole context, sliding layers a window per slot, the assistant none (it reads the target's).
+    for ctx, slots in ((4096, 2), (1024, 1)):
+        log = tmp_path / f"kv-{ctx}-{slots}.log"
+        with served(bin_dir, pair["target"], pair["drafter"], log, ctx=ctx, parallel=slots):
+            pass
+        buffers = re.findall(r"llama_kv_cache: +\S+ KV buffer size = +([0-9.]+) MiB", log.read_text())
+        allocated = sum(float(mib) for mib in buffers)
+        counted = kv_layout({"models/target.gguf": pair["target"], "models/drafter.gguf": pair["drafter"]}
+                            ).in_bytes(2.0, 2.0).at(ctx, slots)
+        assert abs(allocated - counted / 2**20) < 0.01 * slots, (ctx, slots, allocated, counted / 2**20)
 
 
 def test_the_31b_target_converted_at_f32_agrees_with_transformers(store: Store) -> None:

@@ -3,7 +3,8 @@ server starts.
 
 The bench servers get ``plan.parallel`` slots of ``plan.slot_ctx`` tokens, sized for the longest context, so a
 32 k point on a small board could ask for more KV cache than it has. Each context length's need is the release's
-models, its KV cache at that length (release.json's ``kv_bytes_per_token`` × slots × (length + n_gen + margin))
+models, its KV cache at that length (release.json's ``kv_layout``: full layers hold slots × (length + n_gen +
+margin) tokens, sliding layers each slot's window)
 and the runtime around them (edgekit.release.memory, as deploy counts it), against what the kernel says is
 available — plus, when the bench stops the deployed service first, what that service holds. A length past the
 model's trained context (release.json's ``model_context``) is left out too: llama-server gives no slot more. A
@@ -19,7 +20,8 @@ from typing import Any
 from edgekit.bench.plan import PROMPT_MARGIN, Plan
 from edgekit.bench.workloads import Point
 from edgekit.errors import EdgekitError
-from edgekit.release.memory import MemoryNeed, models_mb
+from edgekit.models.footprint import KvBytes
+from edgekit.release.memory import MemoryNeed, kv_of_manifest, models_mb
 
 
 @dataclass(frozen=True)
@@ -27,18 +29,19 @@ class Served:
     """What a release on the board holds in memory, from its release.json."""
 
     weights_mb: float
-    kv_bytes_per_token: int | None
+    kv: KvBytes | None
     ctx_size: int
+    parallel: int
 
     @classmethod
     def of(cls, manifest: dict[str, Any]) -> Served:
         sizes = {rel: int((e or {}).get("size") or 0) for rel, e in (manifest.get("files") or {}).items()}
-        per_token = manifest.get("kv_bytes_per_token")
-        return cls(models_mb(sizes), int(per_token) if per_token else None,
-                   int((manifest.get("runtime") or {}).get("ctx_size") or 0))
+        runtime = manifest.get("runtime") or {}
+        return cls(models_mb(sizes), kv_of_manifest(manifest), int(runtime.get("ctx_size") or 0),
+                   int(runtime.get("parallel") or 1))
 
-    def need(self, tokens: int) -> MemoryNeed:
-        return MemoryNeed(self.weights_mb, (self.kv_bytes_per_token or 0) * tokens / 1e6)
+    def need(self, tokens: int, parallel: int) -> MemoryNeed:
+        return MemoryNeed(self.weights_mb, (self.kv.at(tokens, parallel) if self.kv else 0) / 1e6)
 
 
 def _within_model_context(plan: Plan, measured: Sequence[dict[str, Any]], say: Callable[[str], None]) -> Plan:
@@ -66,20 +69,20 @@ def fit(plan: Plan, measured: Sequence[dict[str, Any]], deployed: dict[str, Any]
     if plan.parallel is None or available_mb is None:
         return plan  # the deployed slots (they fit, they serve), or a board that does not say
     releases = [Served.of(m) for m in measured]
-    if any(r.kv_bytes_per_token is None for r in releases):
+    if any(r.kv is None for r in releases):
         return replace(plan, notes=[*plan.notes, "memory per context length not checked: the release does not "
                                     "record its KV cache per token (redeploy it with this edgekit)"])
     freed = 0.0
     if deployed is not None:
         d = Served.of(deployed)
-        held = d.need(d.ctx_size)
+        held = d.need(d.ctx_size, d.parallel)
         freed = held.weights_mb + held.kv_mb
     room = available_mb + freed
     ctxs = sorted({p.context_length or 0 for p in plan.points})
     fits, notes = [], list(plan.notes)
     for ctx in ctxs:
         tokens = plan.parallel * (ctx + plan.n_gen + PROMPT_MARGIN)
-        need = max((r.need(tokens) for r in releases), key=lambda n: n.total_mb)
+        need = max((r.need(tokens, plan.parallel) for r in releases), key=lambda n: n.total_mb)
         if need.total_mb <= room:
             fits.append(ctx)
             continue

@@ -37,10 +37,42 @@ class LayerShape:
     top_k: int = 0
 
 
+def swa_cells(ctx: int, parallel: int, window: int, ubatch: int = 512) -> int:
+    """Token cells llama-server's cache of ``ctx`` (its -c, split over ``parallel`` slots, -np, each a stream of
+    its own) gives its sliding-window layers: per slot its last ``window`` tokens plus one batch in flight, padded
+    to 256 cells, never more than the slot's share (llama-kv-cache-iswa.cpp)."""
+    slots = max(1, parallel)
+    if not window:
+        return ctx
+    per_slot = min(ctx // slots, window + ubatch)
+    return slots * -(-per_slot // 256) * 256
+
+
+@dataclass(frozen=True)
+class KvBytes:
+    """A cache's bytes per cached token, full-attention and sliding-window layers apart (release.json's
+    ``kv_layout``: the bench sizes each context length's cache from it)."""
+
+    full_per_token: int
+    swa_per_token: int
+    window: int
+
+    def at(self, ctx: int, parallel: int) -> int:
+        return self.full_per_token * ctx + self.swa_per_token * swa_cells(ctx, parallel, self.window)
+
+    @property
+    def per_token_upper(self) -> int:
+        """Were every layer's cache as long as the context (the loose bound older releases recorded)."""
+        return self.full_per_token + self.swa_per_token
+
+    def to_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
 @dataclass(frozen=True)
 class KvLayout:
-    """K and V values one cached token adds, apart for full-attention and sliding-window layers (a sliding layer
-    keeps at most ``window`` tokens of each sequence)."""
+    """K and V values one cached token adds, full-attention and sliding-window layers apart (a sliding layer keeps
+    at most ``window`` tokens of each sequence)."""
 
     full_k: int
     full_v: int
@@ -48,26 +80,18 @@ class KvLayout:
     swa_v: int
     window: int
 
-    def cells(self, ctx: int, parallel: int, ubatch: int = 512) -> tuple[int, int]:
-        """Token cells a llama.cpp cache of ``ctx`` holds (full, sliding): each of the ``parallel`` sequences keeps
-        its last ``window`` tokens plus one batch in flight (llama-kv-cache-iswa.cpp, padded to 256 cells), never
-        more than the full cache."""
-        if not self.window:
-            return ctx, ctx
-        swa = min(ctx, max(1, parallel) * (self.window + ubatch))
-        return ctx, min(ctx, -(-swa // 256) * 256)
-
-    def nbytes(self, ctx: int, parallel: int, k_bytes: float, v_bytes: float) -> int:
-        full, swa = self.cells(ctx, parallel)
-        return int(full * (self.full_k * k_bytes + self.full_v * v_bytes)
-                   + swa * (self.swa_k * k_bytes + self.swa_v * v_bytes))
-
-    def per_token_upper(self, k_bytes: float, v_bytes: float) -> int:
-        """Bytes per token were every layer's cache as long as the context (the old, loose bound)."""
-        return int((self.full_k + self.swa_k) * k_bytes + (self.full_v + self.swa_v) * v_bytes)
+    def in_bytes(self, k_bytes: float, v_bytes: float) -> KvBytes:
+        return KvBytes(int(self.full_k * k_bytes + self.full_v * v_bytes),
+                       int(self.swa_k * k_bytes + self.swa_v * v_bytes), self.window)
 
     def to_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
+
+
+def sum_layouts(layouts: list[KvLayout]) -> KvLayout:
+    """Two models' caches as one (a target and its drafter; the wider window bounds both)."""
+    return KvLayout(sum(x.full_k for x in layouts), sum(x.full_v for x in layouts), sum(x.swa_k for x in layouts),
+                    sum(x.swa_v for x in layouts), max((x.window for x in layouts), default=0))
 
 
 @dataclass(frozen=True)

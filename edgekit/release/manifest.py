@@ -64,8 +64,10 @@ class ReleaseManifest(BaseModel):
     api_env_file: str | None = None
     # dialect openai: the /metrics counters of drafted and accepted tokens (older releases: their engine's)
     draft_counters: list[str] = Field(default_factory=list)
-    # One token's KV cache over the target's and drafter's layers at the served cache types (an upper bound), where
-    # the engine knows it before its server starts (llama.cpp); the bench sizes its context points with it.
+    # The KV cache per token at the served cache types, full and sliding layers apart (edgekit.release.memory
+    # kv_fields), where the engine knows it before its server starts (llama.cpp); the bench sizes its context
+    # points with it. kv_bytes_per_token: all layers at full length, what older releases recorded.
+    kv_layout: dict[str, int] | None = None
     kv_bytes_per_token: int | None = None
     model_context: int | None = None  # the target's trained context: the server gives no slot more
 

@@ -5,7 +5,9 @@ A floor, not a promise: a server that needs more still fails its health check an
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from edgekit.models.footprint import KvBytes
 from edgekit.release.plan import ReleasePlan
 
 RUNTIME_MB = 300.0  # the server's own code, compute buffers and threads, beyond weights and cache
@@ -37,3 +39,18 @@ def models_mb(files: dict[str, int]) -> float:
 
 def need_of(plan: ReleasePlan, kv_bytes: int) -> MemoryNeed:
     return MemoryNeed(models_mb({rel: b.size for rel, b in plan.files.items()}), kv_bytes / 1e6)
+
+
+def kv_fields(kv: KvBytes) -> dict[str, Any]:
+    """What release.json says of its cache: ``kv_layout`` (full and sliding layers apart) and, for the readers of
+    older releases, ``kv_bytes_per_token`` as every layer at full length."""
+    return {"kv_layout": kv.to_dict(), "kv_bytes_per_token": kv.per_token_upper}
+
+
+def kv_of_manifest(manifest: dict[str, Any]) -> KvBytes | None:
+    """A release.json's cache per token (an older release's loose bound as all full layers; None: not recorded)."""
+    if isinstance(layout := manifest.get("kv_layout"), dict):
+        return KvBytes(int(layout.get("full_per_token") or 0), int(layout.get("swa_per_token") or 0),
+                       int(layout.get("window") or 0))
+    per_token = manifest.get("kv_bytes_per_token")
+    return KvBytes(int(per_token), 0, 0) if per_token else None

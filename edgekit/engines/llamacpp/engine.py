@@ -7,6 +7,7 @@ the agent, and the units that start bin/llama-server with flags spelled as its o
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -25,10 +26,12 @@ from edgekit.engines.llamacpp.args import server_args
 from edgekit.engines.llamacpp.quirks import Applied, apply_guards
 from edgekit.engines.llamacpp.settings import KV_TYPES, SECTION, SPEC_TYPES, LlamaCppSettings, changed
 from edgekit.errors import EdgekitError
+from edgekit.models.footprint import KvLayout, sum_layouts
 from edgekit.paths import cache_dir
 from edgekit.release.auth import auth_fields
 from edgekit.release.chat_template import template_files
 from edgekit.release.health import GpuPolicy
+from edgekit.release.memory import kv_fields
 from edgekit.release.plan import ReleasePlan, agent_files, plan_release, service_ports, service_units
 from edgekit.release.units import run_as_fields
 from edgekit.remote.probe import BoardFacts
@@ -139,9 +142,11 @@ def fit_mmproj(recipe: Recipe, models: dict[str, Path], mem_total_mb: int | None
     return {rel: path for rel, path in models.items() if rel != "models/mmproj.gguf"}
 
 
-def gguf_kv_per_token(gguf: Path) -> tuple[int, int]:
-    """One token's K and V values over the GGUF's layers, from its metadata ((0, 0) where it does not say);
-    remembered per file (size, mtime) like the chat template."""
+def gguf_kv_layout(gguf: Path) -> KvLayout:
+    """The cache llama.cpp keeps for the GGUF, from its metadata: per layer its KV heads and head size (full and
+    sliding layers apart, each with its own), only the layers that own a cache (``shared_kv_layers`` at the end
+    read an earlier one's; an assistant's all), sliding layers capped at the window. Without a sliding pattern
+    every layer counts as full (an upper bound). Remembered per file (size, mtime) like the chat template."""
     from edgekit.build.memo import remember
 
     def read() -> str:
@@ -149,19 +154,32 @@ def gguf_kv_per_token(gguf: Path) -> tuple[int, int]:
 
         f = GGUFFile(gguf)
         arch = f.arch or ""
-        layers, heads = f.get(f"{arch}.block_count"), f.get(f"{arch}.attention.head_count_kv")
-        embd, q_heads = f.get(f"{arch}.embedding_length"), f.get(f"{arch}.attention.head_count")
-        if not layers or not heads:
-            return "0,0"
-        per_layer = list(heads) if isinstance(heads, (list, tuple)) else [heads] * int(layers)
-        q = max(list(q_heads) if isinstance(q_heads, (list, tuple)) else [q_heads or 1])
-        k = f.get(f"{arch}.attention.key_length") or (int(embd or 0) // int(q or 1))
-        v = f.get(f"{arch}.attention.value_length") or k
-        kv_heads = sum(int(h) for h in per_layer)
-        return f"{kv_heads * int(k)},{kv_heads * int(v)}"
 
-    k_values, v_values = remember("kv-values-per-token", gguf, read).split(",")
-    return int(k_values), int(v_values)
+        def get(key: str) -> Any:
+            return f.get(f"{arch}.{key}")
+
+        layers, heads = int(get("block_count") or 0), get("attention.head_count_kv")
+        if not layers or not heads:
+            return json.dumps(KvLayout(0, 0, 0, 0, 0).to_dict())
+        per_layer = list(heads) if isinstance(heads, (list, tuple)) else [heads] * layers
+        q_heads = get("attention.head_count")
+        q = max(list(q_heads) if isinstance(q_heads, (list, tuple)) else [q_heads or 1])
+        k = int(get("attention.key_length") or (int(get("embedding_length") or 0) // int(q or 1)))
+        v = int(get("attention.value_length") or k)
+        k_swa, v_swa = int(get("attention.key_length_swa") or k), int(get("attention.value_length_swa") or v)
+        pattern = list(get("attention.sliding_window_pattern") or [False] * layers)
+        owning = layers - int(get("attention.shared_kv_layers") or 0)
+        full_k = full_v = swa_k = swa_v = 0
+        for il in range(owning):
+            n = int(per_layer[il])
+            if pattern[il]:
+                swa_k, swa_v = swa_k + n * k_swa, swa_v + n * v_swa
+            else:
+                full_k, full_v = full_k + n * k, full_v + n * v
+        window = int(get("attention.sliding_window") or 0) if any(pattern) else 0
+        return json.dumps(KvLayout(full_k, full_v, swa_k, swa_v, window).to_dict())
+
+    return KvLayout(**json.loads(remember("kv-layout", gguf, read)))
 
 
 def gguf_context_length(gguf: Path) -> int | None:
@@ -177,12 +195,10 @@ def gguf_context_length(gguf: Path) -> int | None:
     return int(remember("gguf-context-length", gguf, read)) or None
 
 
-def kv_bytes_per_token(models: Mapping[str, Path], runtime: Runtime) -> int:
-    """One token's K and V over the target's and the drafter's layers at the served cache types (an upper bound,
-    as ``LlamaCpp.kv_cache_bytes`` says); recorded in release.json, where the bench sizes its context points."""
-    values = [gguf_kv_per_token(path) for rel, path in models.items()
-              if rel in ("models/target.gguf", "models/drafter.gguf")]
-    return LlamaCpp().settings(runtime).kv_bytes(sum(k for k, _ in values), sum(v for _, v in values))
+def kv_layout(models: Mapping[str, Path]) -> KvLayout:
+    """The release's cache: the target's and the drafter's layouts together (an assistant owns none)."""
+    return sum_layouts([gguf_kv_layout(path) for rel, path in models.items()
+                        if rel in ("models/target.gguf", "models/drafter.gguf")])
 
 
 def gguf_has_chat_template(gguf: Path) -> bool:
@@ -228,7 +244,7 @@ def compose(recipe: Recipe, board: Board, base: str, bin_dir: Path, build_key: s
         "runtime": LlamaCpp().served_runtime(rt), "guards": [g.to_dict() for g in guards], "gpu": gpu,
         "media": media_kinds(models) if mmproj else [],
         "chat": gguf_has_chat_template(models["models/target.gguf"]), **auth, **run_as_fields(user),
-        "kv_bytes_per_token": kv_bytes_per_token(models, rt),
+        **kv_fields(kv_layout(models).in_bytes(*LlamaCpp().settings(rt).kv_type_bytes)),
         "model_context": gguf_context_length(models["models/target.gguf"]),
     }
 
@@ -293,11 +309,12 @@ class LlamaCpp(EngineBase):
         return _fleet_releases(recipe, targets, src, cuda, console)
 
     def kv_cache_bytes(self, plan: ReleasePlan, recipe: Recipe) -> int:
-        """K and V of every layer of the target and the drafter at runtime.ctx_size (llama-server's -c, shared
-        by its slots), at the recipe's cache types (runtime.llama_cpp.cache_type_k/_v): an upper bound where
-        sliding-window or shared-KV layers hold fewer tokens."""
-        return kv_bytes_per_token({rel: b.path for rel, b in plan.files.items()}, recipe.runtime) \
-            * recipe.runtime.ctx_size
+        """The cache llama-server allocates at runtime.ctx_size (its -c, shared by runtime.parallel slots) and the
+        recipe's cache types (runtime.llama_cpp.cache_type_k/_v): full layers the whole context, sliding layers
+        their window per slot, KV-shared layers and the assistant nothing of their own."""
+        return kv_layout({rel: b.path for rel, b in plan.files.items()}).in_bytes(
+            *self.settings(recipe.runtime).kv_type_bytes).at(recipe.runtime.ctx_size,
+                                                                                 recipe.runtime.parallel)
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:
         from edgekit.build import BuildOptions, build

@@ -49,9 +49,10 @@ class LlamaCppSettings(PrintableModel):
                              "flash_attn is off: llama.cpp refuses that pair")
         return self
 
-    def kv_bytes(self, k_elements: int, v_elements: int) -> int:
-        """Bytes of a KV cache holding ``k_elements`` K and ``v_elements`` V values at these types."""
-        return int(k_elements * KV_BYTES[self.cache_type_k] + v_elements * KV_BYTES[self.cache_type_v])
+    @property
+    def kv_type_bytes(self) -> tuple[float, float]:
+        """Bytes of one K value and of one V value at these cache types."""
+        return KV_BYTES[self.cache_type_k], KV_BYTES[self.cache_type_v]
 
     @field_validator("flash_attn", mode="before")
     @classmethod
