@@ -11,6 +11,7 @@ import pytest
 from edgekit.config.recipes import Runtime
 from edgekit.engines.llamacpp.args import server_args
 from edgekit.errors import EdgekitError
+from edgekit.models.footprint import KvLayout
 from edgekit.release.plan import plan_release
 from edgekit.remote.probe import jetpack_for, parse_l4t, parse_probe
 
@@ -191,9 +192,12 @@ def test_kv_cache_types_are_llama_cpp_settings_passed_counted_and_checked_agains
     assert not {"-ctk", "-ctv"} & set(server_args(Runtime(), HELP_2026, "t.gguf", None, 8080))  # f16: as before
     # bytes per value: f16 2, q8_0 34/32, q4_0 18/32 (ggml's blocks of 32)
     one_k = 1 << 20
-    assert LlamaCppSettings().kv_bytes(one_k, one_k) == 4 * one_k
-    assert LlamaCppSettings(cache_type_k="q8_0", cache_type_v="q8_0").kv_bytes(one_k, one_k) == 34 * one_k // 16
-    assert LlamaCppSettings(cache_type_k="q4_0", cache_type_v="f16").kv_bytes(one_k, one_k) == (18 + 64) * one_k // 32
+    def kv_bytes(settings: LlamaCppSettings) -> int:
+        return KvLayout(one_k, one_k, 0, 0, 0).in_bytes(*settings.kv_type_bytes).per_token_upper
+
+    assert kv_bytes(LlamaCppSettings()) == 4 * one_k
+    assert kv_bytes(LlamaCppSettings(cache_type_k="q8_0", cache_type_v="q8_0")) == 34 * one_k // 16
+    assert kv_bytes(LlamaCppSettings(cache_type_k="q4_0", cache_type_v="f16")) == (18 + 64) * one_k // 32
     with pytest.raises(ValidationError, match=r"quantized V cache \(cache_type_v: q4_0\) needs flash attention"):
         LlamaCppSettings(cache_type_v="q4_0", flash_attn="off")
     # On Orin, drafting with MTP on the GPU turns flash attention off (llama.cpp#24457): a quantized V cache is

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 import urllib.request
 from pathlib import Path
 
@@ -193,3 +194,24 @@ def test_the_pair_deployed_to_a_simulated_board_drafts_and_changes_no_token(mode
     drafted, alone = complete(), complete(**{"speculative.n_max": 0})  # edgekit's patch 0001: this request alone
     assert drafted["timings"]["draft_n"] > 0 and not alone["timings"].get("draft_n")
     assert drafted["tokens"] == alone["tokens"]
+
+
+def test_the_counts_are_a_generated_checkpoints_element_for_element() -> None:
+    for name in ("tiny-gemma4-31b", "tiny-gemma4-26b-a4b", "tiny-gemma4-e2b", "tiny-gemma4-31b-assistant",
+                 "tiny-gemma4-e2b-assistant"):
+        model = ensure_synthetic(name)
+        matrix = kept = 0
+        for path in model.glob("*.safetensors"):
+            raw = path.read_bytes()
+            header = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+            for key, entry in header.items():
+                if key == "__metadata__" or any(t in key for t in ("vision", "audio", "token_ordering")):
+                    continue
+                n = 1
+                for d in entry["shape"]:
+                    n *= d
+                if len(entry["shape"]) >= 2 and "router.proj" not in key:
+                    matrix += n
+                else:
+                    kept += n
+        assert footprint(json.loads((model / "config.json").read_text())).parameters() == (matrix, kept), name

@@ -84,3 +84,23 @@ def test_a_fleet_board_whose_memory_cannot_hold_the_release_fails_alone_and_is_s
     assert f"has {AVAILABLE_MB} MB of memory available but release" in reason and "models 2" in reason, reason
     assert not (tight.base / "store").exists() or not any((tight.base / "store").iterdir())
     assert (roomy.base / "current").is_symlink()
+
+
+def test_a_published_recipe_too_big_for_the_board_is_refused_before_a_byte_is_downloaded(sim_session, env) -> None:
+    """31b-mtp on an 8 GB Orin Nano: its size is known from the published structure, so the deploy stops before it
+    downloads, builds or sends anything; on a 64 GB AGX Orin it goes on (to the download, which this machine's
+    offline hub refuses: the memory was not the reason)."""
+    offline = {**env, "HF_HUB_OFFLINE": "1"}
+    (nano,) = sim_session.boards(1, "orin-nano-8gb")
+    res = edgekit("deploy", "--board", nano.name, "--recipe", "31b-mtp", env=offline)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    line = res.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"edgekit: Board '{nano.name}' has ") and "recipe '31b-mtp' needs ≈ 20" in line, line
+    assert "nothing was downloaded, built or sent" in line and "its weights alone do not fit" in line, line
+    store = nano.base / "store"
+    assert "build llama.cpp" not in res.stderr and not (store.exists() and any(store.iterdir()))
+    (agx,) = sim_session.boards(1, "orin")
+    res = edgekit("deploy", "--board", agx.name, "--recipe", "31b-mtp", env=offline)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert "memory: ≈ 20" in res.stderr and "MB of memory available but" not in res.stderr, res.stderr[-2000:]
+    assert "HF_HUB_OFFLINE is set" in res.stderr.strip().splitlines()[-1], res.stderr[-2000:]

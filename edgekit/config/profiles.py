@@ -45,6 +45,17 @@ class BoardProfile(BaseModel):
     def cuda_major(self) -> int:
         return int(self.cuda_version.split(".")[0])
 
+    @property
+    def mem_total_mb(self) -> int:
+        """What the kernel's MemTotal says on a current image: the firmware's carve-outs are not in it."""
+        return int(self.mem_gb * 1024 * 0.96)
+
+    @property
+    def mem_available_mb(self) -> int:
+        """MemAvailable of a freshly booted board (desktop off): what a model server can have. The simulated
+        board reports it; `edgekit recipes fit --board PROFILE` sizes recipes against it."""
+        return int(self.mem_total_mb * 0.9)
+
 
 def _ina3221(addr: str, labels: list[str], idle: list[float], per_core: list[float]) -> tuple[PowerRail, ...]:
     return tuple(

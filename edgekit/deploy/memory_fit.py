@@ -4,6 +4,11 @@ recipe's context and the runtime (edgekit.release.memory) against what the board
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from edgekit.config.recipes import Recipe
+from edgekit.engines import recipe_fit
+from edgekit.engines.capabilities import EngineBase
 from edgekit.errors import EdgekitError
 from edgekit.release.manifest import ReleaseManifest
 from edgekit.release.memory import models_mb, need_of
@@ -23,11 +28,7 @@ def check(runner: Runner, name: str, facts: BoardFacts, plan: ReleasePlan, kv_by
     lay = releases.layout(runner, facts.base)
     if lay.current == plan.release_id:
         return  # it runs already: the memory it needs is what it holds
-    frees = 0.0
-    if in_place and lay.current:
-        current = ReleaseManifest.read(releases.read_manifest(runner, facts.base, lay.current),
-                                       f"release {lay.current} on board {name!r}")
-        frees = models_mb({rel: entry.size for rel, entry in current.files.items()})
+    frees = serving_models_mb(runner, name, facts.base, lay.current) if in_place else 0.0
     if need.total_mb <= available + frees:
         return
     freed = f" (+{frees:.0f} MB its current release frees as it stops)" if frees else ""
@@ -35,3 +36,22 @@ def check(runner: Runner, name: str, facts: BoardFacts, plan: ReleasePlan, kv_by
         f"Board {name!r} has {available} MB of memory available{freed} but release {plan.release_id} needs "
         f"{need.describe()}; nothing was sent and what the board serves is unchanged. Free memory on the board, "
         "or lower runtime.ctx_size (or runtime.parallel), or choose a smaller model.")
+
+
+def serving_models_mb(runner: Runner, name: str, base: str, current: str | None) -> float:
+    """The models of the release the board serves: memory its server frees as it stops (0 without one)."""
+    if not current:
+        return 0.0
+    manifest = ReleaseManifest.read(releases.read_manifest(runner, base, current),
+                                    f"release {current} on board {name!r}")
+    return models_mb({rel: entry.size for rel, entry in manifest.files.items()})
+
+
+def check_recipe(runner: Runner, name: str, facts: BoardFacts, recipe: Recipe, engine: EngineBase,
+                 say: Callable[[str], None]) -> None:
+    """Before a model is downloaded or built: a recipe of published models the board cannot hold at its context
+    even once the release it serves stops is refused in one sentence (edgekit.engines.recipe_fit)."""
+    if facts.mem_available_mb is None:
+        return
+    frees = serving_models_mb(runner, name, facts.base, facts.current)
+    recipe_fit.check_before_build(recipe, engine, name, facts.mem_available_mb, frees, say)

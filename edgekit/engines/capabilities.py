@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from edgekit.config.recipes import Recipe, Runtime
     from edgekit.engines.base import EngineRelease, ReleaseContext
     from edgekit.engines.benchconf import BenchSite, ServerConfig
+    from edgekit.models.footprint import KvBytes, KvLayout
     from edgekit.release.plan import ReleasePlan
     from edgekit.remote.probe import BoardFacts
     from edgekit.remote.runner import LocalRunner, SshRunner
@@ -132,6 +133,11 @@ class EngineBase:
     def kv_cache_bytes(self, plan: ReleasePlan, recipe: Recipe) -> int:
         """The KV cache its server allocates for ``plan`` at the recipe's context (0: not known up front)."""
         return 0
+
+    def kv_bytes_of(self, layout: KvLayout, runtime: Runtime) -> KvBytes | None:
+        """The cache per token its server keeps for models of ``layout`` at the runtime's cache types, before
+        they are converted (edgekit.engines.recipe_fit); None: the engine cannot say up front."""
+        return None
 
     def check_host_needs(self, recipe: Recipe) -> None:
         """Refuse, before anything is built or sent, a recipe whose models need a package this Python lacks."""

@@ -167,6 +167,10 @@ class Footprint:
             matrix -= self.vocab * self.hidden - self.centroid_top_k * (self.vocab // self.centroids) * self.hidden
         return matrix
 
+    def active_bytes(self, quant: str) -> int:
+        """Bytes one decode step reads at ``quant``: the active matrices and every F32 weight."""
+        return int(self.active_matrix() * BYTES_PER_WEIGHT[quant] + 4 * self.parameters()[1])
+
     def kv(self) -> KvLayout:
         """The cache llama.cpp keeps for this model: the layers that own one. K = V layers still keep a V cache
         there (gemma4.cpp passes Kcur as Vcur into a cache with both), so they cost what other layers do; an

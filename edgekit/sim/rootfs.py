@@ -163,10 +163,10 @@ def make_root(root: Path, profile: BoardProfile, volatile: Path | None = None) -
          "cuda_cudart": {"name": "CUDA Runtime (cudart)", "version": cuda}}, indent=3) + "\n")
     _link(root / "usr/local/cuda", f"cuda-{profile.cuda_version}")
     # Memory as the board has it (the host's /proc/meminfo would say the workstation's).
-    total_kb = int(profile.mem_gb * 1024 * 1024 * 0.96)
+    total_kb = profile.mem_total_mb * 1024
     _put(root / "proc/meminfo",
          f"MemTotal:       {total_kb} kB\nMemFree:        {int(total_kb * 0.85)} kB\n"
-         f"MemAvailable:   {int(total_kb * 0.9)} kB\nSwapTotal:      {total_kb // 2} kB\n")
+         f"MemAvailable:   {profile.mem_available_mb * 1024} kB\nSwapTotal:      {total_kb // 2} kB\n")
     # Power mode (nvpmodel -q reads these; see bin/nvpmodel).
     _put(root / "etc/nvpmodel.conf", _nvpmodel_conf(fam, profile.cpu_cores))
     _put(root / "var/lib/nvpmodel/status", "pmode:0000 fmode:quiet\n")

@@ -26,7 +26,7 @@ from edgekit.engines.llamacpp.args import server_args
 from edgekit.engines.llamacpp.quirks import Applied, apply_guards
 from edgekit.engines.llamacpp.settings import KV_TYPES, SECTION, SPEC_TYPES, LlamaCppSettings, changed
 from edgekit.errors import EdgekitError
-from edgekit.models.footprint import KvLayout, sum_layouts
+from edgekit.models.footprint import KvBytes, KvLayout, sum_layouts
 from edgekit.paths import cache_dir
 from edgekit.release.auth import auth_fields
 from edgekit.release.chat_template import template_files
@@ -307,6 +307,9 @@ class LlamaCpp(EngineBase):
                        console: Console) -> FleetReleases:
         """One build per board kind, the models once, one release per (build, base, service port)."""
         return _fleet_releases(recipe, targets, src, cuda, console)
+
+    def kv_bytes_of(self, layout: KvLayout, runtime: Runtime) -> KvBytes:
+        return layout.in_bytes(*self.settings(runtime).kv_type_bytes)
 
     def kv_cache_bytes(self, plan: ReleasePlan, recipe: Recipe) -> int:
         """The cache llama-server allocates at runtime.ctx_size (its -c, shared by runtime.parallel slots) and the

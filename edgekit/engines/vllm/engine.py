@@ -43,7 +43,9 @@ from edgekit.remote import agent_call, agent_ship
 from edgekit.remote.runner import LocalRunner, SshRunner
 
 if TYPE_CHECKING:
+    from edgekit.config.recipes import Runtime
     from edgekit.engines.benchconf import ServerConfig
+    from edgekit.models.footprint import KvBytes, KvLayout
 
 Runner = SshRunner | LocalRunner
 MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
@@ -157,6 +159,11 @@ class Vllm(EngineBase):
 
     def tune_point(self, drafter: ServerConfig, n: int, p_min: float | None) -> ServerConfig:
         return vllm_bench.tune_point(drafter, n, p_min)
+
+    def kv_bytes_of(self, layout: KvLayout, runtime: Runtime) -> KvBytes | None:
+        """Its cache in the model's bf16, sliding layers held to their window as vLLM's hybrid allocator does (as
+        llama.cpp counts it); None where the recipe fixes the cache (vllm.kv_cache_gib): then that is it."""
+        return None if own(runtime).kv_cache_gib else layout.in_bytes(2.0, 2.0)
 
     def kv_cache_bytes(self, plan: ReleasePlan, recipe: Recipe) -> int:
         """The cache the recipe fixes (vllm.kv_cache_gib); else vLLM sizes it from what memory is left."""
