@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 LIGHT_ARCHS = {"Gemma4ForConditionalGeneration": "GEMMA4", "Gemma4ForCausalLM": "GEMMA4",
-               "Gemma4AssistantForCausalLM": "GEMMA4_ASSISTANT"}
+               "Gemma4UnifiedForConditionalGeneration": "GEMMA4", "Gemma4AssistantForCausalLM": "GEMMA4_ASSISTANT",
+               "Gemma4UnifiedAssistantForCausalLM": "GEMMA4_ASSISTANT"}
 # TextModel.filter_tensors at the pinned commit: multimodal towers are not part of a text GGUF.
 _MM_PREFIXES = ("mlp", "vit.", "vpm.", "siglip2.", "conformer.", "merger.", "resampler.", "sound_encoder.",
                 "sound_projection.", "speech_embeddings.")

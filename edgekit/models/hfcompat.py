@@ -16,15 +16,22 @@ def patch_transformers() -> None:
     if _applied:
         return
     from transformers.models.gemma4 import configuration_gemma4 as cfg
+    from transformers.models.gemma4_unified import configuration_gemma4_unified as unified
 
-    prop = getattr(cfg.Gemma4TextConfig, "kv_sharing_modes", None)
-    if isinstance(prop, property) and prop.fget is not None:
-        original = prop.fget
-
-        def kv_sharing_modes(self):  # type: ignore[no-untyped-def]
-            if self.num_hidden_layers and self.num_kv_shared_layers == self.num_hidden_layers:
-                return ["reuse"] * self.num_hidden_layers
-            return original(self)
-
-        cfg.Gemma4TextConfig.kv_sharing_modes = property(kv_sharing_modes)
+    for config_class in (cfg.Gemma4TextConfig, unified.Gemma4UnifiedTextConfig):  # the 12B's assistant: the same
+        _all_reuse(config_class)
     _applied = True
+
+
+def _all_reuse(config_class: type) -> None:
+    prop = getattr(config_class, "kv_sharing_modes", None)
+    if not (isinstance(prop, property) and prop.fget is not None):
+        return
+    original = prop.fget
+
+    def kv_sharing_modes(self):  # type: ignore[no-untyped-def]
+        if self.num_hidden_layers and self.num_kv_shared_layers == self.num_hidden_layers:
+            return ["reuse"] * self.num_hidden_layers
+        return original(self)
+
+    config_class.kv_sharing_modes = property(kv_sharing_modes)

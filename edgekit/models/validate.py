@@ -10,12 +10,13 @@ from typing import Any
 from edgekit.errors import EdgekitError
 from edgekit.models.safetensors import open_model
 
-TARGET_ARCHS = ("Gemma4ForConditionalGeneration", "Gemma4ForCausalLM")
-DRAFTER_ARCHS = ("Gemma4AssistantForCausalLM",)
+TARGET_ARCHS = ("Gemma4ForConditionalGeneration", "Gemma4ForCausalLM", "Gemma4UnifiedForConditionalGeneration")
+DRAFTER_ARCHS = ("Gemma4AssistantForCausalLM", "Gemma4UnifiedAssistantForCausalLM")
 ARCHS = {"target": TARGET_ARCHS, "drafter": DRAFTER_ARCHS}
 # What llama.cpp writes as general.architecture for each (the assistant with a hyphen).
 GGUF_ARCH = {"Gemma4ForConditionalGeneration": "gemma4", "Gemma4ForCausalLM": "gemma4",
-             "Gemma4AssistantForCausalLM": "gemma4-assistant"}
+             "Gemma4UnifiedForConditionalGeneration": "gemma4", "Gemma4AssistantForCausalLM": "gemma4-assistant",
+             "Gemma4UnifiedAssistantForCausalLM": "gemma4-assistant"}
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,11 @@ def has_chat_template(path: Path) -> bool:
 
 
 def _towers(path: Path, cfg: dict[str, Any], names: set[str]) -> tuple[str, ...]:
-    """The towers a multimodal config declares, each checked to be in the weights."""
+    """The towers a multimodal config declares, each checked to be in the weights. The 12B ("Unified") has none:
+    its images and audio enter through projections (``model.embed_vision``/``embed_audio``) that edgekit does
+    not serve yet: it serves the text model."""
+    if (cfg.get("architectures") or [""])[0] == "Gemma4UnifiedForConditionalGeneration":
+        return ()
     found = []
     for tower in ("vision", "audio"):
         if not cfg.get(f"{tower}_config"):

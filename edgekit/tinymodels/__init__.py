@@ -73,7 +73,7 @@ def fingerprint() -> str:
         digest.update(path.name.encode() + path.read_bytes())
     data = resources.files("edgekit").joinpath("data")
     configs = [f"gemma4-configs/{m}{r}.config.json"
-               for m in ("gemma-4-E2B-it", "gemma-4-E4B-it", "gemma-4-31B-it", "gemma-4-26B-A4B-it")
+               for m in ("gemma-4-E2B-it", "gemma-4-E4B-it", "gemma-4-31B-it", "gemma-4-26B-A4B-it", "gemma-4-12B-it")
                for r in ("", "-assistant")]
     for name in ("align_prompts.txt", *configs):
         digest.update(name.encode() + data.joinpath(name).read_bytes())

@@ -21,7 +21,9 @@ from edgekit.tinymodels.grid import qat_copy, snap_to_grid
 from edgekit.tinymodels.legacy import save_model
 from edgekit.tinymodels.tokenizer import END_OF_TURN_ID, media_token_ids, write_tokenizer
 
-VARIANTS = {"e2b": "gemma-4-E2B-it", "e4b": "gemma-4-E4B-it", "31b": "gemma-4-31B-it", "26b-a4b": "gemma-4-26B-A4B-it"}
+VARIANTS = {"e2b": "gemma-4-E2B-it", "e4b": "gemma-4-E4B-it", "31b": "gemma-4-31B-it", "26b-a4b": "gemma-4-26B-A4B-it",
+            "12b": "gemma-4-12B-it"}
+UNIFIED = ("12b",)  # Gemma4UnifiedForConditionalGeneration: no towers, images and audio through projections
 VOCAB = 512
 PERIODS = 2  # layers = two sliding/full periods; the first is KV-owning, the second KV-shared
 NUM_CENTROIDS = 16  # 512 / 16 = 32 tokens per centroid
@@ -36,7 +38,12 @@ TEXT_31B = dict(hidden_size=64, intermediate_size=256, num_attention_heads=2, nu
 # The 26B-A4B: the 31B's attention, and a mixture of experts beside a shared MLP in every layer (published: 128
 # experts, top 8, each 704 wide; the shared one `intermediate_size`). Here 8 experts, top 2.
 TEXT_26B_A4B = {**TEXT_31B, "intermediate_size": 128, "num_experts": 8, "top_k_experts": 2, "moe_intermediate_size": 32}
-TEXT_BY_VARIANT = {"e2b": TEXT, "e4b": TEXT, "31b": TEXT_31B, "26b-a4b": TEXT_26B_A4B}
+# The 12B ("Unified"): the 31B's attention with one KV head on its full layers, a 4× MLP.
+TEXT_12B = {**TEXT_31B, "num_key_value_heads": 2, "num_global_key_value_heads": 1}
+TEXT_BY_VARIANT = {"e2b": TEXT, "e4b": TEXT, "31b": TEXT_31B, "26b-a4b": TEXT_26B_A4B, "12b": TEXT_12B}
+# The Unified model's image and audio inputs: a patch projection and an embedding projection each, small.
+UNIFIED_VISION = dict(mm_embed_dim=64, output_proj_dims=64, mm_posemb_size=16)
+UNIFIED_AUDIO = dict(audio_embed_dim=32)
 ASSISTANT_TEXT = dict(hidden_size=32, intermediate_size=64, num_attention_heads=2, head_dim=32, global_head_dim=64,
                       sliding_window=16)
 VISION = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
@@ -60,9 +67,28 @@ def tiny_layers(layer_types: list[str]) -> list[str]:
     return unit * PERIODS
 
 
-def target_config(variant: str, vocab_size: int = VOCAB):  # -> Gemma4Config
+def _unified_target_config(variant: str, vocab_size: int):  # -> Gemma4UnifiedConfig
+    from transformers.models.gemma4_unified import configuration_gemma4_unified as unified
+
+    patch_transformers()
+    pub = published_config(VARIANTS[variant])
+    layers = tiny_layers(pub["text_config"]["layer_types"])
+    text = unified.Gemma4UnifiedTextConfig(**{**_clean(pub["text_config"]), **TEXT_BY_VARIANT[variant],
+                                              "vocab_size": vocab_size, "layer_types": layers,
+                                              "num_hidden_layers": len(layers)})
+    vision = unified.Gemma4UnifiedVisionConfig(**{**_clean(pub["vision_config"]), **UNIFIED_VISION})
+    audio = unified.Gemma4UnifiedAudioConfig(**{**_clean(pub["audio_config"]), **UNIFIED_AUDIO})
+    top = {k: v for k, v in _clean(pub).items() if k not in ("text_config", "vision_config", "audio_config")}
+    media = media_token_ids(vocab_size)
+    top.update(media, eoa_token_index=media["eoa_token_id"], eos_token_id=[text.eos_token_id, END_OF_TURN_ID])
+    return unified.Gemma4UnifiedConfig(text_config=text, vision_config=vision, audio_config=audio, **top)
+
+
+def target_config(variant: str, vocab_size: int = VOCAB):  # -> Gemma4Config (Gemma4UnifiedConfig for the 12B)
     from transformers import Gemma4AudioConfig, Gemma4Config, Gemma4TextConfig, Gemma4VisionConfig
 
+    if variant in UNIFIED:
+        return _unified_target_config(variant, vocab_size)
     pub = published_config(VARIANTS[variant])
     pub_text = pub["text_config"]
     layers = tiny_layers(pub_text["layer_types"])
@@ -91,6 +117,11 @@ def assistant_config(variant: str, vocab_size: int = VOCAB, text: dict | None = 
     from transformers import Gemma4AssistantConfig, Gemma4TextConfig
 
     patch_transformers()
+    if variant in UNIFIED:
+        from transformers.models.gemma4_unified import configuration_gemma4_unified as unified
+        from transformers.models.gemma4_unified_assistant import configuration_gemma4_unified_assistant as ua
+
+        Gemma4TextConfig, Gemma4AssistantConfig = unified.Gemma4UnifiedTextConfig, ua.Gemma4UnifiedAssistantConfig
     pub = published_config(f"{VARIANTS[variant]}-assistant")
     target_text = target_config(variant, vocab_size).text_config
     # It reads the target's KV cache through views of its own head counts: they must be the target's.
@@ -109,17 +140,27 @@ def _is_text(name: str) -> bool:
     return ".language_model." in f".{name}" or name.startswith("lm_head")
 
 
+def _target_class(variant: str):  # -> type[Gemma4ForConditionalGeneration]
+    if variant in UNIFIED:
+        from transformers.models.gemma4_unified.modeling_gemma4_unified import Gemma4UnifiedForConditionalGeneration
+
+        return Gemma4UnifiedForConditionalGeneration
+    from transformers import Gemma4ForConditionalGeneration
+
+    return Gemma4ForConditionalGeneration
+
+
 def make_target(out_dir: Path, variant: str, seed: int = 0, qat: bool = False, vocab: int = VOCAB) -> Path:
     import torch
-    from transformers import Gemma4ForConditionalGeneration
 
     vocab_size = write_tokenizer(out_dir, vocab, layout="gemma4")
     torch.manual_seed(seed)
-    model = Gemma4ForConditionalGeneration(target_config(variant, vocab_size)).eval()
+    model = _target_class(variant)(target_config(variant, vocab_size)).eval()
     _decisive_routers(model, seed)
     if qat:  # the QAT checkpoints train the text model on the grid; the towers stay as they are
         qat_copy(model, seed, keep=_is_text)
-    _write_preprocessor(out_dir, model.config)
+    if variant not in UNIFIED:  # the Unified model has no vision tower for llama.cpp's mmproj to convert
+        _write_preprocessor(out_dir, model.config)
     save_model(model, out_dir, vocab_size, layout="gemma4")
     _add_unused_kv(out_dir, model.config.text_config, seed, qat)
     published_style(out_dir / "config.json")
@@ -133,6 +174,10 @@ def make_assistant(out_dir: Path, variant: str, seed: int = 0, qat: bool = False
     from transformers import Gemma4AssistantForCausalLM
 
     patch_transformers()
+    if variant in UNIFIED:
+        from transformers.models.gemma4_unified_assistant.modeling_gemma4_unified_assistant import (
+            Gemma4UnifiedAssistantForCausalLM as Gemma4AssistantForCausalLM,
+        )
     vocab_size = write_tokenizer(out_dir, vocab, layout="gemma4")
     torch.manual_seed(seed + 1)
     model = Gemma4AssistantForCausalLM(assistant_config(variant, vocab_size, text, centroids)).eval()
