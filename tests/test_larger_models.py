@@ -1,6 +1,7 @@
 """The larger Gemma 4 models' structure, made small: the 31B (dense; K = V on its full layers, which have KV heads of
 their own; no per-layer inputs, no KV sharing), the 26B-A4B (the same attention, and a mixture of experts beside a
-shared MLP in every layer) and their assistants (dense tied heads). Generated, converted by the pinned llama.cpp's
+shared MLP in every layer), the 12B (Gemma4UnifiedForConditionalGeneration: the 31B's kind of text model, images and
+audio through projections) and their assistants (dense tied heads). Generated, converted by the pinned llama.cpp's
 converter (exact Q4_0 repack of the QAT pairs, experts and router included, bit for bit), served by the host
 llama-server with the assistant drafting, greedy text unchanged; the 31B's F32 target against transformers, the
 26B-A4B's F32 GGUF against its checkpoint tensor by tensor."""
@@ -168,7 +169,7 @@ def test_the_26b_a4b_f32_gguf_holds_its_checkpoint_tensor_for_tensor(store: Stor
             assert ours.size == theirs.size and np.array_equal(ours.reshape(theirs.shape), theirs), (layer, g)
 
 
-@pytest.mark.parametrize("model", ["31b", "26b-a4b"])
+@pytest.mark.parametrize("model", ["31b", "26b-a4b", "12b"])
 def test_the_pair_deployed_to_a_simulated_board_drafts_and_changes_no_token(model: str, sim_session,  # type: ignore[no-untyped-def]
                                                                            tmp_path: Path) -> None:
     import os
@@ -202,8 +203,8 @@ def test_the_pair_deployed_to_a_simulated_board_drafts_and_changes_no_token(mode
 
 
 def test_the_counts_are_a_generated_checkpoints_element_for_element() -> None:
-    for name in ("tiny-gemma4-31b", "tiny-gemma4-26b-a4b", "tiny-gemma4-e2b", "tiny-gemma4-31b-assistant",
-                 "tiny-gemma4-e2b-assistant"):
+    for name in ("tiny-gemma4-31b", "tiny-gemma4-26b-a4b", "tiny-gemma4-12b", "tiny-gemma4-e2b",
+                 "tiny-gemma4-31b-assistant", "tiny-gemma4-12b-assistant", "tiny-gemma4-e2b-assistant"):
         model = ensure_synthetic(name)
         matrix = kept = 0
         for path in model.glob("*.safetensors"):

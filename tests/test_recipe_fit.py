@@ -32,6 +32,10 @@ def test_the_published_models_have_their_published_sizes() -> None:
         assert 0.40 < sum(_published(name).parameters()) / 1e9 < 0.48, name
     # Q4_0: 18 bytes per 32 weights; the 31B ≈ 17.3 GB, the MoE ≈ 14.2 GB with all its experts.
     assert 17.0e9 < dense.weight_bytes("q4_0-exact") < 17.6e9 and 14.0e9 < moe.weight_bytes("q4_0-exact") < 14.5e9
+    # The 12B: ≈ 12 B parameters, bf16 ≈ 23.9 GB; Google's QAT Q4_0 GGUF ≈ 7.0 GB (it keeps some tensors wider).
+    unified = _published("gemma-4-12B-it")
+    assert abs(sum(unified.parameters()) / 1e9 - 11.9) < 0.2 and abs(unified.weight_bytes("BF16") / 1e9 - 23.9) < 0.3
+    assert 6.5e9 < unified.weight_bytes("q4_0-exact") < 7.1e9
 
 
 def test_the_cache_is_counted_as_llama_cpp_keeps_it() -> None:
@@ -55,6 +59,7 @@ def test_repo_ids_name_the_structure_they_have() -> None:
     assert config_name_of_repo("google/gemma-4-26B-A4B-it-qat-q4_0-unquantized-assistant") == \
         "gemma-4-26B-A4B-it-assistant"
     assert config_name_of_repo("google/gemma-4-E2B-it") == "gemma-4-E2B-it"
+    assert config_name_of_repo("google/gemma-4-12B-it-qat-q4_0-unquantized-assistant") == "gemma-4-12B-it-assistant"
     for unknown in ("google/gemma-4-99B-it", "someone/gemma-4-31B-it", "google/gemma-3-270m-it"):
         assert config_name_of_repo(unknown) is None, unknown
 
@@ -104,8 +109,9 @@ def test_synthetic_and_local_models_are_sized_after_they_are_made() -> None:
 
 def test_the_fit_table_of_every_profile() -> None:
     rows = ok_json(edgekit("--json", "recipes", "fit", "--recipe", "31b-mtp", "--recipe", "26b-a4b-mtp",
-                           "--recipe", "e2b-mtp"))
+                           "--recipe", "12b-mtp", "--recipe", "e2b-mtp"))
     table = {(r["board"], r["recipe"]): r for r in rows}
+    assert table[("orin-nx-16gb", "12b-mtp")]["fits"] and not table[("orin-nano-8gb", "12b-mtp")]["fits"]
     assert table[("orin-nano-8gb", "31b-mtp")]["fits"] is False
     assert table[("orin-nano-8gb", "e2b-mtp")]["fits"] is True
     assert table[("orin-agx-64gb", "31b-mtp")]["fits"] is True and table[("thor-agx-128gb", "26b-a4b-mtp")]["fits"]
