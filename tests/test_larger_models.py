@@ -22,7 +22,7 @@ pytest.importorskip("transformers")
 from build_helpers import sdist_or_skip
 from llama_helpers import host_llama_bin, served
 
-from edgekit.bench.roofline import read_header
+from edgekit.bench.roofline import bytes_per_token, read_header
 from edgekit.config.recipes import Recipe
 from edgekit.convert.gguf_io import GGUFFile
 from edgekit.convert.inputs import ensure_synthetic
@@ -93,6 +93,12 @@ def test_the_qat_pair_repacks_exactly_and_serves_with_its_assistant_drafting(mod
         config = json.loads((ensure_synthetic(name) / "config.json").read_text())
         tensors = sum(t.nbytes for t in read_header(pair[role].open("rb")).tensors)
         assert footprint(config).tensor_bytes("q4_0-exact") == tensors, role
+        if role == "target":  # the bench's roofline reads what the count says a token reads (top-k of the experts)
+            per_token, _ = bytes_per_token(read_header(pair[role].open("rb")))
+            counted = footprint(config)
+            rope = 4 * max(layer.head_dim for layer in counted.layers if layer.full) // 2
+            assert per_token == counted.active_bytes("q4_0-exact") + rope
+            assert (per_token < tensors) == (model == "26b-a4b")  # dense: every byte, every token
     gguf = GGUFFile(pair["target"])
     heads = gguf.get("gemma4.attention.head_count_kv")
     assert heads == [2, 2, 2, 2, 2, 1] * 2  # the full layers' own KV heads

@@ -168,8 +168,10 @@ class Footprint:
         return matrix
 
     def active_bytes(self, quant: str) -> int:
-        """Bytes one decode step reads at ``quant``: the active matrices and every F32 weight."""
-        return int(self.active_matrix() * BYTES_PER_WEIGHT[quant] + 4 * self.parameters()[1])
+        """Bytes one decode step reads at ``quant``: the active matrices and the F32 weights, of the per-expert
+        scales only the routed experts'."""
+        unrouted_scales = sum(s.experts - s.top_k for s in self.layers if s.experts)
+        return int(self.active_matrix() * BYTES_PER_WEIGHT[quant] + 4 * (self.parameters()[1] - unrouted_scales))
 
     def kv(self) -> KvLayout:
         """The cache llama.cpp keeps for this model: the layers that own one. K = V layers still keep a V cache
