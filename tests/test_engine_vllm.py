@@ -239,3 +239,28 @@ def test_board_setup_names_the_group_vllm_s_container_needs() -> None:
     notes = group_notes("robot", SimpleNamespace(gpu_driver="", groups=["robot"]), group_needs())  # type: ignore
     assert len(notes) == 1 and "sudo usermod -aG docker robot" in notes[0] and "vllm.python" in notes[0], notes
     assert group_notes("robot", SimpleNamespace(gpu_driver="", groups=["docker"]), group_needs()) == []  # type: ignore
+
+
+def test_vllm_serves_the_moe_pair_with_mtp_and_changes_no_token(sim_session, env, tmp_path) -> None:
+    """The 26B-A4B's structure (the 31B's attention: K = V full layers with KV heads of their own; and the MoE's
+    routed experts beside its shared MLP) with its dense-headed assistant, through vLLM's Gemma4 MTP on its CPU
+    build: the drafter drafts and greedy text is the target's alone. Structure only: random tiny weights, an
+    unaligned drafter. (The tiny 31B pair serves the same way: one pair keeps the CPU minutes down.)"""
+    model = "26b-a4b"
+    data = yaml.safe_load((REPO / "edgekit" / "data" / "recipes" / "sim-tiny-mtp-vllm.yaml").read_text())
+    data.update(name=f"sim-tiny-{model}-vllm", target={"synthetic": f"tiny-gemma4-{model}", "quant": "F32"},
+                drafter={"synthetic": f"tiny-gemma4-{model}-assistant", "quant": "F32"})
+    data["runtime"].pop("chat_template", None)  # the published-structure tokenizer has Gemma 4's own
+    drafted = tmp_path / f"{data['name']}.yaml"
+    drafted.write_text(yaml.safe_dump(data))
+    plain_data = {**data, "name": f"sim-tiny-{model}-vllm-plain", "runtime": {**data["runtime"], "spec_type": "none"}}
+    plain_data.pop("drafter")
+    plain = tmp_path / f"{plain_data['name']}.yaml"
+    plain.write_text(yaml.safe_dump(plain_data))
+    (board,) = sim_session.boards(1, fresh=True)
+    first = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", str(drafted), env=env))
+    assert first["health"]["ok"] and first["health"]["draft_n"] > 0, first["health"]
+    with_mtp = greedy(board.service_port, data["name"])
+    alone = ok_json(edgekit("--json", "deploy", "--board", board.name, "--recipe", str(plain), env=env))
+    assert alone["health"]["ok"] and not alone["health"]["draft_n"]
+    assert greedy(board.service_port, plain_data["name"]) == with_mtp

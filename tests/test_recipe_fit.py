@@ -124,3 +124,18 @@ def test_the_fit_table_of_every_profile() -> None:
     human = edgekit("recipes", "fit", "--board", "orin-nano-8gb", "--recipe", "31b-mtp")
     assert human.returncode == 0 and "31b-mtp" in human.stdout
 
+
+
+def test_vllm_serves_the_checkpoints_in_bf16_and_is_sized_so() -> None:
+    """vLLM's recipes name the bf16 checkpoints: the 31B (≈ 61 GB) is for a Thor, not a 64 GB Orin, whatever a
+    recipe's `quant` says (vLLM does not convert)."""
+    from edgekit.config.profiles import get_profile
+
+    recipe = load_recipe("31b-mtp-vllm")
+    engine = get_engine("vllm")
+    size = recipe_size(recipe, engine)
+    assert size is not None and [p.quant for p in size.parts] == ["BF16", "BF16"] and size.weights_mb > 61_000
+    assert not fit_row(recipe, engine, get_profile("orin-agx-64gb").mem_available_mb)["fits"]
+    assert fit_row(recipe, engine, get_profile("thor-agx-128gb").mem_available_mb)["fits"]
+    moe = fit_row(load_recipe("26b-a4b-mtp-vllm"), engine, get_profile("orin-agx-64gb").mem_available_mb)
+    assert moe["fits"] and moe["longest_context"] == 32768

@@ -134,6 +134,12 @@ class EngineBase:
         """The KV cache its server allocates for ``plan`` at the recipe's context (0: not known up front)."""
         return 0
 
+    def served_quant(self, quant: str, runtime: Runtime) -> str:
+        """The form a model of the recipe's ``quant`` is held in memory by this engine's server (a key of
+        edgekit.models.footprint.BYTES_PER_WEIGHT): the converted quantization, unless the engine serves the
+        checkpoint itself."""
+        return quant
+
     def kv_bytes_of(self, layout: KvLayout, runtime: Runtime) -> KvBytes | None:
         """The cache per token its server keeps for models of ``layout`` at the runtime's cache types, before
         they are converted (edgekit.engines.recipe_fit); None: the engine cannot say up front."""

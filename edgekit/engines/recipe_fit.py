@@ -62,18 +62,18 @@ class RecipeSize:
         return max(fits) if fits else None
 
 
-def _part(role: str, source: ModelSource) -> Part | None:
+def _part(role: str, source: ModelSource, quant: str) -> Part | None:
     name = config_name_of_repo(source.repo) if source.repo else None
-    if name is None or source.quant not in BYTES_PER_WEIGHT:
+    if name is None or quant not in BYTES_PER_WEIGHT:
         return None
-    return Part(role, name, source.quant, footprint(published_config(name)))
+    return Part(role, name, quant, footprint(published_config(name)))
 
 
 def recipe_size(recipe: Recipe, engine: EngineBase) -> RecipeSize | None:
     """The recipe's size from its models' published structure; None where a model's is not known before it is
     downloaded (or the engine cannot say what cache its server allocates)."""
     sources = [("target", recipe.target), *([("drafter", recipe.drafter)] if recipe.drafter else [])]
-    parts = [_part(role, source) for role, source in sources]
+    parts = [_part(role, source, engine.served_quant(source.quant, recipe.runtime)) for role, source in sources]
     if any(p is None for p in parts):
         return None
     known = [p for p in parts if p is not None]

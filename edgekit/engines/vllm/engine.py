@@ -160,6 +160,10 @@ class Vllm(EngineBase):
     def tune_point(self, drafter: ServerConfig, n: int, p_min: float | None) -> ServerConfig:
         return vllm_bench.tune_point(drafter, n, p_min)
 
+    def served_quant(self, quant: str, runtime: Runtime) -> str:
+        """The checkpoint's safetensors at vllm.dtype (auto: the checkpoint's bf16), whatever ``quant`` says."""
+        return "F32" if own(runtime).dtype == "float32" else "BF16"
+
     def kv_bytes_of(self, layout: KvLayout, runtime: Runtime) -> KvBytes | None:
         """Its cache in the model's bf16, sliding layers held to their window as vLLM's hybrid allocator does (as
         llama.cpp counts it); None where the recipe fixes the cache (vllm.kv_cache_gib): then that is it."""
