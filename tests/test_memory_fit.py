@@ -104,3 +104,12 @@ def test_a_published_recipe_too_big_for_the_board_is_refused_before_a_byte_is_do
     assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
     assert "memory: ≈ 20" in res.stderr and "MB of memory available but" not in res.stderr, res.stderr[-2000:]
     assert "HF_HUB_OFFLINE is set" in res.stderr.strip().splitlines()[-1], res.stderr[-2000:]
+    # In a fleet the same board fails alone, in the memory phase, before anything is made for it.
+    boards = Boards(Path(sim_session.env["EDGEKIT_CONFIG"]))
+    data = boards.load()
+    data.groups["small"] = [nano.name]
+    boards.save(data)
+    res = edgekit("--json", "fleet", "rollout", "--recipe", "31b-mtp", "--group", "small", "--no-canary", env=offline)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    failed = json.loads(res.stdout)["failed"][nano.name]
+    assert failed["phase"] == "memory" and "nothing was downloaded, built or sent" in failed["reason"], failed

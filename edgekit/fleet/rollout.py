@@ -95,7 +95,10 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
     with Fleet({n: data.boards[n] for n in names}, lock=not options.check, wait_s=options.wait_s) as fleet:
         if any(n in fleet.failed for n in canary) or not fleet.targets:
             return _stopped(names, fleet.failed, options.check, start, fleet.phases)
-        fp = plan_fleet(recipe, fleet.targets, deploy_opts, console)
+        refused = _recipe_refused(fleet, recipe)  # before a model is downloaded or a build made for them
+        if any(n in refused for n in canary) or len(refused) == len(fleet.targets):
+            return _stopped(names, fleet.failed, options.check, start, fleet.phases)
+        fp = plan_fleet(recipe, {n: t for n, t in fleet.targets.items() if n not in refused}, deploy_opts, console)
         found, unread = already_current(fleet, fp)
         fleet.failed.update(unread)
         if any(n in unread for n in canary) or not found:
@@ -151,6 +154,20 @@ def rollout(board_file: Path, options: RolloutOptions, console: Console, quiet: 
                      "ansible_seconds": run.seconds, "ansible_rc": run.rc, "log": str(run.log),
                      "task_seconds": run.report.get("tasks", []), "sites": site_reports}
     return summary
+
+
+def _recipe_refused(fleet: Fleet, recipe: Recipe) -> set[str]:
+    """The boards whose memory cannot hold the recipe of published models (as `deploy` checks it before it
+    downloads): each fails alone, with the numbers, and nothing is made for it."""
+    engine = get_engine(recipe.runtime.engine)
+    refused = set()
+    for name, target in fleet.targets.items():
+        try:
+            memory_fit.check_recipe(target.runner, name, target.facts, recipe, engine, lambda _msg: None)
+        except EdgekitError as exc:
+            fleet.failed[name], fleet.phases[name] = str(exc), "memory"
+            refused.add(name)
+    return refused
 
 
 def _memory_fits(fleet: Fleet, fp: FleetPlan, recipe: Recipe, names: list[str]) -> list[str]:
