@@ -227,3 +227,41 @@ def test_the_counts_are_a_generated_checkpoints_element_for_element() -> None:
                 else:
                     kept += n
         assert footprint(json.loads((model / "config.json").read_text())).parameters() == (matrix, kept), name
+
+
+@pytest.mark.parametrize("model", ["31b", "12b"])
+def test_transformers_targets_without_kv_sharing_hand_their_assistant_a_cache(model: str) -> None:
+    """transformers 5.23 stores no K and V for the assistant of a target without KV-shared layers (all three larger
+    ones): edgekit's alignment then failed with KeyError 'sliding_attention'. With edgekit.models.hfcompat the last
+    layer of each type stores them — the layers llama.cpp's assistant reads (n-2, n-1) — and the target's own
+    logits do not change."""
+    import torch
+    import transformers
+
+    from edgekit.models.hfcompat import patch_transformers
+
+    patch_transformers()
+    path = ensure_synthetic(f"tiny-gemma4-{model}")
+    architecture = json.loads((path / "config.json").read_text())["architectures"][0]
+    target = getattr(transformers, architecture).from_pretrained(path, dtype=torch.float32).eval()
+    ids = torch.tensor([[2, 105, 300, 301, 302, 303]])
+    with torch.no_grad():
+        out = target(input_ids=ids, return_shared_kv_states=True, use_cache=False)
+        plain = target(input_ids=ids, use_cache=False)
+    stored = dict(out.shared_kv_states)
+    assert set(stored) == {"sliding_attention", "full_attention"}
+    text = target.config.get_text_config()
+    assert [i for i, m in enumerate(text.kv_sharing_modes) if m == "store"] == [10, 11]  # n-2 sliding, n-1 full
+    published = json.loads((path / "config.json").read_text())["text_config"]
+    assert stored["full_attention"][0].shape[1] == published["num_global_key_value_heads"]  # the full layer's own
+    assert torch.equal(out.logits, plain.logits)
+    drafter_path = ensure_synthetic(f"tiny-gemma4-{model}-assistant")
+    drafter_arch = json.loads((drafter_path / "config.json").read_text())["architectures"][0]
+    drafter = getattr(transformers, drafter_arch).from_pretrained(drafter_path, dtype=torch.float32).eval()
+    with torch.no_grad():  # it reads them: one step from the target's last hidden state
+        hidden = target(input_ids=ids, output_hidden_states=True, use_cache=False).hidden_states[-1][:, -1:]
+        embed = target.get_input_embeddings()(ids[:, -1:])
+        x = drafter.pre_projection(torch.cat([embed, hidden], dim=-1))
+        step = drafter.model(inputs_embeds=x, shared_kv_states=stored, use_cache=False,
+                             position_ids=torch.tensor([[ids.shape[1]]]))
+    assert torch.isfinite(step.last_hidden_state).all()
