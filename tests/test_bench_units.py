@@ -180,6 +180,28 @@ def test_roofline_counts_the_bytes_a_decode_step_reads(tmp_path: Path) -> None:
         roofline.read_header((tmp_path / "x").open("w+b"))
 
 
+def test_an_moe_roofline_counts_the_routed_experts_and_the_report_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "moe.gguf"
+    w = gguf.GGUFWriter(str(path), "gemma4")
+    w.add_block_count(1)
+    w.add_expert_count(8)
+    w.add_expert_used_count(2)
+    w.add_tensor("token_embd.weight", np.zeros((300, 64), dtype=np.float32))  # 76,800 B: the tied head
+    w.add_tensor("blk.0.ffn_gate_up_exps.weight", np.zeros((8, 64, 64), dtype=np.float32))  # 131,072 B, 2 of 8
+    w.add_tensor("blk.0.ffn_down_exps.scale", np.ones(8, dtype=np.float32))  # 32 B, 2 of 8
+    w.add_tensor("blk.0.ffn_up.weight", np.zeros((64, 64), dtype=np.float32))  # 16,384 B: the shared MLP
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with path.open("rb") as fh:
+        info = roofline.read_header(fh)
+    per_token, notes = roofline.bytes_per_token(info)
+    assert per_token == 76_800 + (131_072 + 32) // 4 + 16_384 and "experts: 2 of 8 per token" in notes
+    text = "\n".join(report._roofline(roofline.roofline(info, 204.8, measured_tps=1000.0)))
+    assert "(token_embd counted in full: tied LM head; experts: 2 of 8 per token)" in text, text
+
+
 # ------------------------------------------------------------------------------------------ plans
 
 def test_quick_plan_is_small_and_slots_follow_concurrency() -> None:

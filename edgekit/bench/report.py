@@ -223,19 +223,26 @@ def render(doc: dict[str, Any]) -> str:
                           _num((lb.get("power") or {}).get("average_watts"), 2),
                           _num((lb.get("power") or {}).get("joules_per_token_estimate"), 5)]
                          for lb in doc["llama_bench"] if "error" not in lb])
-    rf = doc.get("roofline") or {}
-    if rf.get("ceiling_tokens_per_second"):
-        lines += ["## Roofline", "",
-                  f"{rf['bytes_per_token'] / 1e6:.1f} MB read per token at {rf['mem_bandwidth_gbs']} GB/s: a decode "
-                  f"ceiling of **{rf['ceiling_tokens_per_second']:.1f} tok/s** for one stream. Measured without the "
-                  f"drafter: {_num(rf.get('measured_tokens_per_second'), 1)} tok/s "
-                  f"({_pct(rf.get('measured_fraction'))} of the ceiling)"
-                  + (f"; with it {_num(rf.get('drafter_tokens_per_second'), 1)} tok/s "
-                     f"({_pct(rf.get('drafter_fraction'))}, drafting can pass the ceiling)"
-                     if rf.get("drafter_tokens_per_second") else "") + ".", ""]
+    lines += _roofline(doc.get("roofline") or {})
     plots = {k: v for k, v in (doc.get("files") or {}).items() if v.endswith(".png")}
     if plots:
         lines += ["## Plots", ""] + [f"![{k}]({v})" for k, v in plots.items()] + [""]
     if doc.get("notes"):
         lines += ["## Notes", ""] + [f"- {n}" for n in doc["notes"]] + [""]
     return "\n".join(lines)
+
+
+def _roofline(rf: dict[str, Any]) -> list[str]:
+    """The decode ceiling and how close the board came, with how the bytes were counted (an MoE: its routed
+    experts only; a tied head read in full)."""
+    if not rf.get("ceiling_tokens_per_second"):
+        return []
+    counted = f" ({'; '.join(rf['notes'])})" if rf.get("notes") else ""
+    return ["## Roofline", "",
+            f"{rf['bytes_per_token'] / 1e6:.1f} MB read per token{counted} at {rf['mem_bandwidth_gbs']} GB/s: a "
+            f"decode ceiling of **{rf['ceiling_tokens_per_second']:.1f} tok/s** for one stream. Measured without the "
+            f"drafter: {_num(rf.get('measured_tokens_per_second'), 1)} tok/s "
+            f"({_pct(rf.get('measured_fraction'))} of the ceiling)"
+            + (f"; with it {_num(rf.get('drafter_tokens_per_second'), 1)} tok/s "
+               f"({_pct(rf.get('drafter_fraction'))}, drafting can pass the ceiling)"
+               if rf.get("drafter_tokens_per_second") else "") + ".", ""]
