@@ -139,8 +139,8 @@ def test_the_qat_pair_repacks_exactly_and_serves_with_its_assistant_drafting(mod
         assert abs(allocated - counted / 2**20) < 0.01 * slots, (ctx, slots, allocated, counted / 2**20)
 
 
-@pytest.mark.parametrize("model", ["31b", "12b"])
-def test_the_dense_target_converted_at_f32_agrees_with_transformers(model: str, store: Store) -> None:
+@pytest.mark.parametrize("model", ["31b", "12b", "26b-a4b"])
+def test_the_target_converted_at_f32_agrees_with_transformers(model: str, store: Store) -> None:
     from edgekit.prepare.pipeline import verify_recipe
 
     recipe = Recipe.model_validate({"name": f"t{model}-verify", "convert": {"mmproj": "off"},

@@ -193,13 +193,15 @@ def make_assistant(out_dir: Path, variant: str, seed: int = 0, qat: bool = False
     return out_dir
 
 
-ROUTER_STD = 2.0  # expert scores ≈ N(0, 2): a trained router's margins, not an initialised one's near-ties
+ROUTER_STD = 8.0  # expert scores ≈ N(0, 8): margins that ggml's fp16 rounding does not flip (_decisive_routers)
 
 
 def _decisive_routers(model, seed: int) -> None:  # model: Gemma4ForConditionalGeneration
     """An initialised router (weights ≈ N(0, 0.02)) scores every expert within ≈ 0.02 of the others, so the top-k
     choice turns on rounding: llama.cpp and transformers then route tokens to different experts and their
-    outputs part, which says nothing about the conversion. A trained router's scores are spread; so are these."""
+    outputs part, which says nothing about the conversion. A trained router's scores are spread; so are these,
+    enough that the ≈ 4e-4 relative error of ggml's CPU GELU (an fp16 table, vec.h) rarely flips a choice: at
+    std 2 the F32 GGUF's top-1 agreement with transformers was 90.5 %, at 8 it is 95.8 % (KL 1.4e-4 → 1.8e-5)."""
     import torch
 
     g = torch.Generator().manual_seed(seed + 5)
