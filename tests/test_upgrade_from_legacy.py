@@ -63,8 +63,13 @@ def _legacy_recipe(path: Path) -> Path:
 
 
 def _legacy_deploy(tree: Path, board: str, recipe: str) -> dict:
-    # Run from outside the checkout: `python -m` puts the working directory first on sys.path.
-    env = {**os.environ, "PYTHONPATH": str(tree), "EDGEKIT_CONFIG": str(_legacy_board_file(tree, board))}
+    # Run from outside the checkout: `python -m` puts the working directory first on sys.path. It builds from
+    # the tree this edgekit builds from (edgekit's patches applied: they only add), so the shared build
+    # directory holds one source and neither edgekit compiles llama.cpp again for the other (minutes each).
+    from edgekit.build.source import resolve_source
+
+    env = {**os.environ, "PYTHONPATH": str(tree), "EDGEKIT_CONFIG": str(_legacy_board_file(tree, board)),
+           "EDGEKIT_LLAMA_SRC": str(resolve_source(os.environ["EDGEKIT_LLAMA_SRC"]).path)}
     res = edgekit("--json", "deploy", "--board", board, "--recipe", recipe, env=env, timeout=900, cwd=tree)
     assert res.returncode == 0, res.stderr[-2000:]
     return json.loads(res.stdout)

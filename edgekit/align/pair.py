@@ -54,7 +54,7 @@ class Pair:
     """Both models in fp32 on one device; the target frozen, the drafter trainable."""
 
     target: Any  # Gemma4ForConditionalGeneration | Gemma4ForCausalLM
-    drafter: Any  # Gemma4AssistantForCausalLM
+    drafter: Any  # Gemma4AssistantForCausalLM | Gemma4UnifiedAssistantForCausalLM
     tokenizer: Any
     device: Any
     target_info: ModelInfo
@@ -82,7 +82,8 @@ def load_pair(target_dir: Path, drafter_dir: Path, device: str = "cpu") -> Pair:
     target = target_cls.from_pretrained(target_dir, dtype=torch.float32).to(dev).eval()
     for p in target.parameters():
         p.requires_grad_(False)
-    drafter = transformers.Gemma4AssistantForCausalLM.from_pretrained(drafter_dir, dtype=torch.float32).to(dev)
+    drafter_cls = getattr(transformers, drafter_info.architecture)  # the 12B's: Gemma4UnifiedAssistantForCausalLM
+    drafter = drafter_cls.from_pretrained(drafter_dir, dtype=torch.float32).to(dev)
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
     return Pair(target, drafter, tokenizer, dev, target_info, drafter_info)
 

@@ -158,7 +158,6 @@ def align(job: AlignJob, store: Store | None = None, force: bool = False,
           on_step: Callable[[StepReport], None] = lambda _r: None) -> AlignOutcome:
     """The aligned drafter for ``job``: from the store, or trained (resuming a checkpoint) and stored."""
     import torch
-    import transformers
 
     store = store or Store()
     check_models(job.target.path, job.drafter.path)  # a mismatched pair fails before any work
@@ -185,7 +184,7 @@ def align(job: AlignJob, store: Store | None = None, force: bool = False,
         try:
             artifact.save_drafter(pair.drafter, saved_dtype(job.drafter.path), job.k, job.drafter.path, staging)
             # Measure what was saved (in its stored dtype), not the training copy.
-            saved = transformers.Gemma4AssistantForCausalLM.from_pretrained(staging, dtype=torch.float32)
+            saved = type(pair.drafter).from_pretrained(staging, dtype=torch.float32)
             saved = saved.to(pair.device)
             measured["after"] = _measure(job, pair, saved, data)
             manifest = _manifest(job, facts, pair, data, (qat_names, grid.on_grid(saved)), measured, result,
