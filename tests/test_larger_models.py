@@ -265,3 +265,13 @@ def test_transformers_targets_without_kv_sharing_hand_their_assistant_a_cache(mo
         step = drafter.model(inputs_embeds=x, shared_kv_states=stored, use_cache=False,
                              position_ids=torch.tensor([[ids.shape[1]]]))
     assert torch.isfinite(step.last_hidden_state).all()
+
+
+def test_the_12b_pair_loads_for_alignment_as_its_own_classes() -> None:
+    """edgekit align loads the drafter by its architecture: the 12B's is a Gemma4UnifiedAssistantForCausalLM (loaded
+    as Gemma4AssistantForCausalLM its config failed validation)."""
+    from edgekit.align.pair import load_pair
+
+    pair = load_pair(ensure_synthetic("tiny-gemma4-12b"), ensure_synthetic("tiny-gemma4-12b-assistant"), "cpu")
+    assert type(pair.target).__name__ == "Gemma4UnifiedForConditionalGeneration"
+    assert type(pair.drafter).__name__ == "Gemma4UnifiedAssistantForCausalLM"
