@@ -268,8 +268,8 @@ def test_transformers_targets_without_kv_sharing_hand_their_assistant_a_cache(mo
 
 
 def test_the_12b_pair_loads_for_alignment_as_its_own_classes() -> None:
-    """edgekit align loads the drafter by its architecture: the 12B's is a Gemma4UnifiedAssistantForCausalLM (loaded
-    as Gemma4AssistantForCausalLM its config failed validation)."""
+    """`edgekit drafter align` loads the drafter by its architecture: the 12B's is a
+    Gemma4UnifiedAssistantForCausalLM (loaded as Gemma4AssistantForCausalLM its config failed validation)."""
     from edgekit.align.pair import load_pair
 
     pair = load_pair(ensure_synthetic("tiny-gemma4-12b"), ensure_synthetic("tiny-gemma4-12b-assistant"), "cpu")

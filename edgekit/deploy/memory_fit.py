@@ -53,5 +53,5 @@ def check_recipe(runner: Runner, name: str, facts: BoardFacts, recipe: Recipe, e
     even once the release it serves stops is refused in one sentence (edgekit.engines.recipe_fit)."""
     if facts.mem_available_mb is None:
         return
-    frees = serving_models_mb(runner, name, facts.base, facts.current)
-    recipe_fit.check_before_build(recipe, engine, name, facts.mem_available_mb, frees, say)
+    recipe_fit.check_before_build(recipe, engine, name, facts.mem_available_mb,
+                                  lambda: serving_models_mb(runner, name, facts.base, facts.current), say)

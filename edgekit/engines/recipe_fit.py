@@ -83,16 +83,19 @@ def recipe_size(recipe: Recipe, engine: EngineBase) -> RecipeSize | None:
     return RecipeSize(recipe.name, tuple(known), kv, known[0].model.context or max(CONTEXTS))
 
 
-def check_before_build(recipe: Recipe, engine: EngineBase, name: str, mem_available_mb: int | None,
-                       frees_mb: float, say: Callable[[str], None]) -> None:
+def check_before_build(recipe: Recipe, engine: EngineBase, name: str, mem_available_mb: int,
+                       frees_mb: Callable[[], float], say: Callable[[str], None]) -> None:
     """Refuse, in one sentence with the numbers, a recipe the board cannot hold at runtime.ctx_size even once the
-    release it serves stops (``frees_mb``: that release's models): before a model is downloaded or converted."""
+    release it serves stops (``frees_mb``: that release's models, read from the board only when it matters):
+    before a model is downloaded or converted."""
     size = recipe_size(recipe, engine)
-    if size is None or mem_available_mb is None:
+    if size is None:
         return
     rt = recipe.runtime
     need = size.need(rt.ctx_size, rt.parallel)
-    room = mem_available_mb + frees_mb
+    room = float(mem_available_mb)
+    if need.total_mb > room:
+        room += frees_mb()
     if need.total_mb <= room:
         say(f"memory: {need.describe()} at {rt.ctx_size} tokens of context, the board has {room:.0f} MB")
         return

@@ -72,9 +72,8 @@ def fingerprint() -> str:
     for path in sorted(Path(__file__).parent.glob("*.py")):
         digest.update(path.name.encode() + path.read_bytes())
     data = resources.files("edgekit").joinpath("data")
-    configs = [f"gemma4-configs/{m}{r}.config.json"
-               for m in ("gemma-4-E2B-it", "gemma-4-E4B-it", "gemma-4-31B-it", "gemma-4-26B-A4B-it", "gemma-4-12B-it")
-               for r in ("", "-assistant")]
+    configs = sorted(f"gemma4-configs/{f.name}" for f in data.joinpath("gemma4-configs").iterdir()
+                     if f.name.endswith(".config.json"))
     for name in ("align_prompts.txt", *configs):
         digest.update(name.encode() + data.joinpath(name).read_bytes())
     return digest.hexdigest()[:16]

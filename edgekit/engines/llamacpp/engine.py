@@ -315,9 +315,9 @@ class LlamaCpp(EngineBase):
         """The cache llama-server allocates at runtime.ctx_size (its -c, shared by runtime.parallel slots) and the
         recipe's cache types (runtime.llama_cpp.cache_type_k/_v): full layers the whole context, sliding layers
         their window per slot, KV-shared layers and the assistant nothing of their own."""
-        return kv_layout({rel: b.path for rel, b in plan.files.items()}).in_bytes(
-            *self.settings(recipe.runtime).kv_type_bytes).at(recipe.runtime.ctx_size,
-                                                                                 recipe.runtime.parallel)
+        kv = kv_layout({rel: b.path for rel, b in plan.files.items()}).in_bytes(
+            *self.settings(recipe.runtime).kv_type_bytes)
+        return kv.at(recipe.runtime.ctx_size, recipe.runtime.parallel)
 
     def release(self, ctx: ReleaseContext) -> EngineRelease:
         from edgekit.build import BuildOptions, build
