@@ -233,6 +233,31 @@ def test_a_bench_killed_mid_run_leaves_the_board_serving_again(agx: SimBoard, en
     assert ok.returncode == 0 and not json.loads(ok.stdout)["changed"], ok.stderr[-2000:]  # healthy, as it was
 
 
+def test_a_bench_server_that_dies_mid_load_fails_the_bench_with_its_log(agx: SimBoard, env: dict[str, str],
+                                                                        tmp_path: Path) -> None:
+    # A crash, as a native engine's segfault would end it: the bench unit is not restarted behind the load's
+    # back, the bench says which server stopped and shows its log, and the board serves as it did.
+    before = _service(agx)
+    proc = subprocess.Popen([*EDGEKIT, "bench", "--board", agx.name, "--recipe", RECIPE,
+                             "--quick", "--n-gen", "400", "--ignore-eos", "--no-llama-bench", "--out",
+                             str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    pidfile = agx.root / "run/systemd-sim/edgekit-bench.service.pid"
+    deadline = time.monotonic() + 120
+    while not glob.glob(f"{agx.base}/bench/*/jobs/load-0/child"):
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, "the load never started"
+        time.sleep(0.05)
+    time.sleep(0.3)
+    servers = psutil.Process(int(pidfile.read_text().split()[0])).children(recursive=True)
+    (server,) = [p for p in servers if "llama-server" in p.name()]
+    server.kill()
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2, err[-2000:]
+    assert "The bench server (drafter) stopped during the load (drafter" in err, err[-2000:]
+    assert "it was killed by SIGKILL. Its last log lines:" in err and "Traceback" not in err, err[-2000:]
+    _assert_board_as_it_was(agx, before)
+
+
 # ------------------------------------------------------------------------------ no power source
 
 def test_a_board_without_power_sensors_still_benchmarks(agx: SimBoard, env: dict[str, str], tmp_path: Path) -> None:

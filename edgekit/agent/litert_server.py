@@ -11,8 +11,8 @@ It answers what the load and the health check ask llama-server: ``GET /health``,
 and ``/v1/chat/completions`` (a conversation of text messages, greedy unless a request gives a temperature,
 streamed as OpenAI's chunks or one JSON, with llama-server's ``timings``), so the OpenAI client talks to it as to
 llama-server or vLLM.
-One engine serves one request at a time (a lock): concurrent requests queue, which the bench's latency
-figures then show.
+One engine serves one request at a time (a lock that every call into it holds, tokenizing included):
+concurrent requests queue, which the bench's latency figures then show.
 
 Draft statistics per request: with MTP, LiteRT-LM returns each verify pass's tokens as one streamed
 chunk, so ``rounds`` = chunks, ``draft_n`` = rounds × G and ``draft_n_accepted`` = decoded tokens −
@@ -100,15 +100,19 @@ class Model:
         backend = litert_lm.Backend.GPU() if accelerator == "gpu" else litert_lm.Backend.CPU()
         self.engine = litert_lm.Engine(path, backend=backend, cache_dir=cache_dir,
                                        enable_speculative_decoding=speculative, enable_benchmark=True)
-        self.lock = threading.Lock()
+        # Every call into the engine holds it, tokenizing too: one engine is not safe to call from two
+        # threads, and a request decoding while another's prompt was detokenized killed the server.
+        self.lock = threading.RLock()
 
     def tokenize(self, text: str, special: bool) -> list:
-        ids = list(self.engine.tokenize(text))
+        with self.lock:
+            ids = list(self.engine.tokenize(text))
         bos = self.engine.bos_token_id
         return ([bos] if special and bos is not None else []) + ids
 
     def detokenize(self, ids: list) -> str:
-        return self.engine.detokenize([int(i) for i in ids])
+        with self.lock:
+            return self.engine.detokenize([int(i) for i in ids])
 
     def prompt_text(self, prompt) -> str:
         """llama-server takes text or token ids; a LiteRT-LM session takes text and adds <bos> itself."""
@@ -184,7 +188,7 @@ class Model:
                 info = session.get_benchmark_info()
             finally:
                 session.close()
-        tokens = int(info.last_decode_token_count) or len(self.engine.tokenize("".join(parts)))
+        tokens = int(info.last_decode_token_count) or len(self.tokenize("".join(parts), special=False))
         prompt_n = int(info.last_prefill_token_count)
         timings = {"prompt_n": prompt_n, "prompt_ms": (t1 - t0) * 1000.0, "predicted_n": tokens,
                    "predicted_ms": (t2 - t1) * 1000.0,

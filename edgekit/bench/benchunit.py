@@ -7,11 +7,14 @@ the same
 release's server, on the candidate port), and at the end removes the bench unit and starts the deployed
 unit again only if it was running before; the session compares the state before and after. The bench unit is
 installed from a spec (release/units.py's unit_spec) by this edgekit's agent (its zipapp), as every unit is.
+It is never restarted by systemd: a bench server that dies mid-run fails the bench with its log's last lines,
+rather than serving the rest of the window from a fresh, cold process.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,6 +42,19 @@ def _systemctl(runner: Runner, sudo: Sequence[str], *args: str, check: bool = Fa
         tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
         raise EdgekitError(f"`systemctl {' '.join(args)}` failed on board {runner.name!r}: {tail[0]}")
     return res.ok
+
+
+def ended_how(result: str, status: str) -> str:
+    """systemd's Result= and ExecMainStatus= of a unit that stopped, in words."""
+    if result in ("signal", "core-dump") and status.isdigit():
+        try:
+            name = signal.Signals(int(status)).name
+        except ValueError:
+            name = f"signal {status}"
+        return f"it was killed by {name}" + (" (core dumped)" if result == "core-dump" else "")
+    if result == "exit-code" and status.isdigit():
+        return f"it exited with status {status}"
+    return f"it stopped (systemd: Result={result or 'unknown'})"
 
 
 @dataclass(frozen=True)
@@ -111,8 +127,8 @@ class Board:
         rdir = release_dir or self.release_dir
         command = exe or [f"{rdir}/bin/llama-server"]
         spec = unit_spec(BENCH_UNIT, "bench", self.base, rdir.rsplit("/", 1)[-1], [*command, *argv], self.log,
-                         self.user, env, env_file or None, key_file or None, hardening=self.hardening,
-                         writable=[rdir, self.work])
+                         self.user, env, env_file or None, key_file or None, restart="no",
+                         hardening=self.hardening, writable=[rdir, self.work])
         boardfs.put_text(self.runner, spec_file, json.dumps(spec))
         self.bench_installed = True
         self._priv(unit_install_spec_argv(self.agent, spec_file))
@@ -123,6 +139,17 @@ class Board:
             logs = log_tail(self.runner, self.log, 15)
             raise EdgekitError(f"The bench server ({description}) did not start on board {self.runner.name!r}: "
                                f"{exc}. Last log lines:\n{logs}") from None
+
+    def stopped(self, lines: int = 15) -> str | None:
+        """How the bench server ended and its last log lines, when it is no longer running (it died under the
+        load); None while it runs. systemd's own record says how: a signal (a crash) or an exit status."""
+        if not self.bench_installed or self._bench_active():
+            return None
+        res = self.runner.run(["systemctl", "show", BENCH_UNIT, "-p", "Result", "-p", "ExecMainStatus"],
+                              check=False, timeout=30)
+        props = dict(ln.partition("=")[::2] for ln in res.stdout.splitlines() if "=" in ln)
+        how = ended_how(props.get("Result", ""), props.get("ExecMainStatus", ""))
+        return f"{how}. Its last log lines:\n{log_tail(self.runner, self.log, lines) or '(its log is empty)'}"
 
     def stop_server(self) -> None:
         if self.bench_installed:

@@ -406,6 +406,10 @@ class Session:
         rc = job.wait(self.opts.run_timeout_s, collect=out_file)
         raw = job.collected.strip()
         if rc != 0 or not raw:
+            died = self.svc.stopped() if self.svc is not None else None
+            if died is not None:  # the load only saw a refused connection: systemd and the server's log say why
+                raise EdgekitError(f"The bench server ({cfg.name}) stopped during the load ({label}) on board "
+                                   f"{self.name!r}: {died}")
             raise EdgekitError(f"The load ({label}) failed on board {self.name!r} (exit {rc}): {job.tail()}")
         return json.loads(raw)
 
