@@ -143,3 +143,70 @@ def test_ordered_head_drafter_computes_what_transformers_computes_and_drafts(
         rates.append(fast.acceptance or 0.0)
     # Aligned (centroids included), the ordered head drafts as well as the dense one (held-out ≈ 60%).
     assert sum(rates) / len(rates) > 0.25, rates
+
+
+def test_the_front_serves_tokenizing_beside_decoding_without_corrupting_its_engine(
+        bundle: tuple[ConvertResult, Store], tmp_path: Path) -> None:
+    """The bench's load detokenizes a request's prompt while another request decodes. Unlocked, the engine's heap
+    broke within 2–22 s of this (glibc abort: "double free or corruption"); the front holds one lock for both."""
+    import http.client
+    import subprocess
+    import threading
+    import time
+
+    from edgekit.agent import litert_server
+    from edgekit.sim.procs import free_port
+
+    port = free_port()
+    log = tmp_path / "front.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([litert.litert_python(), litert_server.__file__, "--model", bundle[0].litert[0]["file"],
+                                 "--port", str(port), "--ctx", "128", "--cache-dir", str(tmp_path / "cache")],
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        def call(path: str, payload: dict) -> bytes:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            try:
+                conn.request("POST", path, body=json.dumps(payload), headers={"Content-Type": "application/json"})
+                return conn.getresponse().read()
+            finally:
+                conn.close()
+
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, log.read_text()[-2000:]
+            try:
+                ids = json.loads(call("/tokenize", {"content": PROMPTS[2], "add_special": True}))["tokens"]
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the front never answered"
+                time.sleep(0.2)
+        errors: list[str] = []
+        texts: set[str] = set()
+        stop = time.monotonic() + 15
+
+        def decode() -> None:
+            while time.monotonic() < stop and not errors:
+                try:
+                    texts.add(json.loads(call("/completion", {"prompt": ids, "n_predict": 12}))["content"])
+                except (OSError, ValueError, http.client.HTTPException) as exc:
+                    errors.append(f"completion: {exc!r}")
+
+        def tokenize() -> None:
+            while time.monotonic() < stop and not errors:
+                try:
+                    call("/detokenize", {"tokens": ids})
+                    call("/tokenize", {"content": PROMPTS[3] * 4})
+                except (OSError, http.client.HTTPException) as exc:
+                    errors.append(f"tokenize: {exc!r}")
+
+        threads = [threading.Thread(target=decode), *(threading.Thread(target=tokenize) for _ in range(2))]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert not errors and proc.poll() is None, (errors, log.read_text()[-2000:])
+        assert len(texts) == 1 and next(iter(texts)), texts  # greedy: the same answer every time
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
