@@ -107,7 +107,7 @@ class Model:
     def tokenize(self, text: str, special: bool) -> list:
         with self.lock:
             ids = list(self.engine.tokenize(text))
-        bos = self.engine.bos_token_id
+            bos = self.engine.bos_token_id
         return ([bos] if special and bos is not None else []) + ids
 
     def detokenize(self, ids: list) -> str:
@@ -118,10 +118,11 @@ class Model:
         """llama-server takes text or token ids; a LiteRT-LM session takes text and adds <bos> itself."""
         if isinstance(prompt, list):
             ids = [int(i) for i in prompt]
-            bos = self.engine.bos_token_id
-            while ids and ids[0] == bos:
-                ids = ids[1:]
-            return self.detokenize(ids)
+            with self.lock:
+                bos = self.engine.bos_token_id
+                while ids and ids[0] == bos:
+                    ids = ids[1:]
+                return self.detokenize(ids)
         return str(prompt)
 
     def template(self, messages) -> str | None:
@@ -363,7 +364,8 @@ def main(argv=None) -> None:
         server.serve_forever()
     finally:
         server.server_close()
-        model.engine.close()
+        with model.lock:  # a request still decoding finishes first: closing under it would break the heap
+            model.engine.close()
         sys.stderr.flush()
 
 
