@@ -17,7 +17,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -182,20 +182,26 @@ def _sigint_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def test_ctrl_c_stops_the_load_and_leaves_the_service_as_it_was(agx: SimBoard, env: dict[str, str],
-                                                               tmp_path: Path) -> None:
-    before = _service(agx)
-    assert before[0]
+def _bench_mid_load(agx: SimBoard, env: dict[str, str], out: Path,
+                    preexec_fn: Callable[[], None] | None = None) -> subprocess.Popen[str]:
+    """A long bench (400 tokens a request), returned once its first load is streaming."""
     proc = subprocess.Popen([*EDGEKIT, "bench", "--board", agx.name, "--recipe", RECIPE,
-                             "--quick", "--n-gen", "400", "--ignore-eos", "--no-llama-bench", "--out",
-                             str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, preexec_fn=_sigint_default)
+                             "--quick", "--n-gen", "400", "--ignore-eos", "--no-llama-bench", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=preexec_fn)
     deadline = time.monotonic() + 120
     while not glob.glob(f"{agx.base}/bench/*/jobs/load-0/child"):
         assert proc.poll() is None, proc.communicate()[1][-2000:]
         assert time.monotonic() < deadline, "the load never started"
         time.sleep(0.05)
     time.sleep(0.3)  # mid-run: the bench unit serves, the load streams
+    return proc
+
+
+def test_ctrl_c_stops_the_load_and_leaves_the_service_as_it_was(agx: SimBoard, env: dict[str, str],
+                                                               tmp_path: Path) -> None:
+    before = _service(agx)
+    assert before[0]
+    proc = _bench_mid_load(agx, env, tmp_path / "out", _sigint_default)
     assert (agx.root / BENCH_UNIT).exists() and not _service(agx)[0]  # the deployed unit was stopped
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
@@ -210,15 +216,7 @@ def test_a_bench_killed_mid_run_leaves_the_board_serving_again(agx: SimBoard, en
     # SIGKILL: nothing of edgekit runs to put the service back. The agent's guard on the board does, when the
     # killed bench's SSH channel closes: the bench unit stopped, the deployed service started.
     assert _service(agx)[0]
-    proc = subprocess.Popen([*EDGEKIT, "bench", "--board", agx.name, "--recipe", RECIPE,
-                             "--quick", "--n-gen", "400", "--ignore-eos", "--no-llama-bench", "--out",
-                             str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 120
-    while not glob.glob(f"{agx.base}/bench/*/jobs/load-0/child"):
-        assert proc.poll() is None, proc.communicate()[1][-2000:]
-        assert time.monotonic() < deadline, "the load never started"
-        time.sleep(0.05)
-    time.sleep(0.3)
+    proc = _bench_mid_load(agx, env, tmp_path / "out")
     assert not _service(agx)[0]  # the deployed unit was stopped for the measurement
     proc.kill()
     proc.communicate(timeout=30)
@@ -238,16 +236,8 @@ def test_a_bench_server_that_dies_mid_load_fails_the_bench_with_its_log(agx: Sim
     # A crash, as a native engine's segfault would end it: the bench unit is not restarted behind the load's
     # back, the bench says which server stopped and shows its log, and the board serves as it did.
     before = _service(agx)
-    proc = subprocess.Popen([*EDGEKIT, "bench", "--board", agx.name, "--recipe", RECIPE,
-                             "--quick", "--n-gen", "400", "--ignore-eos", "--no-llama-bench", "--out",
-                             str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = _bench_mid_load(agx, env, tmp_path / "out")
     pidfile = agx.root / "run/systemd-sim/edgekit-bench.service.pid"
-    deadline = time.monotonic() + 120
-    while not glob.glob(f"{agx.base}/bench/*/jobs/load-0/child"):
-        assert proc.poll() is None, proc.communicate()[1][-2000:]
-        assert time.monotonic() < deadline, "the load never started"
-        time.sleep(0.05)
-    time.sleep(0.3)
     servers = psutil.Process(int(pidfile.read_text().split()[0])).children(recursive=True)
     (server,) = [p for p in servers if "llama-server" in p.name()]
     server.kill()
