@@ -27,13 +27,14 @@ def host_llama_bin() -> Path:
 
 @contextmanager
 def served(bin_dir: Path, target: Path, drafter: Path | None, log: Path, draft_n_max: int = 3,
-           verbose: bool = False, ctx: int = 512, parallel: int | None = None) -> Iterator[str]:
+           verbose: bool = False, ctx: int = 512, parallel: int | None = None,
+           flash_attn: str | None = None) -> Iterator[str]:
     """llama-server on loopback with ``target`` (and ``drafter``, draft-mtp); yields its URL. ``verbose`` (-v)
-    logs every draft round's candidates."""
+    logs every draft round's candidates; ``flash_attn``: its -fa (default: llama.cpp's auto)."""
     port = free_port()
     argv = [str(bin_dir / "llama-server"), "-m", str(target), "--host", "127.0.0.1", "--port", str(port),
             "-c", str(ctx), "-t", "2", "-ngl", "0", "--no-warmup", *(["-v"] if verbose else []),
-            *(["-np", str(parallel), "-lv", "4"] if parallel else [])]
+            *(["-np", str(parallel), "-lv", "4"] if parallel else []), *(["-fa", flash_attn] if flash_attn else [])]
     if drafter is not None:
         argv += ["-md", str(drafter), "--spec-type", "draft-mtp", "--spec-draft-n-max", str(draft_n_max),
                  "-ngld", "0"]

@@ -23,9 +23,10 @@ from build_helpers import sdist_or_skip
 from llama_helpers import host_llama_bin, served
 
 from edgekit.bench.roofline import bytes_per_token, read_header
-from edgekit.config.recipes import Recipe
+from edgekit.config.recipes import Recipe, Runtime
 from edgekit.convert.gguf_io import GGUFFile
 from edgekit.convert.inputs import ensure_synthetic
+from edgekit.engines import get_engine
 from edgekit.engines.llamacpp.engine import kv_layout
 from edgekit.models.footprint import footprint
 from edgekit.models.safetensors import open_model
@@ -137,6 +138,36 @@ def test_the_qat_pair_repacks_exactly_and_serves_with_its_assistant_drafting(mod
         counted = kv_layout({"models/target.gguf": pair["target"], "models/drafter.gguf": pair["drafter"]}
                             ).in_bytes(2.0, 2.0).at(ctx, slots)
         assert abs(allocated - counted / 2**20) < 0.01 * slots, (ctx, slots, allocated, counted / 2**20)
+    # Its compute buffers: what grows with the context (attention over the whole cache; without flash attention, as
+    # Orin serves a drafter, every head's scores) is what edgekit counts, to the byte; the logits and attention
+    # counted are a floor of the whole buffer.
+    counts = [footprint(json.loads((ensure_synthetic(n) / "config.json").read_text()))
+              for n in (f"tiny-gemma4-{model}-qat", f"tiny-gemma4-{model}-assistant-qat")]
+    shapes = [(c.heads, c.vocab) for c in counts]
+    engine = get_engine("llama.cpp")
+    for fa in ("on", "off"):
+        runtime = Runtime.model_validate({"spec_type": "draft-mtp", "llama_cpp": {"flash_attn": fa}})
+        measured = {}
+        for ctx in (1024, 4096):
+            log = tmp_path / f"compute-{fa}-{ctx}.log"
+            with served(bin_dir, pair["target"], pair["drafter"], log, ctx=ctx, parallel=1, flash_attn=fa):
+                pass
+            measured[ctx] = compute_mib(log.read_text())
+            counted = engine.compute_bytes_of(shapes, runtime, None, ctx)
+            assert counted / 2**20 <= measured[ctx], (fa, ctx, counted / 2**20, measured[ctx])
+        grows = (engine.compute_bytes_of(shapes, runtime, None, 4096) - engine.compute_bytes_of(
+            shapes, runtime, None, 1024)) / 2**20
+        assert abs(measured[4096] - measured[1024] - grows) < 0.02, (fa, measured, grows)
+
+
+def compute_mib(log: str) -> float:
+    """llama-server's compute buffers: each context's last reserve (the assistant's context reserves twice, the
+    second replacing the first)."""
+    total = 0.0
+    for part in log.split("llama_context: constructing llama_context")[1:]:
+        sizes = re.findall(r"compute buffer size = +([0-9.]+) MiB", part)
+        total += float(sizes[-1]) if sizes else 0.0
+    return total
 
 
 @pytest.mark.parametrize("model", ["31b", "12b", "26b-a4b"])

@@ -70,13 +70,16 @@ def test_the_31b_does_not_fit_an_8_gb_orin_and_fits_a_64_gb_one() -> None:
     from edgekit.config.profiles import get_profile
 
     nano, agx = get_profile("orin-nano-8gb"), get_profile("orin-agx-64gb")
-    small, big = fit_row(recipe, engine, nano.mem_available_mb), fit_row(recipe, engine, agx.mem_available_mb)
+    small = fit_row(recipe, engine, nano.mem_available_mb, nano.name)
+    big = fit_row(recipe, engine, agx.mem_available_mb, agx.name)
     assert small["fits"] is False and small["longest_context"] is None
-    assert big["fits"] is True and big["longest_context"] == 262144 and big["need_at_longest_mb"] < agx.mem_available_mb
+    # Not to its 262,144 tokens: drafting on Orin, flash attention is off, and every head's attention scores over the
+    # whole cache are in each of its two contexts' compute buffers (17.7 GB apiece at 262,144).
+    assert big["fits"] is True and big["longest_context"] == 131072 and big["need_at_longest_mb"] < agx.mem_available_mb
     assert [m["structure"] for m in big["models"]] == ["gemma-4-31B-it", "gemma-4-31B-it-assistant"]
     said: list[str] = []
     with pytest.raises(EdgekitError) as exc:
-        check_before_build(recipe, engine, "nano", nano.mem_available_mb, lambda: 0.0, said.append)
+        check_before_build(recipe, engine, "nano", nano.name, nano.mem_available_mb, lambda: 0.0, said.append)
     sentence = str(exc.value)
     assert sentence.startswith(f"Board 'nano' has {nano.mem_available_mb} MB of memory available but recipe '31b-mtp'")
     assert "gemma-4-31B-it at q4_0-exact 17" in sentence and "nothing was downloaded, built or sent" in sentence
@@ -84,15 +87,30 @@ def test_the_31b_does_not_fit_an_8_gb_orin_and_fits_a_64_gb_one() -> None:
     def not_read() -> float:  # what the serving release frees is read from the board only when it matters
         raise AssertionError("the serving release was read though the recipe fits")
 
-    check_before_build(recipe, engine, "agx", agx.mem_available_mb, not_read, said.append)
-    assert said and said[-1].startswith("memory: ≈ 20")
+    check_before_build(recipe, engine, "agx", agx.name, agx.mem_available_mb, not_read, said.append)
+    assert said and said[-1].startswith("memory: ≈ 22") and "compute buffers 2181 MB" in said[-1], said[-1]
     # What the serving release frees as it stops counts: the same tight board holds it once that is added.
-    check_before_build(recipe, engine, "agx", 15_000, lambda: 6_000.0, said.append)
-    assert said[-1].endswith("the board has 21000 MB")
+    check_before_build(recipe, engine, "agx", agx.name, 17_000, lambda: 6_000.0, said.append)
+    assert said[-1].endswith("the board has 23000 MB")
     # A tighter board that holds it at a shorter context says which.
     with pytest.raises(EdgekitError, match=r"it would fit at runtime.ctx_size 4096\.$"):
         check_before_build(recipe.model_copy(update={"runtime": recipe.runtime.model_copy(
-            update={"ctx_size": 65536})}), engine, "agx", 20_500, lambda: 0.0, said.append)
+            update={"ctx_size": 65536})}), engine, "agx", agx.name, 22_500, lambda: 0.0, said.append)
+
+
+def test_compute_buffers_grow_with_the_context_where_flash_attention_is_off() -> None:
+    """Drafting on Orin, llama.cpp's flash attention is off (llama.cpp #24457): the scores of every head over the
+    whole cache are in the compute buffers. On Thor it is on: a mask of the cache and the logits."""
+    recipe = load_recipe("31b-mtp")
+    engine = get_engine("llama.cpp")
+    orin, thor = recipe_size(recipe, engine, "orin-agx-64gb"), recipe_size(recipe, engine, "thor-agx-128gb")
+    assert orin is not None and thor is not None
+    logits = 2 * 512 * 4 * 262144  # the target's and the assistant's contexts: 512 outputs of 262,144 tokens each
+    assert thor.compute(262144) == logits + 2 * 512 * 2 * 262144  # an F16 mask of the cache in each
+    assert orin.compute(262144) == logits + 2 * 512 * (4 * 32 + 4) * 262144  # 32 heads' F32 scores and an F32 mask
+    assert orin.need(262144, 1).compute_mb > 36_000 and thor.need(262144, 1).compute_mb < 1_700
+    # Without a board, the recipe as written (flash attention auto: llama.cpp turns it on).
+    assert recipe_size(recipe, engine).compute(8192) == thor.compute(8192)
 
 
 def test_a_quantized_cache_shrinks_the_need_and_the_moe_is_sized_with_every_expert() -> None:

@@ -53,16 +53,16 @@ def show(app: App, recipe: str) -> None:
     app.emit(data, lambda: app.out.print_json(data=data))
 
 
-def _memories(app: App, board: str | None) -> list[tuple[str, float, float]]:
-    """(what, memory available in MB, bandwidth GB/s) to size recipes against: a configured board's as its probe
-    reads it (MemAvailable), a profile's as a freshly booted board of it reports, or every profile's."""
+def _memories(app: App, board: str | None) -> list[tuple[str, float, float, str]]:
+    """(what, memory available in MB, bandwidth GB/s, profile) to size recipes against: a configured board's as its
+    probe reads it (MemAvailable), a profile's as a freshly booted board of it reports, or every profile's."""
     from edgekit.config.profiles import ALIASES, PROFILES, get_profile
 
     if board is None:
-        return [(p.name, p.mem_available_mb, p.mem_bandwidth_gbs) for p in PROFILES.values()]
+        return [(p.name, p.mem_available_mb, p.mem_bandwidth_gbs, p.name) for p in PROFILES.values()]
     if board in PROFILES or board in ALIASES:
         p = get_profile(board)
-        return [(p.name, p.mem_available_mb, p.mem_bandwidth_gbs)]
+        return [(p.name, p.mem_available_mb, p.mem_bandwidth_gbs, p.name)]
     from edgekit.remote.probe import probe
     from edgekit.remote.runner import runner_for
 
@@ -71,7 +71,7 @@ def _memories(app: App, board: str | None) -> list[tuple[str, float, float]]:
         facts = probe(runner, entry.base)
     if facts.mem_available_mb is None:
         raise EdgekitError(f"Board {board!r} does not say how much memory it has (no MemAvailable in /proc/meminfo).")
-    return [(board, facts.mem_available_mb, get_profile(entry.profile).mem_bandwidth_gbs)]
+    return [(board, facts.mem_available_mb, get_profile(entry.profile).mem_bandwidth_gbs, entry.profile)]
 
 
 @recipes.command("fit")
@@ -83,15 +83,16 @@ def _memories(app: App, board: str | None) -> list[tuple[str, float, float]]:
 @click.pass_obj
 def fit(app: App, board: str | None, names: tuple[str, ...]) -> None:
     """Which recipes fit a board's memory, at which context: from the models' published structure, before a byte
-    is downloaded (weights at the recipe's quantization, the KV cache as the engine allocates it, the runtime)."""
+    is downloaded (weights at the recipe's quantization, the KV cache as the engine allocates it, its compute
+    buffers on that board's kind, the runtime)."""
     from edgekit.engines import get_engine
     from edgekit.engines.recipe_fit import fit_row
 
     chosen = [load_recipe(n) for n in names] if names else [load_recipe(str(f.path)) for f in list_recipes()]
     rows = []
-    for what, mem_mb, bandwidth in _memories(app, board):
+    for what, mem_mb, bandwidth, profile in _memories(app, board):
         for r in chosen:
-            row = {"board": what, **fit_row(r, get_engine(r.runtime.engine), mem_mb)}
+            row = {"board": what, **fit_row(r, get_engine(r.runtime.engine), mem_mb, profile)}
             if row.get("active_bytes_per_token"):  # one stream reads these each token: the decode ceiling
                 row["ceiling_tokens_per_second"] = round(bandwidth * 1e9 / row["active_bytes_per_token"], 1)
             rows.append(row)

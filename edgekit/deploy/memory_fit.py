@@ -18,11 +18,12 @@ from edgekit.remote.probe import BoardFacts
 from edgekit.remote.runner import Runner
 
 
-def check(runner: Runner, name: str, facts: BoardFacts, plan: ReleasePlan, kv_bytes: int, in_place: bool) -> None:
+def check(runner: Runner, name: str, facts: BoardFacts, plan: ReleasePlan, kv_bytes: int, in_place: bool,
+          compute_bytes: int = 0) -> None:
     """Refuse, in one sentence with the numbers, a release the board's memory cannot hold. In place, the server
     it replaces stops first: its models' memory counts as free. A release the board serves already passes."""
     available = facts.mem_available_mb
-    need = need_of(plan, kv_bytes)
+    need = need_of(plan, kv_bytes, compute_bytes)
     if available is None or need.total_mb <= available:
         return
     lay = releases.layout(runner, facts.base)
@@ -47,11 +48,11 @@ def serving_models_mb(runner: Runner, name: str, base: str, current: str | None)
     return models_mb({rel: entry.size for rel, entry in manifest.files.items()})
 
 
-def check_recipe(runner: Runner, name: str, facts: BoardFacts, recipe: Recipe, engine: EngineBase,
+def check_recipe(runner: Runner, name: str, facts: BoardFacts, profile: str, recipe: Recipe, engine: EngineBase,
                  say: Callable[[str], None]) -> None:
     """Before a model is downloaded or built: a recipe of published models the board cannot hold at its context
     even once the release it serves stops is refused in one sentence (edgekit.engines.recipe_fit)."""
     if facts.mem_available_mb is None:
         return
-    recipe_fit.check_before_build(recipe, engine, name, facts.mem_available_mb,
+    recipe_fit.check_before_build(recipe, engine, name, profile, facts.mem_available_mb,
                                   lambda: serving_models_mb(runner, name, facts.base, facts.current), say)

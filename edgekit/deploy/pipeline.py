@@ -187,12 +187,13 @@ def _pushed(name: str, board: Board, recipe: Recipe, options: DeployOptions, con
         if facts.service_user:  # the server runs as the login user, with that user's groups
             for note in board_setup.group_notes(facts.service_user, facts):
                 say(f"note: {note}")
-        memory_fit.check_recipe(runner, name, facts, recipe, engine, say)
+        memory_fit.check_recipe(runner, name, facts, board.profile, recipe, engine, say)
         key = api_key.key_for(runner, facts.base, name) if recipe.runtime.auth == "key" else None
         made = engine.release(ReleaseContext(name, board, facts, recipe, runner, console, say, options.src,
                                              options.cuda))
         memory_fit.check(runner, name, facts, made.plan, engine.kv_cache_bytes(made.plan, recipe),
-                         in_place=choose_strategy(options, facts, made.plan) == "in-place")
+                         in_place=choose_strategy(options, facts, made.plan) == "in-place",
+                         compute_bytes=engine.compute_buffer_bytes(made.plan, recipe))
         stages = dict(made.stages)
         with contextlib.ExitStack() as locked:
             t = time.monotonic()

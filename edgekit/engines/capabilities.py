@@ -9,7 +9,7 @@ differs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
@@ -134,6 +134,11 @@ class EngineBase:
         """The KV cache its server allocates for ``plan`` at the recipe's context (0: not known up front)."""
         return 0
 
+    def compute_buffer_bytes(self, plan: ReleasePlan, recipe: Recipe) -> int:
+        """The compute buffers its server allocates for ``plan`` at the recipe's context, beside weights and cache
+        (0: counted in the runtime allowance)."""
+        return 0
+
     def served_quant(self, quant: str, runtime: Runtime) -> str:
         """The form a model of the recipe's ``quant`` is held in memory by this engine's server (a key of
         edgekit.models.footprint.BYTES_PER_WEIGHT): the converted quantization, unless the engine serves the
@@ -144,6 +149,13 @@ class EngineBase:
         """The cache per token its server keeps for models of ``layout`` at the runtime's cache types, before
         they are converted (edgekit.engines.recipe_fit); None: the engine cannot say up front."""
         return None
+
+    def compute_bytes_of(self, models: Sequence[tuple[int, int]], runtime: Runtime, profile: str | None,
+                         ctx: int) -> int:
+        """The scratch its server allocates beside weights and cache at ``ctx`` tokens for ``models`` (each its
+        attention heads and vocabulary: the target's, the drafter's) on a board of ``profile`` (None: the recipe's
+        settings as written); 0: counted in the runtime allowance (edgekit.release.memory)."""
+        return 0
 
     def check_host_needs(self, recipe: Recipe) -> None:
         """Refuse, before anything is built or sent, a recipe whose models need a package this Python lacks."""

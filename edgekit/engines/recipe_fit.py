@@ -2,7 +2,8 @@
 
 A recipe whose models are published Gemma 4 checkpoints (``google/gemma-4-…``, QAT or not) has the structure of a
 config edgekit ships (edgekit.models.gemma4_configs): its weights at the recipe's quantization, the target's KV
-cache at a context (at the engine's cache types, as its server allocates it: edgekit.models.footprint) and the
+cache at a context (at the engine's cache types, as its server allocates it: edgekit.models.footprint), the
+compute buffers its server reserves at that context on the board's kind (EngineBase.compute_bytes_of) and the
 runtime around them (edgekit.release.memory, as deploy's check after the build counts them) follow from it. Text
 only: a vision or audio projector is served only where the memory holds it beside the model (convert.mmproj).
 A model known only once it is downloaded or made (a local path, a synthetic model) is sized after its conversion,
@@ -44,13 +45,14 @@ class RecipeSize:
     parts: tuple[Part, ...]
     kv: KvBytes
     context: int  # the target's trained context
+    compute: Callable[[int], int]  # context → the server's compute buffers in bytes
 
     @property
     def weights_mb(self) -> float:
         return sum(p.weights_mb for p in self.parts)
 
     def need(self, ctx: int, parallel: int) -> MemoryNeed:
-        return MemoryNeed(self.weights_mb, self.kv.at(ctx, parallel) / 1e6)
+        return MemoryNeed(self.weights_mb, self.kv.at(ctx, parallel) / 1e6, self.compute(ctx) / 1e6)
 
     def active_bytes(self) -> int:
         """What the target reads per decoded token (its top-k experts of an MoE; the roofline's numerator)."""
@@ -69,9 +71,10 @@ def _part(role: str, source: ModelSource, quant: str) -> Part | None:
     return Part(role, name, quant, footprint(published_config(name)))
 
 
-def recipe_size(recipe: Recipe, engine: EngineBase) -> RecipeSize | None:
-    """The recipe's size from its models' published structure; None where a model's is not known before it is
-    downloaded (or the engine cannot say what cache its server allocates)."""
+def recipe_size(recipe: Recipe, engine: EngineBase, profile: str | None = None) -> RecipeSize | None:
+    """The recipe's size from its models' published structure, served on a board of ``profile`` (None: with the
+    recipe's settings as written); None where a model's is not known before it is downloaded (or the engine cannot
+    say what cache its server allocates)."""
     sources = [("target", recipe.target), *([("drafter", recipe.drafter)] if recipe.drafter else [])]
     parts = [_part(role, source, engine.served_quant(source.quant, recipe.runtime)) for role, source in sources]
     if any(p is None for p in parts):
@@ -80,15 +83,17 @@ def recipe_size(recipe: Recipe, engine: EngineBase) -> RecipeSize | None:
     kv = engine.kv_bytes_of(sum_layouts([p.model.kv() for p in known]), recipe.runtime)
     if kv is None:
         return None
-    return RecipeSize(recipe.name, tuple(known), kv, known[0].model.context or max(CONTEXTS))
+    shapes = [(p.model.heads, p.model.vocab) for p in known]
+    return RecipeSize(recipe.name, tuple(known), kv, known[0].model.context or max(CONTEXTS),
+                      lambda ctx: engine.compute_bytes_of(shapes, recipe.runtime, profile, ctx))
 
 
-def check_before_build(recipe: Recipe, engine: EngineBase, name: str, mem_available_mb: int,
+def check_before_build(recipe: Recipe, engine: EngineBase, name: str, profile: str | None, mem_available_mb: int,
                        frees_mb: Callable[[], float], say: Callable[[str], None]) -> None:
-    """Refuse, in one sentence with the numbers, a recipe the board cannot hold at runtime.ctx_size even once the
-    release it serves stops (``frees_mb``: that release's models, read from the board only when it matters):
-    before a model is downloaded or converted."""
-    size = recipe_size(recipe, engine)
+    """Refuse, in one sentence with the numbers, a recipe the board (of ``profile``) cannot hold at runtime.ctx_size
+    even once the release it serves stops (``frees_mb``: that release's models, read from the board only when it
+    matters): before a model is downloaded or converted."""
+    size = recipe_size(recipe, engine, profile)
     if size is None:
         return
     rt = recipe.runtime
@@ -109,9 +114,10 @@ def check_before_build(recipe: Recipe, engine: EngineBase, name: str, mem_availa
         f"serves is unchanged; {advice}.")
 
 
-def fit_row(recipe: Recipe, engine: EngineBase, mem_mb: float) -> dict[str, Any]:
-    """One row of ``edgekit recipes fit``: the recipe's size and the longest context ``mem_mb`` holds."""
-    size = recipe_size(recipe, engine)
+def fit_row(recipe: Recipe, engine: EngineBase, mem_mb: float, profile: str | None = None) -> dict[str, Any]:
+    """One row of ``edgekit recipes fit``: the recipe's size and the longest context ``mem_mb`` holds on a board of
+    ``profile``."""
+    size = recipe_size(recipe, engine, profile)
     row: dict[str, Any] = {"recipe": recipe.name, "engine": engine.name, "memory_mb": round(mem_mb)}
     if size is None:
         return {**row, "known": False, "fits": None,
@@ -123,6 +129,7 @@ def fit_row(recipe: Recipe, engine: EngineBase, mem_mb: float) -> dict[str, Any]
                                               "weights_mb": round(p.weights_mb)} for p in size.parts],
             "weights_mb": round(size.weights_mb), "kv_layout": size.kv.to_dict(), "parallel": parallel,
             "ctx_size": recipe.runtime.ctx_size, "need_at_ctx_size_mb": round(at.total_mb),
+            "compute_at_ctx_size_mb": round(at.compute_mb),
             "fits": at.total_mb <= mem_mb, "longest_context": longest, "model_context": size.context,
             "need_at_longest_mb": round(size.need(longest, parallel).total_mb) if longest else None,
             "active_bytes_per_token": size.active_bytes()}

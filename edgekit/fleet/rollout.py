@@ -163,7 +163,8 @@ def _recipe_refused(fleet: Fleet, recipe: Recipe) -> set[str]:
     refused = set()
     for name, target in fleet.targets.items():
         try:
-            memory_fit.check_recipe(target.runner, name, target.facts, recipe, engine, lambda _msg: None)
+            memory_fit.check_recipe(target.runner, name, target.facts, target.board.profile, recipe, engine,
+                                    lambda _msg: None)
         except EdgekitError as exc:
             fleet.failed[name], fleet.phases[name] = str(exc), "memory"
             refused.add(name)
@@ -179,7 +180,8 @@ def _memory_fits(fleet: Fleet, fp: FleetPlan, recipe: Recipe, names: list[str]) 
         target, bp = fleet.targets[name], fp.boards[name]
         try:
             memory_fit.check(target.runner, name, target.facts, bp.plan, engine.kv_cache_bytes(bp.plan, recipe),
-                             in_place=bp.strategy == "in-place")
+                             in_place=bp.strategy == "in-place",
+                             compute_bytes=engine.compute_buffer_bytes(bp.plan, recipe))
         except EdgekitError as exc:
             fleet.failed[name], fleet.phases[name] = str(exc), "memory"
             continue

@@ -110,6 +110,11 @@ class Footprint:
     def assistant(self) -> bool:
         return self.backbone is not None
 
+    @property
+    def heads(self) -> int:
+        """Query heads of its widest attention layer: how wide its attention scores are."""
+        return max((s.q_heads for s in self.layers), default=0)
+
     def _layer(self, s: LayerShape) -> tuple[int, int, int]:
         """(matrix weights, F32 weights, the experts' share of the matrices) of one layer."""
         h = self.hidden

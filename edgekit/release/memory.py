@@ -10,7 +10,7 @@ from typing import Any
 from edgekit.models.footprint import KvBytes
 from edgekit.release.plan import ReleasePlan
 
-RUNTIME_MB = 300.0  # the server's own code, compute buffers and threads, beyond weights and cache
+RUNTIME_MB = 300.0  # the server's own code, threads and what of its compute buffers is not counted apart
 SLACK = 0.05  # of weights and cache: alignment, allocator rounding
 
 
@@ -18,6 +18,7 @@ SLACK = 0.05  # of weights and cache: alignment, allocator rounding
 class MemoryNeed:
     weights_mb: float
     kv_mb: float
+    compute_mb: float = 0.0  # the engine's scratch where it says (EngineBase.compute_bytes_of): logits, attention
 
     @property
     def runtime_mb(self) -> float:
@@ -25,10 +26,11 @@ class MemoryNeed:
 
     @property
     def total_mb(self) -> float:
-        return self.weights_mb + self.kv_mb + self.runtime_mb
+        return self.weights_mb + self.kv_mb + self.compute_mb + self.runtime_mb
 
     def describe(self) -> str:
-        return (f"≈ {self.total_mb:.0f} MB (models {self.weights_mb:.0f} MB, KV cache {self.kv_mb:.0f} MB, "
+        compute = f", compute buffers {self.compute_mb:.0f} MB" if self.compute_mb else ""
+        return (f"≈ {self.total_mb:.0f} MB (models {self.weights_mb:.0f} MB, KV cache {self.kv_mb:.0f} MB{compute}, "
                 f"runtime {self.runtime_mb:.0f} MB)")
 
 
@@ -37,8 +39,8 @@ def models_mb(files: dict[str, int]) -> float:
     return sum(size for rel, size in files.items() if rel.startswith("models/")) / 1e6
 
 
-def need_of(plan: ReleasePlan, kv_bytes: int) -> MemoryNeed:
-    return MemoryNeed(models_mb({rel: b.size for rel, b in plan.files.items()}), kv_bytes / 1e6)
+def need_of(plan: ReleasePlan, kv_bytes: int, compute_bytes: int = 0) -> MemoryNeed:
+    return MemoryNeed(models_mb({rel: b.size for rel, b in plan.files.items()}), kv_bytes / 1e6, compute_bytes / 1e6)
 
 
 def kv_fields(kv: KvBytes) -> dict[str, Any]:

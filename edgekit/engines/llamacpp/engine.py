@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -22,6 +22,7 @@ from edgekit.config.boardfile import Board
 from edgekit.config.recipes import Recipe, Runtime
 from edgekit.engines.base import EngineRelease, ReleaseContext
 from edgekit.engines.capabilities import EngineBase, FleetBoard, FleetReleases
+from edgekit.engines.llamacpp import compute
 from edgekit.engines.llamacpp.args import server_args
 from edgekit.engines.llamacpp.quirks import Applied, apply_guards
 from edgekit.engines.llamacpp.settings import KV_TYPES, SECTION, SPEC_TYPES, LlamaCppSettings, changed
@@ -195,6 +196,23 @@ def gguf_context_length(gguf: Path) -> int | None:
     return int(remember("gguf-context-length", gguf, read)) or None
 
 
+def gguf_attention_shape(gguf: Path) -> tuple[int, int]:
+    """(query heads of its widest layer, vocabulary) of a GGUF: what its compute buffers scale with."""
+    from edgekit.build.memo import remember
+
+    def read() -> str:
+        from edgekit.convert.gguf_io import GGUFFile
+
+        f = GGUFFile(gguf)
+        heads = f.get(f"{f.arch or ''}.attention.head_count") or 0
+        heads = max(heads) if isinstance(heads, list) else heads  # per layer, where layers differ
+        vocab = f.get(f"{f.arch or ''}.vocab_size") or len(f.get("tokenizer.ggml.tokens") or [])
+        return f"{int(heads)} {int(vocab)}"
+
+    heads, vocab = remember("gguf-attention-shape", gguf, read).split()
+    return int(heads), int(vocab)
+
+
 def kv_layout(models: Mapping[str, Path]) -> KvLayout:
     """The release's cache: the target's and the drafter's layouts together (an assistant owns none)."""
     return sum_layouts([gguf_kv_layout(path) for rel, path in models.items()
@@ -310,6 +328,23 @@ class LlamaCpp(EngineBase):
 
     def kv_bytes_of(self, layout: KvLayout, runtime: Runtime) -> KvBytes:
         return layout.in_bytes(*self.settings(runtime).kv_type_bytes)
+
+    def compute_bytes_of(self, models: Sequence[tuple[int, int]], runtime: Runtime, profile: str | None,
+                         ctx: int) -> int:
+        """Each model's context: its logits and its attention scratch over the whole cache, with flash attention
+        as the board serves it (the guards of its kind applied; ``auto``: llama.cpp turns it on)."""
+        rt = apply_guards(runtime, profile, LLAMA_CPP_SHORT, len(models) > 1)[0] if profile else runtime
+        flash = self.settings(rt).flash_attn != "off"
+        return sum(compute.context_bytes(heads, vocab, compute.cells(ctx), flash) for heads, vocab in models)
+
+    def compute_buffer_bytes(self, plan: ReleasePlan, recipe: Recipe) -> int:
+        """The target's and the drafter's contexts at runtime.ctx_size, with flash attention as the release serves
+        it (its guards applied: release.json's runtime)."""
+        served = (plan.manifest.get("runtime") or {}).get(SECTION) or {}
+        flash = served.get("flash_attn", "auto") != "off"
+        return sum(compute.context_bytes(*gguf_attention_shape(plan.files[rel].path),
+                                         compute.cells(recipe.runtime.ctx_size), flash)
+                   for rel in ("models/target.gguf", "models/drafter.gguf") if rel in plan.files)
 
     def kv_cache_bytes(self, plan: ReleasePlan, recipe: Recipe) -> int:
         """The cache llama-server allocates at runtime.ctx_size (its -c, shared by runtime.parallel slots) and the
