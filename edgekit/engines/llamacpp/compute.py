@@ -16,6 +16,8 @@ size`` between two contexts, flash attention on and off (tests/test_larger_model
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 N_UBATCH = 512  # llama-server's default -ub; edgekit does not change it
 F32, F16 = 4, 2
 
@@ -29,3 +31,8 @@ def context_bytes(heads: int, vocab: int, n_kv: int, flash_attn: bool, n_ubatch:
 def cells(ctx: int) -> int:
     """The cells a full-attention layer's cache holds: the context, padded as llama.cpp pads it (256)."""
     return -(-ctx // 256) * 256
+
+
+def contexts_bytes(models: Iterable[tuple[int, int]], ctx: int, flash_attn: bool) -> int:
+    """The target's and the drafter's contexts (each its heads and vocabulary) at ``ctx`` tokens."""
+    return sum(context_bytes(heads, vocab, cells(ctx), flash_attn) for heads, vocab in models)

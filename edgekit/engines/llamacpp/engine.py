@@ -335,16 +335,15 @@ class LlamaCpp(EngineBase):
         as the board serves it (the guards of its kind applied; ``auto``: llama.cpp turns it on)."""
         rt = apply_guards(runtime, profile, LLAMA_CPP_SHORT, len(models) > 1)[0] if profile else runtime
         flash = self.settings(rt).flash_attn != "off"
-        return sum(compute.context_bytes(heads, vocab, compute.cells(ctx), flash) for heads, vocab in models)
+        return compute.contexts_bytes(models, ctx, flash)
 
     def compute_buffer_bytes(self, plan: ReleasePlan, recipe: Recipe) -> int:
         """The target's and the drafter's contexts at runtime.ctx_size, with flash attention as the release serves
         it (its guards applied: release.json's runtime)."""
         served = (plan.manifest.get("runtime") or {}).get(SECTION) or {}
         flash = served.get("flash_attn", "auto") != "off"
-        return sum(compute.context_bytes(*gguf_attention_shape(plan.files[rel].path),
-                                         compute.cells(recipe.runtime.ctx_size), flash)
-                   for rel in ("models/target.gguf", "models/drafter.gguf") if rel in plan.files)
+        return compute.contexts_bytes([gguf_attention_shape(plan.files[rel].path) for rel in (
+            "models/target.gguf", "models/drafter.gguf") if rel in plan.files], recipe.runtime.ctx_size, flash)
 
     def kv_cache_bytes(self, plan: ReleasePlan, recipe: Recipe) -> int:
         """The cache llama-server allocates at runtime.ctx_size (its -c, shared by runtime.parallel slots) and the
